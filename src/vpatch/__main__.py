@@ -1,0 +1,3 @@
+from vpatch.cli import main
+
+main()

@@ -1,0 +1,154 @@
+"""The command line: parse, load config, call one core function, show the result. Only module that prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.core import TyperGroup
+
+from vpatch.errors import ExitCode, VpatchError
+
+class _Group(TyperGroup):
+    """Turns VpatchError into 'error:'/'hint:' lines and its exit code, for the CLI and CliRunner alike."""
+
+    def invoke(self, ctx: typer.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except VpatchError as exc:
+            if state.debug:
+                import traceback
+
+                traceback.print_exc()
+            echo(f"error: {exc.message}", err=True)
+            if exc.hint:
+                echo(f"hint: {exc.hint}", err=True)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            echo("interrupted", err=True)
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="vpatch",
+    help="Keep a production vLLM image as a pinned upstream commit plus a numbered series of local diffs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+class _State:
+    debug = False
+    project: Path = Path(".")
+
+
+state = _State()
+
+
+@app.callback()
+def _options(
+    project: Annotated[Path, typer.Option("--project", "-C", help="Project folder holding vpatch.yaml.")] = Path("."),
+    debug: Annotated[bool, typer.Option("--debug", help="Show a traceback for every error.")] = False,
+) -> None:
+    state.project = project
+    state.debug = debug
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    typer.echo(text, err=err)
+
+
+def _config():  # type: ignore[no-untyped-def]
+    from vpatch.config import Config, find_root
+
+    return Config.load(find_root(state.project.resolve()))
+
+
+def _series(config):  # type: ignore[no-untyped-def]
+    from vpatch.series import Series
+
+    return Series.load(config.patches_dir)
+
+
+@app.command()
+def fetch() -> None:
+    """Create or update the upstream mirror (a bare git repository in the cache)."""
+    from vpatch.upstream import cache_dir, mirror
+
+    config = _config()
+    if config.upstream.source == "releases":
+        raise VpatchError("this project reads upstream from the release history, not a git mirror",
+                          hint="vpatch releases refreshes the release history")
+    path = mirror.fetch(cache_dir(), config.upstream.git)
+    echo(f"mirror of {config.upstream.git} is up to date at {path}")
+
+
+@app.command()
+def apply(
+    ref: Annotated[Optional[str], typer.Option("--ref", help="Upstream ref to apply onto (default: the pin).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for the work tree (default: .vpatch/tree).")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="On failure keep the tree with the patches before the failing one, to fix it.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing tree even if it holds work not yet exported.")] = False,
+) -> None:
+    """Materialise a work tree of the pin (or REF) with each patch committed as one commit."""
+    from vpatch import stack, upstream
+
+    config = _config()
+    series = _series(config)
+    repo = upstream.open_upstream(config)
+    target = ref or config.pin.ref
+    base = config.pin.commit if ref is None and config.pin.commit else upstream.resolve(repo, target)
+    if ref is None and config.pin.commit and upstream.resolve(repo, config.pin.ref, what="pin") != config.pin.commit:
+        echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
+    result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
+                                state_dir=config.state_dir, keep=keep, force=force)
+    echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
+    for a in result.applied:
+        echo(f"  {a.commit[:12]} {a.file}")
+    echo("edit the commits there (amend, add a commit for a new patch), then run `vpatch export`")
+
+
+@app.command()
+def export(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
+) -> None:
+    """Write the commits of the applied tree back to the numbered patch files."""
+    from vpatch import stack
+
+    config = _config()
+    result = stack.export_series(_series(config), config.state_dir, dry_run=dry_run)
+    verb = "would " if dry_run else ""
+    for label, names in (("changed", result.changed), ("added", result.added), ("removed", result.removed)):
+        for name in names:
+            echo(f"{verb}{label[:-1] if dry_run else label}: {name}" if dry_run else f"{label}: {name}")
+    if not (result.changed or result.added or result.removed):
+        echo(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
+
+
+@app.command()
+def new(
+    slug: Annotated[str, typer.Argument(help="Short name of the patch, e.g. fix-parser (lower case, dashes).")],
+    subject: Annotated[Optional[str], typer.Option("--subject", help="First line of the patch message.")] = None,
+) -> None:
+    """Start a new patch: an empty commit with the header template in the applied tree."""
+    from vpatch import newpatch
+
+    config = _config()
+    name = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
+    echo(f"started {name} as an empty commit in the applied tree")
+    echo("make the change there, `git commit --amend -a` (keep the message's trailers), then `vpatch export`")
+
+
+def main() -> None:
+    try:
+        app()
+    except Exception as exc:  # noqa: BLE001 - a bug, not a user error: a traceback only with --debug
+        if state.debug:
+            raise
+        echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)
+        echo("hint: rerun with --debug for a traceback, and report it", err=True)
+        sys.exit(int(ExitCode.ERROR))

@@ -1,0 +1,164 @@
+"""vpatch.yaml: the upstream, the pin and the patches folder, validated with errors that name the key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vpatch.errors import ConfigError
+from vpatch.fs import atomic_write
+
+CONFIG_NAME = "vpatch.yaml"
+DEFAULT_GIT_URL = "https://github.com/vllm-project/vllm.git"
+SOURCES = ("git", "releases")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    git: str = DEFAULT_GIT_URL
+    releases: str | None = None  # PyPI project whose sdists form the release history, e.g. "vllm"
+    source: str = "git"  # which of the two answers refs: "git" or "releases"
+    branch: str = "main"  # upstream default branch, a status target when source is git
+
+
+@dataclass(frozen=True)
+class Pin:
+    ref: str
+    commit: str | None = None  # resolved SHA, written by vpatch
+
+
+@dataclass(frozen=True)
+class Config:
+    root: Path
+    upstream: Upstream
+    pin: Pin
+    patches: str = "patches"
+
+    @property
+    def path(self) -> Path:
+        return self.root / CONFIG_NAME
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / self.patches
+
+    @property
+    def state_dir(self) -> Path:
+        """Per-checkout working state (worktree records, update state); never committed."""
+        return self.root / ".vpatch"
+
+    @classmethod
+    def load(cls, root: Path) -> Config:
+        path = root / CONFIG_NAME
+        if not path.is_file():
+            raise ConfigError(
+                f"no {CONFIG_NAME} in {root}",
+                hint="run vpatch in the project folder (the one holding vpatch.yaml), or pass --project",
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from exc
+        return cls.parse(text, root=root, source=str(path))
+
+    @classmethod
+    def parse(cls, text: str, *, root: Path, source: str) -> Config:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
+        doc = _Doc(source)
+        top = doc.mapping(data, "", required={"pin"}, optional={"upstream", "patches"})
+        up = doc.mapping(top.get("upstream", {}), "upstream", optional={"git", "releases", "source", "branch"})
+        upstream = Upstream(
+            git=doc.string(up, "upstream.git", DEFAULT_GIT_URL),
+            releases=doc.optional_string(up, "upstream.releases"),
+            source=doc.string(up, "upstream.source", "releases" if up.get("releases") and "git" not in up else "git"),
+            branch=doc.string(up, "upstream.branch", "main"),
+        )
+        if upstream.source not in SOURCES:
+            doc.fail("upstream.source", f"must be one of {', '.join(SOURCES)}, not {upstream.source!r}")
+        if upstream.source == "releases" and not upstream.releases:
+            doc.fail("upstream.releases", "is required when upstream.source is 'releases' (e.g. releases: vllm)")
+        pin_data = doc.mapping(top["pin"], "pin", required={"ref"}, optional={"commit"})
+        commit = doc.optional_string(pin_data, "pin.commit")
+        if commit is not None and (len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit)):
+            doc.fail("pin.commit", f"must be a full 40-hex commit SHA, not {commit!r}")
+        pin = Pin(ref=doc.string(pin_data, "pin.ref"), commit=commit)
+        patches = doc.string(top, "patches", "patches")
+        if Path(patches).is_absolute() or ".." in Path(patches).parts:
+            doc.fail("patches", f"must be a folder inside the project, not {patches!r}")
+        return cls(root=root, upstream=upstream, pin=pin, patches=patches)
+
+    def with_pin(self, ref: str, commit: str) -> Config:
+        return replace(self, pin=Pin(ref=ref, commit=commit))
+
+    def dump(self) -> str:
+        import yaml
+
+        up: dict[str, Any] = {"source": self.upstream.source, "git": self.upstream.git}
+        if self.upstream.releases:
+            up["releases"] = self.upstream.releases
+        if self.upstream.branch != "main":
+            up["branch"] = self.upstream.branch
+        pin: dict[str, Any] = {"ref": self.pin.ref}
+        if self.pin.commit:
+            pin["commit"] = self.pin.commit
+        data = {"upstream": up, "pin": pin, "patches": self.patches}
+        header = "# vpatch project: upstream vLLM, the pin, and the numbered patch series.\n"
+        return header + yaml.safe_dump(data, sort_keys=False)
+
+    def save(self) -> None:
+        atomic_write(self.path, self.dump().encode())
+
+
+class _Doc:
+    """Validation helpers that report the file and the key path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, key: str, message: str) -> None:
+        where = f"key '{key}'" if key else "top level"
+        raise ConfigError(f"{self.source}: {where} {message}", hint=f"fix {where} in {self.source}")
+
+    def mapping(
+        self, value: Any, key: str, *, required: set[str] = frozenset(), optional: set[str] = frozenset()  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a mapping, not {type(value).__name__}")
+        prefix = f"{key}." if key else ""
+        for name in value:
+            if name not in required | optional:
+                known = ", ".join(sorted(required | optional))
+                self.fail(f"{prefix}{name}", f"is not a known key (known here: {known})")
+        for name in sorted(required):
+            if name not in value:
+                self.fail(f"{prefix}{name}", "is missing")
+        return value  # type: ignore[no-any-return]
+
+    def string(self, data: dict[str, Any], key: str, default: str | None = None) -> str:
+        name = key.rsplit(".", 1)[-1]
+        value = data.get(name, default)
+        if value is None:
+            self.fail(key, "is missing")
+        if not isinstance(value, str) or not value.strip():
+            self.fail(key, f"must be a non-empty string, not {value!r}")
+        return value  # type: ignore[no-any-return]
+
+    def optional_string(self, data: dict[str, Any], key: str) -> str | None:
+        name = key.rsplit(".", 1)[-1]
+        if data.get(name) is None:
+            return None
+        return self.string(data, key)
+
+
+def find_root(start: Path) -> Path:
+    """The nearest folder at or above `start` holding vpatch.yaml (or `start` when there is none)."""
+    for folder in (start, *start.parents):
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+    return start

@@ -1,0 +1,52 @@
+"""The one error type vpatch raises for things a person can fix, with exit codes and hints."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes; documented in the README."""
+
+    OK = 0
+    ERROR = 1  # any error: bad input, failed command, missing tool
+    USAGE = 2  # bad command line (typer/click's own code)
+    LANDED = 3  # status --exit-code: some patch has landed and can be dropped
+    ATTENTION = 4  # status --exit-code: some patch conflicts or is only partly upstream
+    CONFLICT = 5  # apply/update stopped on a patch that does not apply
+    INTERRUPTED = 130
+
+
+class VpatchError(Exception):
+    """An error the user can act on: a message, an optional hint, an exit code."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+    def __init__(self, message: str, *, hint: str | None = None, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class ConfigError(VpatchError):
+    """vpatch.yaml or an image definition is unreadable or invalid."""
+
+
+class SeriesError(VpatchError):
+    """A patch file is malformed or the series is inconsistent."""
+
+
+class GitError(VpatchError):
+    """A git command failed; the message carries the command and its output."""
+
+
+class ApplyError(VpatchError):
+    """A patch does not apply onto the target."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class UpstreamError(VpatchError):
+    """Upstream vLLM cannot be fetched or read (mirror, PyPI sdist, release history)."""

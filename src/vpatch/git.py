@@ -1,0 +1,423 @@
+"""The one door to git: every git command vpatch runs goes through this module."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
+
+from vpatch.errors import GitError
+
+if TYPE_CHECKING:
+    import git as gitpython
+
+# Options that make vpatch's own git output independent of the user's config.
+_STABLE_CONFIG = (
+    "-c", "core.quotepath=true",
+    "-c", "diff.noprefix=false",
+    "-c", "diff.mnemonicPrefix=false",
+    "-c", "diff.relative=false",
+    "-c", "diff.renames=false",
+    "-c", "core.abbrev=40",
+    "-c", "format.signature=",
+    "-c", "advice.detachedHead=false",
+    "-c", "core.autocrlf=false",
+    "-c", "apply.whitespace=nowarn",
+)
+
+ZERO_SHA = "0" * 40
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    email: str
+    date: str  # anything git accepts, e.g. "Sat, 6 Sep 2026 12:00:00 +0000"
+
+
+def run(
+    cwd: Path,
+    args: Sequence[str],
+    *,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+) -> Result:
+    """Run one git command; on failure raise GitError naming the command, exit code and output."""
+    cmd = ["git", *_STABLE_CONFIG, *args]
+    full_env = dict(os.environ)
+    full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
+    if env:
+        full_env.update(env)
+    try:
+        proc = subprocess.run(
+            cmd, cwd=cwd, input=input, env=full_env, capture_output=True, timeout=timeout
+        )
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed or not on PATH", hint="install git (>= 2.30)") from exc
+    result = Result(proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        raise GitError(describe_failure(args, result))
+    return result
+
+
+def describe_failure(args: Sequence[str], result: Result) -> str:
+    lines = [f"git {' '.join(args)} failed with exit code {result.returncode}"]
+    if result.stdout.strip():
+        lines.append("stdout:\n" + result.out.rstrip())
+    if result.stderr.strip():
+        lines.append("stderr:\n" + result.err.rstrip())
+    return "\n".join(lines)
+
+
+def open_repo(path: Path) -> "gitpython.Repo":
+    import git as gitpython
+
+    return gitpython.Repo(path)
+
+
+def init_bare(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    run(path, ["init", "--bare", "--quiet", "."])
+
+
+def is_repo(path: Path) -> bool:
+    if not path.exists():
+        return False
+    result = run(path, ["rev-parse", "--git-dir"], check=False)
+    return result.returncode == 0
+
+
+def resolve_commit(repo: Path, ref: str) -> str | None:
+    """The commit SHA that `ref` names in `repo`, or None when it names nothing."""
+    if not ref or ref.startswith("-"):
+        return None
+    result = run(repo, ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], check=False)
+    if result.returncode != 0:
+        return None
+    return result.out.strip()
+
+
+def tree_of(repo: Path, commit: str) -> str:
+    return run(repo, ["rev-parse", "--verify", f"{commit}^{{tree}}"]).out.strip()
+
+
+def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
+    result = run(repo, ["merge-base", "--is-ancestor", ancestor, descendant], check=False)
+    if result.returncode not in (0, 1):
+        raise GitError(describe_failure(["merge-base", "--is-ancestor", ancestor, descendant], result))
+    return result.returncode == 0
+
+
+def tags(repo: Path, pattern: str = "v*") -> list[str]:
+    out = run(repo, ["tag", "--list", pattern]).out
+    return [line for line in out.splitlines() if line]
+
+
+def read_blobs(repo: Path, treeish: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """Contents of `paths` in `treeish`, read from the object database (None: path absent)."""
+    if not paths:
+        return {}
+    request = "".join(f"{treeish}:{p}\n" for p in paths).encode()
+    out = run(repo, ["cat-file", "--batch"], input=request).stdout
+    blobs: dict[str, bytes | None] = {}
+    pos = 0
+    for path in paths:
+        nl = out.index(b"\n", pos)
+        header = out[pos:nl].split()
+        pos = nl + 1
+        if header[-1] == b"missing" or len(header) != 3 or header[1] != b"blob":
+            blobs[path] = None
+            continue
+        size = int(header[2])
+        blobs[path] = out[pos : pos + size]
+        pos += size + 1
+    return blobs
+
+
+def ls_tree(repo: Path, treeish: str, paths: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """(mode, type, sha, path) entries for `paths` in `treeish`; absent paths are left out."""
+    if not paths:
+        return []
+    out = run(repo, ["ls-tree", "-z", "--full-tree", treeish, "--", *paths]).stdout
+    entries = []
+    for record in out.split(b"\0"):
+        if not record:
+            continue
+        meta, path = record.split(b"\t", 1)
+        mode, kind, sha = meta.decode().split()
+        entries.append((mode, kind, sha, path.decode("utf-8", "surrogateescape")))
+    return entries
+
+
+# --- worktrees -------------------------------------------------------------
+
+
+def add_worktree(repo: Path, dest: Path, commit: str) -> None:
+    run(repo, ["worktree", "add", "--detach", "--quiet", str(dest), commit])
+
+
+def remove_worktree(repo: Path, dest: Path) -> None:
+    run(repo, ["worktree", "remove", "--force", "--force", str(dest)], check=False)
+    run(repo, ["worktree", "prune"], check=False)
+
+
+def head(worktree: Path) -> str:
+    return run(worktree, ["rev-parse", "--verify", "HEAD"]).out.strip()
+
+
+def dirty_paths(worktree: Path, pathspec: Sequence[str] = ()) -> list[str]:
+    """Paths with uncommitted changes (tracked or untracked) in a work tree."""
+    out = run(worktree, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *pathspec]).stdout
+    return [rec[3:].decode("utf-8", "surrogateescape") for rec in out.split(b"\0") if len(rec) > 3]
+
+
+def commits_between(worktree: Path, base: str, tip: str = "HEAD") -> list[str]:
+    """Commits in base..tip, oldest first."""
+    out = run(worktree, ["rev-list", "--reverse", "--topo-order", f"{base}..{tip}"]).out
+    return out.split()
+
+
+def parents(worktree: Path, commit: str) -> list[str]:
+    return run(worktree, ["rev-list", "--parents", "-n", "1", commit]).out.split()[1:]
+
+
+def check_apply(worktree: Path, patch: bytes, *, three_way: bool = False) -> Result:
+    """`git apply --check` in a work tree; returns the result, never raises on a non-applying patch."""
+    args = ["apply", "--check", "--verbose"]
+    if three_way:
+        args.append("--3way")
+    return run(worktree, args, input=patch, check=False)
+
+
+def apply_to_worktree(worktree: Path, patch: bytes, *, three_way: bool = False) -> Result:
+    """Apply a patch to the index and work tree; returns the result without raising."""
+    args = ["apply", "--index", "--verbose"]
+    if three_way:
+        args.append("--3way")
+    return run(worktree, args, input=patch, check=False)
+
+
+def commit_index(worktree: Path, message: str, author: Identity, *, committer: Identity | None = None) -> str:
+    """Commit the index with an explicit author (and committer, default: the author)."""
+    committer = committer or author
+    env = {
+        "GIT_AUTHOR_NAME": author.name,
+        "GIT_AUTHOR_EMAIL": author.email,
+        "GIT_AUTHOR_DATE": author.date,
+        "GIT_COMMITTER_NAME": committer.name,
+        "GIT_COMMITTER_EMAIL": committer.email,
+        "GIT_COMMITTER_DATE": committer.date,
+    }
+    run(
+        worktree,
+        ["commit", "--quiet", "--allow-empty", "--no-verify", "--cleanup=verbatim", "-F", "-"],
+        input=message.encode(),
+        env=env,
+    )
+    return head(worktree)
+
+
+def format_patch(repo: Path, commit: str) -> bytes:
+    """One commit as a mail-form patch without churn: zero From sha, full index, no signature, no stat."""
+    return run(
+        repo,
+        [
+            "format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "--no-signature",
+            "--no-stat", "-k", "--no-renames", "--binary", commit,
+        ],
+    ).stdout
+
+
+@dataclass(frozen=True)
+class MailInfo:
+    author: Identity
+    subject: str
+    body: str  # message after the subject line, trailers included
+    diff: bytes
+
+
+def mailinfo(patch: bytes) -> MailInfo:
+    """Split a mail-form patch into author, subject, body and diff with git's own parser."""
+    with tempfile.TemporaryDirectory(prefix="vpatch-mailinfo-") as tmp:
+        msg, diff = Path(tmp, "msg"), Path(tmp, "diff")
+        out = run(Path(tmp), ["mailinfo", "-k", "--encoding=UTF-8", str(msg), str(diff)], input=patch).out
+        fields: dict[str, str] = {}
+        for line in out.splitlines():
+            key, _, value = line.partition(": ")
+            fields[key] = value
+        return MailInfo(
+            author=Identity(fields.get("Author", ""), fields.get("Email", ""), fields.get("Date", "")),
+            subject=fields.get("Subject", ""),
+            body=msg.read_text(encoding="utf-8", errors="surrogateescape"),
+            diff=diff.read_bytes(),
+        )
+
+
+# --- temporary index: textual checks without a checkout ---------------------
+
+
+@contextmanager
+def temp_index(repo: Path) -> Iterator[dict[str, str]]:
+    """An environment whose GIT_INDEX_FILE is a fresh, throwaway index file."""
+    fd, name = tempfile.mkstemp(prefix="vpatch-index-")
+    os.close(fd)
+    os.unlink(name)  # git wants to create it itself
+    try:
+        yield {"GIT_INDEX_FILE": name}
+    finally:
+        for suffix in ("", ".lock"):
+            try:
+                os.unlink(name + suffix)
+            except FileNotFoundError:
+                pass
+
+
+def load_index(repo: Path, env: Mapping[str, str], treeish: str, paths: Sequence[str] | None = None) -> None:
+    """Fill a temporary index with `treeish`, or only with `paths` of it (the rest left out)."""
+    if paths is None:
+        run(repo, ["read-tree", treeish], env=env)
+        return
+    entries = ls_tree(repo, treeish, paths)
+    info = "".join(f"{mode} {sha}\t{path}\n" for mode, _kind, sha, path in entries if _kind == "blob")
+    run(repo, ["update-index", "--index-info"], input=info.encode(), env=env)
+
+
+def apply_cached(
+    repo: Path, env: Mapping[str, str], patch: bytes, *, reverse: bool = False, check: bool = True,
+    three_way: bool = False,
+) -> Result:
+    """`git apply --cached` against a temporary index; returns the result without raising."""
+    args = ["apply", "--cached", "--verbose"]
+    if check:
+        args.append("--check")
+    if reverse:
+        args.append("--reverse")
+    if three_way:
+        args.append("--3way")
+    return run(repo, args, input=patch, env=env, check=False)
+
+
+def write_tree(repo: Path, env: Mapping[str, str]) -> str:
+    return run(repo, ["write-tree"], env=env).out.strip()
+
+
+def patch_id(repo: Path, diff: bytes) -> str | None:
+    """git's stable patch-id of a diff (None when the diff is empty)."""
+    out = run(repo, ["patch-id", "--stable"], input=diff).out.split()
+    return out[0] if out else None
+
+
+# --- object database writes: fast-import and ref transactions ---------------
+
+
+def fast_import(repo: Path, stream: Iterable[bytes]) -> dict[str, str]:
+    """Feed a fast-import stream (ending in `done`) to `repo`; returns its marks (":N" -> sha).
+
+    The stream is written as it is produced, so a large import never sits in memory whole.
+    Refs named in the stream are updated only when git reaches `done`; an interrupted import
+    leaves loose objects but no ref changes.
+    """
+    with tempfile.TemporaryDirectory(prefix="vpatch-fast-import-") as tmp:
+        marks, errors = Path(tmp, "marks"), Path(tmp, "stderr")
+        args = ["fast-import", "--quiet", "--done", f"--export-marks={marks}"]
+        full_env = dict(os.environ)
+        full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
+        with errors.open("wb") as err_file:
+            proc = subprocess.Popen(
+                ["git", *_STABLE_CONFIG, *args], cwd=repo, env=full_env, stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=err_file,
+            )
+            assert proc.stdin is not None
+            try:
+                for chunk in stream:
+                    proc.stdin.write(chunk)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass  # git stopped reading: its exit code and stderr tell why
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            returncode = proc.wait()
+        if returncode != 0:
+            raise GitError(describe_failure(args[:3], Result(returncode, b"", errors.read_bytes())))
+        result: dict[str, str] = {}
+        for line in marks.read_text().splitlines():
+            mark, sha = line.split()
+            result[mark] = sha
+        return result
+
+
+def ref_values(repo: Path, prefix: str) -> dict[str, str]:
+    """Every ref under `prefix` (e.g. "refs/tags/") with the object it points to."""
+    out = run(repo, ["for-each-ref", "--format=%(refname) %(objectname)", prefix]).out
+    return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    ref: str
+    new: str  # ZERO_SHA deletes the ref
+    old: str | None = None  # when set, the update fails unless the ref still holds it (ZERO_SHA: absent)
+
+
+def update_refs(repo: Path, updates: Sequence[RefUpdate]) -> None:
+    """Apply all ref updates in one transaction: either every ref moves or none does."""
+    if not updates:
+        return
+    lines = ["start"]
+    for u in updates:
+        lines.append(f"update {u.ref} {u.new}" + (f" {u.old}" if u.old is not None else ""))
+    lines += ["prepare", "commit"]
+    run(repo, ["update-ref", "--stdin"], input=("\n".join(lines) + "\n").encode())
+
+
+def set_head(repo: Path, ref: str) -> None:
+    run(repo, ["symbolic-ref", "HEAD", ref])
+
+
+@dataclass(frozen=True)
+class CommitObject:
+    tree: str
+    parents: tuple[str, ...]
+    author: str  # raw header value: "Name <email> epoch +zone"
+    committer: str
+    message: str
+
+
+def read_commit(repo: Path, sha: str) -> CommitObject:
+    raw = run(repo, ["cat-file", "commit", sha]).out
+    header, _, message = raw.partition("\n\n")
+    tree, author, committer, parents = "", "", "", []
+    for line in header.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "tree":
+            tree = value
+        elif key == "parent":
+            parents.append(value)
+        elif key == "author":
+            author = value
+        elif key == "committer":
+            committer = value
+    return CommitObject(tree, tuple(parents), author, committer, message)

@@ -1,0 +1,329 @@
+"""Patch and Series: numbered format-patch files with DEP-3 style trailers, parsed and checked."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from email.header import decode_header, make_header
+from pathlib import Path, PurePosixPath
+
+from vpatch.errors import SeriesError
+
+PATCH_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9._-]*)\.patch$")
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*): ?(?P<value>.*)$")
+_DIFF_GIT = re.compile(rb"^diff --git (\S+) (\S+)$")
+
+# Trailers vpatch reads; DEP-3 names plus vpatch's own.
+ORIGIN, BUG, FORWARDED, APPLIED_UPSTREAM, LAST_UPDATE = "Origin", "Bug", "Forwarded", "Applied-Upstream", "Last-Update"
+UPSTREAM_PR, PROBE = "Upstream-PR", "Probe"
+
+
+@dataclass(frozen=True)
+class Hunk:
+    header: str  # the "@@ -a,b +c,d @@ ..." line
+    text: bytes  # header line plus body lines
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None: file is created
+    new_path: str | None  # None: file is deleted
+    header: bytes  # "diff --git" line through the "+++" line (or the whole block for mode-only/binary)
+    hunks: tuple[Hunk, ...]
+    binary: bool = False
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or ""
+
+    @property
+    def text(self) -> bytes:
+        return self.header + b"".join(h.text for h in self.hunks)
+
+
+@dataclass(frozen=True)
+class Patch:
+    number: int
+    slug: str
+    path: Path
+    raw: bytes
+    author: str
+    date: str
+    subject: str
+    body: str  # message after the subject, trailers included
+    trailers: tuple[tuple[str, str], ...]
+    diff: bytes
+    files: tuple[FileDiff, ...] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.number:04d}-{self.slug}"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.patch"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every path the patch reads or writes, in order, without repeats."""
+        seen: dict[str, None] = {}
+        for f in self.files:
+            for p in (f.old_path, f.new_path):
+                if p:
+                    seen[p] = None
+        return tuple(seen)
+
+    def trailer(self, key: str) -> str | None:
+        values = self.trailer_all(key)
+        return values[-1] if values else None
+
+    def trailer_all(self, key: str) -> list[str]:
+        return [v for k, v in self.trailers if k.lower() == key.lower()]
+
+    @property
+    def upstream_pr(self) -> int | None:
+        value = self.trailer(UPSTREAM_PR)
+        if value and value.lstrip("#").isdigit():
+            return int(value.lstrip("#"))
+        return None
+
+    @property
+    def probe_path(self) -> Path | None:
+        value = self.trailer(PROBE)
+        return self.path.parent / value if value else None
+
+    @classmethod
+    def load(cls, path: Path) -> Patch:
+        match = PATCH_NAME.match(path.name)
+        if not match:
+            raise SeriesError(
+                f"{path}: not a series file name",
+                hint="patch files are named NNNN-slug.patch (four digits, lower-case slug), e.g. 0004-fix-parser.patch",
+            )
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise SeriesError(f"{path}: cannot read: {exc}") from exc
+        return cls.parse(raw, number=int(match["number"]), slug=match["slug"], path=path)
+
+    @classmethod
+    def parse(cls, raw: bytes, *, number: int, slug: str, path: Path) -> Patch:
+        start = _find_diff(raw)
+        if start < 0:
+            raise SeriesError(f"{path.name}: has no diff (no 'diff --git' line)",
+                              hint="a patch file is the output of git format-patch: mail headers, message, then the diff")
+        head, diff = raw[:start], raw[start:]
+        headers, message = _split_mail(head.decode("utf-8", "surrogateescape"))
+        files = parse_diff(diff, where=path.name)
+        subject = headers.get("subject", "")
+        body = message
+        return cls(
+            number=number, slug=slug, path=path, raw=raw,
+            author=headers.get("from", ""), date=headers.get("date", ""),
+            subject=subject, body=body, trailers=_trailers(body), diff=diff, files=files,
+        )
+
+
+@dataclass(frozen=True)
+class Series:
+    directory: Path
+    patches: tuple[Patch, ...]
+
+    @classmethod
+    def load(cls, directory: Path) -> Series:
+        if not directory.is_dir():
+            raise SeriesError(f"patches folder {directory} does not exist",
+                              hint="create it (an empty folder is a valid, empty series) or fix 'patches' in vpatch.yaml")
+        by_number: dict[int, Patch] = {}
+        for path in sorted(directory.glob("*.patch")):
+            patch = Patch.load(path)
+            if patch.number in by_number:
+                raise SeriesError(
+                    f"two patches share number {patch.number:04d}: {by_number[patch.number].path.name} and {path.name}",
+                    hint="numbers are identities: give one of them the next free number",
+                )
+            by_number[patch.number] = patch
+        return cls(directory, tuple(by_number[n] for n in sorted(by_number)))
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.patches)
+
+    def __len__(self) -> int:
+        return len(self.patches)
+
+    def next_number(self, retired: set[int] = frozenset()) -> int:  # type: ignore[assignment]
+        used = {p.number for p in self.patches} | set(retired)
+        return max(used, default=0) + 1
+
+    def get(self, key: str) -> Patch:
+        """A patch by number ("2", "0002") or name ("0002-slug")."""
+        for p in self.patches:
+            if key in (p.name, p.filename, p.slug) or (key.isdigit() and int(key) == p.number):
+                return p
+        raise SeriesError(f"no patch {key!r} in {self.directory}",
+                          hint="vpatch status lists the patches by number")
+
+
+def slugify(text: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return slug[:52].rstrip("-") or "patch"
+
+
+def check_path(path: str, where: str) -> None:
+    """Refuse paths that would write outside the tree or into git's own folder."""
+    pure = PurePosixPath(path)
+    if pure.is_absolute() or path.startswith("\\") or re.match(r"^[A-Za-z]:", path):
+        raise SeriesError(f"{where}: touches an absolute path {path!r}", hint="paths in a patch are relative to the tree root")
+    if ".." in pure.parts:
+        raise SeriesError(f"{where}: touches {path!r}, outside the tree", hint="remove the '..' path from the patch")
+    if any(part.lower() == ".git" for part in pure.parts):
+        raise SeriesError(f"{where}: touches {path!r} inside the .git folder", hint="patches may only change tracked files")
+
+
+def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
+    """Split a git diff into files and hunks, checking every hunk header and line count."""
+    lines = diff.splitlines(keepends=True)
+    files: list[FileDiff] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = _DIFF_GIT.match(line.rstrip(b"\n"))
+        if not m:
+            if line.startswith(b"-- ") or not line.strip():
+                # a trailing signature or blank lines after the last hunk
+                i += 1
+                continue
+            raise SeriesError(f"{where}: unexpected line {i + 1} of the diff: {line[:60]!r}",
+                              hint="regenerate the patch with vpatch export or git format-patch")
+        header = [line]
+        old = _strip_prefix(m[1].decode("utf-8", "surrogateescape"), "a/")
+        new = _strip_prefix(m[2].decode("utf-8", "surrogateescape"), "b/")
+        i += 1
+        binary = False
+        while i < len(lines) and not lines[i].startswith((b"@@", b"diff --git ")):
+            text = lines[i]
+            header.append(text)
+            if text.startswith(b"--- "):
+                old = None if text.strip() == b"--- /dev/null" else _strip_prefix(text[4:].strip().decode("utf-8", "surrogateescape"), "a/")
+            elif text.startswith(b"+++ "):
+                new = None if text.strip() == b"+++ /dev/null" else _strip_prefix(text[4:].strip().decode("utf-8", "surrogateescape"), "b/")
+            elif text.startswith(b"new file mode"):
+                old = None
+            elif text.startswith(b"deleted file mode"):
+                new = None
+            elif text.startswith((b"GIT binary patch", b"Binary files")):
+                binary = True
+            i += 1
+        for p in (old, new):
+            if p is not None:
+                check_path(p, where)
+        hunks: list[Hunk] = []
+        while i < len(lines) and lines[i].startswith(b"@@"):
+            hunk, i = _read_hunk(lines, i, where, new or old or "")
+            hunks.append(hunk)
+        if not hunks and not binary and not any(h.startswith((b"new file", b"deleted file", b"old mode", b"rename", b"similarity")) for h in header):
+            raise SeriesError(f"{where}: the diff of {new or old} has no hunks", hint="regenerate the patch with vpatch export")
+        files.append(FileDiff(old, new, b"".join(header), tuple(hunks), binary))
+    if not files:
+        raise SeriesError(f"{where}: has no diff", hint="a patch needs at least one changed file")
+    return tuple(files)
+
+
+def _read_hunk(lines: list[bytes], i: int, where: str, path: str) -> tuple[Hunk, int]:
+    m = _HUNK.match(lines[i])
+    if not m:
+        raise SeriesError(f"{where}: broken hunk header in {path}: {lines[i].strip()[:60]!r}",
+                          hint="a hunk header looks like '@@ -12,7 +12,8 @@'; regenerate the patch")
+    old_left = int(m[2]) if m[2] is not None else 1
+    new_left = int(m[4]) if m[4] is not None else 1
+    start = i
+    i += 1
+    while old_left > 0 or new_left > 0:
+        if i >= len(lines):
+            raise SeriesError(f"{where}: hunk {lines[start].strip().decode(errors='replace')} in {path} is cut short",
+                              hint="the hunk header counts more lines than the hunk has; regenerate the patch")
+        tag = lines[i][:1]
+        if tag in (b" ", b"\n"):
+            old_left -= 1
+            new_left -= 1
+        elif tag == b"-":
+            old_left -= 1
+        elif tag == b"+":
+            new_left -= 1
+        elif tag != b"\\":
+            raise SeriesError(f"{where}: hunk {lines[start].strip().decode(errors='replace')} in {path} has a bad line {lines[i][:60]!r}",
+                              hint="the hunk header counts do not match its lines; regenerate the patch")
+        i += 1
+        if old_left < 0 or new_left < 0:
+            raise SeriesError(f"{where}: hunk {lines[start].strip().decode(errors='replace')} in {path} is longer than its header says",
+                              hint="regenerate the patch")
+    while i < len(lines) and lines[i].startswith(b"\\"):
+        i += 1
+    header = lines[start].rstrip(b"\n").decode("utf-8", "replace")
+    return Hunk(header, b"".join(lines[start:i])), i
+
+
+def _strip_prefix(path: str, prefix: str) -> str:
+    if path.startswith('"') and path.endswith('"'):
+        path = path[1:-1].encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "surrogateescape")
+    return path[len(prefix):] if path.startswith(prefix) else path
+
+
+def _find_diff(raw: bytes) -> int:
+    if raw.startswith(b"diff --git "):
+        return 0
+    return raw.find(b"\ndiff --git ") + 1 or -1
+
+
+def _split_mail(head: str) -> tuple[dict[str, str], str]:
+    """Mail headers (lower-case keys, decoded) and the message body before the diff."""
+    lines = head.split("\n")
+    headers: dict[str, str] = {}
+    i = 0
+    if lines and lines[0].startswith("From "):
+        i = 1
+    key = None
+    while i < len(lines) and lines[i].strip():
+        line = lines[i]
+        if line[:1] in (" ", "\t") and key:
+            headers[key] += " " + line.strip()
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            headers[key] = value.strip()
+        else:
+            break
+        i += 1
+    for k, v in headers.items():
+        try:
+            headers[k] = str(make_header(decode_header(v)))
+        except Exception:
+            pass
+    body = "\n".join(lines[i + 1:])
+    # format-patch ends the message with a "---" line before the diff (and stat, when present)
+    cut = body.rfind("\n---\n")
+    if cut >= 0:
+        body = body[:cut + 1]
+    elif body.startswith("---\n"):
+        body = ""
+    return headers, body.strip("\n") + ("\n" if body.strip() else "")
+
+
+def _trailers(body: str) -> tuple[tuple[str, str], ...]:
+    paragraphs = [p for p in body.strip().split("\n\n") if p.strip()]
+    if not paragraphs:
+        return ()
+    last = paragraphs[-1].splitlines()
+    pairs = []
+    for line in last:
+        m = _TRAILER.match(line)
+        if not m:
+            return ()
+        pairs.append((m["key"], m["value"].strip()))
+    return tuple(pairs)

@@ -1,0 +1,130 @@
+"""Hermetic git for every test, and small real upstream repositories and projects to work on."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+FIXED_DATE = "2026-09-01T12:00:00+00:00"
+
+
+@pytest.fixture(autouse=True)
+def hermetic_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No user or system git config, a fixed identity and dates, a private vpatch cache."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / ".gitconfig"))
+    for var in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{var}_NAME", "Test Person")
+        monkeypatch.setenv(f"GIT_{var}_EMAIL", "test@vpatch.invalid")
+        monkeypatch.setenv(f"GIT_{var}_DATE", FIXED_DATE)
+    monkeypatch.setenv("VPATCH_CACHE", str(home / "vpatch-cache"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("GIT_DIR", raising=False)
+    monkeypatch.delenv("GIT_INDEX_FILE", raising=False)
+    return home
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, input=input, check=True, capture_output=True).stdout.decode()
+
+
+@dataclass
+class ToyUpstream:
+    """A non-bare upstream repository that tests commit to; the project mirrors it by file URL."""
+
+    path: Path
+
+    @property
+    def url(self) -> str:
+        return self.path.as_uri()
+
+    def commit(self, files: dict[str, str | None], message: str, *, tag: str | None = None) -> str:
+        for name, content in files.items():
+            target = self.path / name
+            if content is None:
+                target.unlink()
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-q", "--allow-empty", "-m", message)
+        if tag:
+            git(self.path, "tag", tag)
+        return git(self.path, "rev-parse", "HEAD").strip()
+
+
+PARSER_V1 = "".join(f"line {i}\n" for i in range(1, 41))
+KV_V1 = "def free(blocks):\n    for b in reversed(blocks):\n        if b is None:\n            break\n        release(b)\n"
+
+
+@pytest.fixture
+def toy_upstream(tmp_path: Path) -> ToyUpstream:
+    """Upstream with v1.0 (two Python files and a README) on its main branch."""
+    path = tmp_path / "upstream"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    up = ToyUpstream(path)
+    up.commit({"README": "toy vllm\n", "vllm/parser.py": PARSER_V1, "vllm/kv.py": KV_V1}, "v1.0", tag="v1.0")
+    return up
+
+
+@dataclass
+class Project:
+    root: Path
+    upstream: ToyUpstream
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    def make_patch(self, number: int, slug: str, files: dict[str, str | None], subject: str,
+                   *, trailers: str = "Origin: vendor\nLast-Update: 2026-09-01", base: str = "v1.0") -> Path:
+        """A format-patch file made from a real commit on a scratch clone of the upstream."""
+        scratch = self.root.parent / f"scratch-{number}"
+        if not scratch.exists():
+            git(self.root.parent, "clone", "-q", str(self.upstream.path), str(scratch))
+        git(scratch, "checkout", "-q", "--detach", base)
+        for name, content in files.items():
+            target = scratch / name
+            if content is None:
+                target.unlink()
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(content)
+        git(scratch, "add", "-A")
+        git(scratch, "commit", "-q", "-m", f"{subject}\n\nWhy this change exists.\n\n{trailers}\n")
+        raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
+                  "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD")
+        path = self.patches / f"{number:04d}-{slug}.patch"
+        path.write_text(raw)
+        return path
+
+
+def write_config(root: Path, url: str, ref: str = "v1.0") -> None:
+    (root / "vpatch.yaml").write_text(f"upstream:\n  source: git\n  git: {url}\npin:\n  ref: {ref}\npatches: patches\n")
+
+
+@pytest.fixture
+def project(tmp_path: Path, toy_upstream: ToyUpstream) -> Project:
+    """A project pinned at v1.0 of the toy upstream, with its mirror fetched and an empty series."""
+    from vpatch.upstream import cache_dir, mirror
+
+    root = tmp_path / "project"
+    (root / "patches").mkdir(parents=True)
+    write_config(root, toy_upstream.url)
+    mirror.fetch(cache_dir(), toy_upstream.url)
+    return Project(root, toy_upstream)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under root (except .vpatch state) with its bytes, to prove nothing changed."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".vpatch" not in p.relative_to(root).parts
+    }
