@@ -1,0 +1,346 @@
+"""Produce the image a plan describes: verify the base, build, tag, label, push."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import Mapping, Sequence
+
+from vpatch import git
+from vpatch.config import Config
+from vpatch.errors import ApplyError, ConfigError, VpatchError
+from vpatch.image.definition import Base, ImageDefinition, Strategy
+from vpatch.image.docker import Docker, DockerError, Progress
+from vpatch.image.plan import (
+    LABEL_PREFIX,
+    PACKAGE,
+    BaseFacts,
+    Changes,
+    Plan,
+    choose,
+    content_hash,
+    declared_args,
+    labels,
+    version_of,
+    vllm_buildargs,
+)
+from vpatch.series import Patch, Series
+
+OVERLAY_DOCKERFILE = "Dockerfile"
+# Asks the base's own python where vllm/ is installed without importing it (importing pulls in torch).
+_DISCOVER = (
+    "python3",
+    "-c",
+    "import importlib.util as u; s = u.find_spec('vllm'); "
+    "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')",
+)
+
+
+class BaseMismatchError(VpatchError):
+    """The base image's copy of a touched file is not the pin's: patching it would ship a wrong image."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a build reads from the project and upstream, loaded once."""
+
+    config: Config
+    definition: ImageDefinition
+    series: Series
+    upstream: Path
+    pin_commit: str
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    plan: Plan
+    image_id: str
+    reused: bool  # the content tag already existed with the same content: nothing was built
+    pushed: Mapping[str, str | None] = field(default_factory=dict)  # tag -> manifest digest
+    seconds: float = 0.0
+
+
+def load_inputs(config: Config, name: str) -> Inputs:
+    from vpatch import upstream
+
+    definition = ImageDefinition.load(config.root, name)
+    series = Series.load(config.patches_dir)
+    repo = upstream.open_upstream(config)
+    pin_commit = config.pin.commit or upstream.resolve(repo, config.pin.ref, what="pin")
+    return Inputs(config, definition, series, repo, pin_commit)
+
+
+def make_plan(
+    inputs: Inputs,
+    *,
+    strategy: Strategy | None = None,
+    base: str | None = None,
+    docker: Docker | None = None,
+    require_base: bool = False,
+) -> Plan:
+    """The build that `vpatch build` would run. Without a daemon (or base) the overlay plan says so in its notes;
+    `require_base` turns that into an error, for real builds."""
+    definition, pin_commit = inputs.definition, inputs.pin_commit
+    pin_ref = inputs.config.pin.ref
+    patches = tuple(inputs.series.patches)
+    chosen_base = Base(image=base) if base else definition.base_for(pin_ref, pin_commit)
+    chosen, reason = choose(definition, patches, override=strategy, base_available=chosen_base.image is not None)
+    version = version_of(pin_ref, pin_commit)
+    changes = Changes.of(patches)
+    notes: list[str] = []
+    facts: BaseFacts | None = None
+    target: str | None = None
+    if chosen is Strategy.OVERLAY:
+        changes = changes.within(PACKAGE)  # tests and docs a patch may also touch are not in the image
+        reference = chosen_base.reference()
+        assert reference is not None
+        facts = _base_facts(docker, reference, definition, chosen_base, notes, require=require_base)
+        package_dir = facts.package_dir if facts else (definition.package_dir or "<discovered in the base>")
+        buildargs = {
+            "BASE_IMAGE": facts.image_id if facts else reference,
+            "VLLM_PACKAGE_DIR": package_dir,
+            "VPATCH_DELETE": " ".join(_in_package(p) for p in changes.deleted),
+            "VPATCH_STALE_MODULES": " ".join(_in_package(p) for p in changes.paths if p.endswith(".py")),
+        }
+        recipe_path = inputs.config.root / OVERLAY_DOCKERFILE
+        if not recipe_path.is_file():
+            raise ConfigError(
+                f"no overlay recipe {OVERLAY_DOCKERFILE} in {inputs.config.root}",
+                hint="the project's top-level Dockerfile is the overlay recipe; restore it from vpatch's repository",
+            )
+        recipe = {"dockerfile": hashlib.sha256(recipe_path.read_bytes()).hexdigest(), "package_dir": package_dir}
+        identity = chosen_base.digest or (facts.digest or facts.image_id if facts else None)
+        dockerfile, context = OVERLAY_DOCKERFILE, f"<context: {OVERLAY_DOCKERFILE} + overlay/ with {len(changes.written)} file(s)>"
+        base_name, base_digest = chosen_base.image, chosen_base.digest or (facts.digest if facts else None)
+    else:
+        dockerfile_text = _pin_dockerfile(inputs)
+        buildargs, arg_notes = vllm_buildargs(
+            definition, chosen, pin_commit=pin_commit, declared=declared_args(dockerfile_text)
+        )
+        notes += arg_notes
+        notes.append("vLLM's Dockerfile bind-mounts .git: the context is a git work tree of the pin with the series applied")
+        worktree = _worktree_dir(inputs.config, definition)
+        dockerfile, context, target = str(worktree / definition.source_build.dockerfile), str(worktree), definition.source_build.target
+        recipe = dict(buildargs) | {"target": target, "dockerfile": hashlib.sha256(dockerfile_text.encode()).hexdigest()}
+        identity, base_name, base_digest, package_dir = None, None, None, None
+    content = content_hash(
+        strategy=chosen, base_identity=identity, pin_commit=pin_commit, patches=patches, recipe=recipe
+    ) if identity or chosen is not Strategy.OVERLAY else "?" * 12
+    if content.startswith("?"):
+        notes.append("the content tag needs the base image on the daemon (or base.digest in the definition)")
+    repo = definition.full_repository
+    return Plan(
+        image=definition,
+        strategy=chosen,
+        reason=reason,
+        version=version,
+        pin_ref=pin_ref,
+        pin_commit=pin_commit,
+        patches=patches,
+        changes=changes,
+        content_hash=content,
+        tags=(f"{repo}:{version}-vp{content}", f"{repo}:{definition.tag}"),
+        labels=labels(
+            definition,
+            strategy=chosen,
+            version=version,
+            pin_ref=pin_ref,
+            pin_commit=pin_commit,
+            source=inputs.config.upstream.git,
+            patches=patches,
+            base_name=base_name,
+            base_digest=base_digest,
+            content=content,
+            package_dir=package_dir if chosen is Strategy.OVERLAY else None,
+        ),
+        buildargs=buildargs,
+        dockerfile=dockerfile,
+        context=context,
+        target=target,
+        base=chosen_base.reference() if chosen is Strategy.OVERLAY else None,
+        base_facts=facts,
+        notes=tuple(notes),
+    )
+
+
+def build(
+    inputs: Inputs,
+    plan: Plan,
+    docker: Docker,
+    *,
+    push: bool = False,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Build the planned image (or reuse it when its content tag exists), tag it, and push it if asked."""
+    started = time.monotonic()
+    reused = False
+    existing = docker.image(plan.content_tag) if docker.has_image(plan.content_tag) else None
+    if existing and existing.labels.get(f"{LABEL_PREFIX}.content") == plan.content_hash:
+        image_id, reused = existing.id, True
+    elif plan.strategy is Strategy.OVERLAY:
+        image_id = _build_overlay(inputs, plan, docker, progress)
+    else:
+        image_id = _build_with_vllm_dockerfile(inputs, plan, docker, progress)
+    for tag in plan.tags[1:]:
+        docker.tag(image_id, tag)
+    pushed: dict[str, str | None] = {}
+    if push:
+        if not plan.image.registry:
+            raise ConfigError(
+                f"{plan.image.path.name} names no registry to push to",
+                hint="add image.registry (host[:port]) to the image definition",
+            )
+        for tag in plan.tags:
+            pushed[tag] = docker.push(tag, progress)
+    return BuildResult(plan, image_id, reused, pushed, time.monotonic() - started)
+
+
+def expected_files(inputs: Inputs, patches: Sequence[Patch], paths: Sequence[str]) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
+    """The pin's copies of `paths` and their copies after the series (None: absent), from git alone."""
+    pre = git.read_blobs(inputs.upstream, inputs.pin_commit, list(paths))
+    with git.temp_index(inputs.upstream) as env:
+        git.load_index(inputs.upstream, env, inputs.pin_commit, list(paths))
+        for patch in patches:
+            result = git.apply_cached(inputs.upstream, env, patch.diff, check=False)
+            if result.returncode != 0:
+                raise ApplyError(
+                    f"patch {patch.name} does not apply to the pin {inputs.config.pin.ref}: {result.err.strip()}",
+                    hint=f"vpatch apply --keep to see the conflict",
+                )
+        tree = git.write_tree(inputs.upstream, env)
+    post = git.read_blobs(inputs.upstream, tree, list(paths))
+    return pre, post
+
+
+def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> None:
+    """Refuse a base whose copies of the touched files are not the pin's (before any layer is written)."""
+    assert plan.base_facts is not None
+    facts = plan.base_facts
+    in_image = {p: f"{facts.package_dir}/{_in_package(p)}" for p in pre}
+    found = docker.read_files(facts.image_id, list(in_image.values()))
+    wrong: list[str] = []
+    for path, pinned in pre.items():
+        actual = found[in_image[path]]
+        if actual == pinned:
+            continue
+        if pinned is None:
+            wrong.append(f"{path} exists in the base but not at the pin")
+        elif actual is None:
+            wrong.append(f"{path} is missing from the base")
+        else:
+            wrong.append(f"{path} differs")
+    if wrong:
+        raise BaseMismatchError(
+            f"base image {plan.base} is not the pinned vLLM {plan.pin_ref}: " + "; ".join(wrong[:5])
+            + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""),
+            hint=f"use the official image of {plan.pin_ref} as the base (base.image / --base), or move the pin to the base's vLLM",
+        )
+
+
+def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
+    if plan.base_facts is None:
+        raise DockerError(f"base image {plan.base} is not on the docker daemon", hint=f"docker pull {plan.base}")
+    pre, post = expected_files(inputs, plan.patches, plan.changes.paths)
+    verify_base(docker, plan, pre)
+    with tempfile.TemporaryDirectory(prefix="vpatch-overlay-") as tmp:
+        context = Path(tmp)
+        shutil.copyfile(inputs.config.root / OVERLAY_DOCKERFILE, context / OVERLAY_DOCKERFILE)
+        overlay = context / "overlay"
+        overlay.mkdir()
+        for path in plan.changes.written:
+            data = post[path]
+            assert data is not None, path
+            target = overlay / _in_package(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(0o644)
+        created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return docker.build(
+            context,
+            tag=plan.content_tag,
+            buildargs=plan.buildargs,
+            labels=dict(plan.labels) | {"org.opencontainers.image.created": created},
+            dockerfile=OVERLAY_DOCKERFILE,
+            progress=progress,
+        )
+
+
+def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
+    from vpatch import stack
+
+    state = _worktree_dir(inputs.config, plan.image)
+    stack.apply_series(
+        inputs.upstream, inputs.series, ref=inputs.config.pin.ref, base=inputs.pin_commit,
+        out=state, state_dir=state.parent / f"{state.name}.state", force=True,
+    )
+    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    invocation = docker.buildkit_invocation(
+        context=Path(plan.context),
+        dockerfile=Path(plan.dockerfile),
+        tags=plan.tags[:1],
+        buildargs=plan.buildargs,
+        labels=dict(plan.labels) | {"org.opencontainers.image.created": created},
+        target=plan.target,
+    )
+    docker.run_buildkit(invocation, progress)
+    return docker.image(plan.content_tag).id
+
+
+def _base_facts(
+    docker: Docker | None, reference: str, definition: ImageDefinition, base: Base, notes: list[str], *, require: bool
+) -> BaseFacts | None:
+    if docker is None:
+        if require:
+            raise DockerError("the docker daemon is not reachable")
+        notes.append("no docker daemon: the base was not inspected")
+        return None
+    if not docker.has_image(reference):
+        if require:
+            docker.image(reference)  # raises the missing-image error with its hint
+        notes.append(f"base image {reference} is not on the daemon")
+        return None
+    info = docker.image(reference)
+    if base.digest and info.digest and info.digest != base.digest:
+        raise VpatchError(
+            f"base image {base.image} has digest {info.digest}, not the recorded {base.digest}",
+            hint="the tag moved; pull the recorded digest or update base.digest in the image definition",
+        )
+    package_dir = definition.package_dir or _discover_package_dir(docker, info.id, reference)
+    return BaseFacts(reference=reference, image_id=info.id, digest=info.digest, package_dir=package_dir)
+
+
+def _discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
+    found = docker.run(image_id, _DISCOVER).decode().strip()
+    if not found.startswith("/"):
+        raise VpatchError(
+            f"base image {reference} has no importable vllm package",
+            hint="is it a vLLM image? set package_dir in the image definition if python3 cannot find it",
+        )
+    return found
+
+
+def _pin_dockerfile(inputs: Inputs) -> str:
+    path = inputs.definition.source_build.dockerfile
+    blob = git.read_blobs(inputs.upstream, inputs.pin_commit, [path])[path]
+    if blob is None:
+        raise VpatchError(
+            f"the pin {inputs.config.pin.ref} has no {path}",
+            hint="set source_build.dockerfile in the image definition to vLLM's Dockerfile at this pin",
+        )
+    return blob.decode("utf-8", "replace")
+
+
+def _worktree_dir(config: Config, definition: ImageDefinition) -> Path:
+    return config.state_dir / "image" / definition.name
+
+
+def _in_package(path: str) -> str:
+    """vllm/a/b.py -> a/b.py: the path inside the installed package folder."""
+    parts = PurePosixPath(path).parts
+    assert parts[0] == PACKAGE, path
+    return str(PurePosixPath(*parts[1:]))

@@ -1,0 +1,171 @@
+"""images/<name>.yaml: which image to produce from the pin and the series, on which base, how."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from vpatch.config import _Doc
+from vpatch.errors import ConfigError
+
+IMAGES_DIR = "images"
+OFFICIAL_REPOSITORY = "vllm/vllm-openai"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_RELEASE = re.compile(r"^v\d+\.\d+\.\d+(?:[.-]?[a-z0-9.]+)?$")
+
+
+class Strategy(str, Enum):
+    AUTO = "auto"
+    OVERLAY = "overlay"
+    PRECOMPILED = "precompiled"
+    SOURCE = "source"
+
+
+@dataclass(frozen=True)
+class Base:
+    image: str | None = None  # e.g. vllm/vllm-openai:v0.29.0; None: derived from the pin
+    digest: str | None = None  # sha256:...; preferred over the tag (nightly tags are pruned)
+
+    def reference(self) -> str | None:
+        """What to build FROM: repo@digest when the digest is recorded, else the tag."""
+        if self.image and self.digest:
+            return f"{self.image.split('@', 1)[0].rsplit(':', 1)[0]}@{self.digest}"
+        return self.image
+
+
+@dataclass(frozen=True)
+class SourceBuild:
+    torch_cuda_arch_list: str = "12.0"  # the GPU host's RTX 5090s (sm_120) only
+    max_jobs: int | None = None
+    nvcc_threads: int | None = None
+    target: str = "vllm-openai"
+    dockerfile: str = "docker/Dockerfile"
+
+
+@dataclass(frozen=True)
+class ImageDefinition:
+    name: str
+    path: Path
+    repository: str  # without registry
+    tag: str  # the moving tag, e.g. flash-next
+    registry: str | None = None  # host[:port] that --push sends both tags to
+    base: Base = field(default_factory=Base)
+    strategy: Strategy = Strategy.AUTO
+    package_dir: str | None = None  # the installed vllm/ folder in the base; None: discovered
+    source_build: SourceBuild = field(default_factory=SourceBuild)
+
+    @property
+    def full_repository(self) -> str:
+        return f"{self.registry}/{self.repository}" if self.registry else self.repository
+
+    def base_for(self, pin_ref: str, pin_commit: str | None) -> Base:
+        """The base image for the pin: the definition's, else the official image a release or a main
+        commit gets (`vllm/vllm-openai:vX.Y.Z`, `vllm/vllm-openai:nightly-<sha>`)."""
+        if self.base.image:
+            return self.base
+        if _RELEASE.match(pin_ref):
+            return Base(image=f"{OFFICIAL_REPOSITORY}:{pin_ref}")
+        if pin_commit:
+            return Base(image=f"{OFFICIAL_REPOSITORY}:nightly-{pin_commit}")
+        return Base()
+
+    @classmethod
+    def load(cls, root: Path, name: str) -> ImageDefinition:
+        path = root / IMAGES_DIR / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in (root / IMAGES_DIR).glob("*.yaml"))
+            raise ConfigError(
+                f"no image definition {name!r} ({IMAGES_DIR}/{name}.yaml)",
+                hint=f"known images: {', '.join(known)}" if known else f"create {IMAGES_DIR}/{name}.yaml",
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read: {exc}") from exc
+        return cls.parse(text, name=name, path=path, source=f"{IMAGES_DIR}/{name}.yaml")
+
+    @classmethod
+    def parse(cls, text: str, *, name: str, path: Path, source: str) -> ImageDefinition:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{source}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
+        doc = _Doc(source)
+        if not _NAME.match(name):
+            doc.fail("", f"has an invalid image name {name!r} (lower-case letters, digits, '.', '_', '-')")
+        top = doc.mapping(
+            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build"}
+        )
+        img = doc.mapping(top["image"], "image", required={"repository", "tag"}, optional={"registry"})
+        repository = doc.string(img, "image.repository")
+        if not _REPOSITORY.match(repository):
+            doc.fail("image.repository", f"is not a valid repository name: {repository!r} (e.g. ml/vllm-flash)")
+        tag = doc.string(img, "image.tag")
+        if not _TAG.match(tag):
+            doc.fail("image.tag", f"is not a valid tag: {tag!r}")
+        registry = doc.optional_string(img, "image.registry")
+        if registry is not None and ("/" in registry or " " in registry):
+            doc.fail("image.registry", f"must be host[:port], not {registry!r}")
+
+        base_data = doc.mapping(top.get("base") or {}, "base", optional={"image", "digest"})
+        base = Base(image=doc.optional_string(base_data, "base.image"), digest=doc.optional_string(base_data, "base.digest"))
+        if base.digest is not None and not _DIGEST.match(base.digest):
+            doc.fail("base.digest", f"must be sha256:<64 hex>, not {base.digest!r}")
+        if base.digest is not None and base.image is None:
+            doc.fail("base.image", "is required when base.digest is set (the digest's repository)")
+
+        strategy_text = doc.string(top, "strategy", Strategy.AUTO.value)
+        try:
+            strategy = Strategy(strategy_text)
+        except ValueError:
+            doc.fail("strategy", f"must be one of {', '.join(s.value for s in Strategy)}, not {strategy_text!r}")
+        package_dir = doc.optional_string(top, "package_dir")
+        if package_dir is not None and not package_dir.startswith("/"):
+            doc.fail("package_dir", f"must be an absolute path inside the image, not {package_dir!r}")
+
+        sb = doc.mapping(
+            top.get("source_build") or {},
+            "source_build",
+            optional={"torch_cuda_arch_list", "max_jobs", "nvcc_threads", "target", "dockerfile"},
+        )
+        arch = sb.get("torch_cuda_arch_list", "12.0")
+        if isinstance(arch, (int, float)):
+            # YAML reads an unquoted 12.0 as a float; the arch list is text.
+            arch = str(arch)
+        if not isinstance(arch, str) or not re.fullmatch(r"\d+\.\d+a?(\+PTX)?(\s+\d+\.\d+a?(\+PTX)?)*", arch.strip()):
+            doc.fail("source_build.torch_cuda_arch_list", f"must be compute capabilities like \"12.0\" or \"9.0 12.0\", not {arch!r}")
+        source_build = SourceBuild(
+            torch_cuda_arch_list=arch.strip(),
+            max_jobs=_positive(doc, sb, "source_build.max_jobs"),
+            nvcc_threads=_positive(doc, sb, "source_build.nvcc_threads"),
+            target=doc.string(sb, "source_build.target", "vllm-openai"),
+            dockerfile=doc.string(sb, "source_build.dockerfile", "docker/Dockerfile"),
+        )
+        return cls(
+            name=name,
+            path=path,
+            repository=repository,
+            tag=tag,
+            registry=registry,
+            base=base,
+            strategy=strategy,
+            package_dir=package_dir,
+            source_build=source_build,
+        )
+
+
+def _positive(doc: _Doc, data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key.rsplit(".", 1)[-1])
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        doc.fail(key, f"must be a positive whole number, not {value!r}")
+    return value

@@ -1,0 +1,355 @@
+"""The one door to docker: the docker SDK for everything it can do, the docker CLI for BuildKit builds."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+
+from vpatch.errors import VpatchError
+
+if TYPE_CHECKING:
+    import docker as dockersdk
+
+Progress = Callable[[str], None]
+
+# How many lines of a failing step's output an error carries.
+_TAIL_LINES = 40
+
+
+class DockerError(VpatchError):
+    """The docker daemon is unreachable, an image is missing, or a build, run or push failed."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+
+    @property
+    def digest(self) -> str | None:
+        """The registry digest (sha256:...) the image was pulled or pushed with, if any."""
+        for ref in self.repo_digests:
+            if "@" in ref:
+                return ref.split("@", 1)[1]
+        return None
+
+
+@dataclass(frozen=True)
+class Layer:
+    created_by: str
+    size: int
+
+
+@dataclass(frozen=True)
+class BuildKitInvocation:
+    """A BuildKit build as the docker CLI runs it: argv plus the environment it needs."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def shell_line(self) -> str:
+        import shlex
+
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (prefix + " " if prefix else "") + shlex.join(self.argv)
+
+
+def _tail(lines: Iterable[str]) -> str:
+    return "\n".join(deque((ln.rstrip("\n") for ln in lines), maxlen=_TAIL_LINES))
+
+
+class Docker:
+    """A connection to one docker daemon, with methods named by what vpatch needs from it."""
+
+    def __init__(self, client: "dockersdk.DockerClient") -> None:
+        self.client = client
+
+    @classmethod
+    def connect(cls) -> "Docker":
+        """Connect to the daemon named by DOCKER_HOST (default: the local socket) and check it answers."""
+        import docker as dockersdk
+
+        try:
+            client = dockersdk.from_env()
+            client.ping()
+        except dockersdk.errors.DockerException as exc:
+            raise DockerError(
+                f"the docker daemon is not running or not reachable ({exc})",
+                hint="start it (scripts/start-dockerd, or `dockerd` as root) or set DOCKER_HOST",
+            ) from exc
+        return cls(client)
+
+    # Images
+
+    def image(self, ref: str) -> ImageInfo:
+        """The image `ref` names on the daemon; DockerError when there is none."""
+        import docker as dockersdk
+
+        try:
+            attrs = self.client.api.inspect_image(ref)
+        except dockersdk.errors.ImageNotFound as exc:
+            raise DockerError(
+                f"image {ref} is not on the docker daemon",
+                hint=f"pull it first (`docker pull {ref}`) or fix the base in the image definition",
+            ) from exc
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot inspect image {ref}: {exc.explanation or exc}") from exc
+        config = attrs.get("Config") or {}
+        return ImageInfo(
+            id=attrs["Id"],
+            tags=tuple(attrs.get("RepoTags") or ()),
+            repo_digests=tuple(attrs.get("RepoDigests") or ()),
+            labels=dict(config.get("Labels") or {}),
+            size=int(attrs.get("Size") or 0),
+        )
+
+    def has_image(self, ref: str) -> bool:
+        import docker as dockersdk
+
+        try:
+            self.client.api.inspect_image(ref)
+        except dockersdk.errors.ImageNotFound:
+            return False
+        return True
+
+    def history(self, ref: str) -> list[Layer]:
+        """The image's layers, newest first, with the instruction that made each and its size."""
+        return [Layer(h.get("CreatedBy", ""), int(h.get("Size", 0))) for h in self.client.api.history(ref)]
+
+    def tag(self, image: str, ref: str) -> None:
+        repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
+        self.client.api.tag(image, repository, tag, force=True)
+
+    def remove_image(self, ref: str) -> None:
+        import docker as dockersdk
+
+        try:
+            self.client.api.remove_image(ref, force=True)
+        except dockersdk.errors.ImageNotFound:
+            pass
+
+    def import_rootfs(self, rootfs_tar: IO[bytes], ref: str, changes: Sequence[str] = ()) -> str:
+        """Make an image of one layer from a root filesystem tarball (as `docker import`); returns its id."""
+        repository, _, tag = ref.rpartition(":")
+        self.client.api.import_image_from_data(
+            rootfs_tar.read(), repository=repository, tag=tag, changes=list(changes) or None
+        )
+        return self.image(ref).id
+
+    # Containers
+
+    def run(self, image: str, argv: Sequence[str], *, network: str = "none") -> bytes:
+        """Run `argv` in a throwaway container of `image` (entrypoint replaced); its stdout, or DockerError."""
+        import docker as dockersdk
+
+        self.image(image)
+        container = self.client.containers.create(
+            image, entrypoint=list(argv[:1]), command=list(argv[1:]), network_mode=network, user="0"
+        )
+        try:
+            container.start()
+            status = container.wait()
+            stdout = container.logs(stdout=True, stderr=False)
+            stderr = container.logs(stdout=False, stderr=True)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot run {' '.join(argv)} in {image}: {exc.explanation or exc}") from exc
+        finally:
+            container.remove(force=True)
+        code = int(status.get("StatusCode", 1))
+        if code != 0:
+            raise DockerError(
+                f"{' '.join(argv)} exited with {code} in {image}\n"
+                + _tail(stderr.decode("utf-8", "replace").splitlines() or stdout.decode("utf-8", "replace").splitlines())
+            )
+        return bytes(stdout)
+
+    def read_files(self, image: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+        """Contents of absolute `paths` inside `image` (None: absent), read without starting a container."""
+        import docker as dockersdk
+
+        self.image(image)
+        # A created, never-started container exposes the image's filesystem; nothing runs and no layer is kept.
+        container = self.client.api.create_container(image, command=["true"], network_disabled=True)
+        found: dict[str, bytes | None] = {}
+        try:
+            for path in paths:
+                try:
+                    stream, _stat = self.client.api.get_archive(container["Id"], path)
+                except dockersdk.errors.NotFound:
+                    found[path] = None
+                    continue
+                found[path] = _single_file(b"".join(stream), path)
+        finally:
+            self.client.api.remove_container(container["Id"], force=True)
+        return found
+
+    # Builds
+
+    def build(
+        self,
+        context: Path,
+        *,
+        tag: str,
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        dockerfile: str = "Dockerfile",
+        progress: Progress | None = None,
+    ) -> str:
+        """Build with the daemon's classic builder through the SDK, streaming each line; returns the image id."""
+        import docker as dockersdk
+
+        recent: deque[str] = deque(maxlen=_TAIL_LINES)
+        image_id: str | None = None
+        try:
+            stream = self.client.api.build(
+                path=str(context),
+                dockerfile=dockerfile,
+                tag=tag,
+                buildargs=dict(buildargs),
+                labels=dict(labels),
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            for chunk in stream:
+                if "error" in chunk:
+                    raise DockerError(
+                        f"docker build of {tag} failed: {chunk['error'].strip()}\n"
+                        f"output of the failing step:\n{_tail(recent)}"
+                    )
+                if "stream" in chunk:
+                    for line in chunk["stream"].splitlines():
+                        if line.strip():
+                            recent.append(line)
+                            if line.startswith("Step "):
+                                recent.clear()
+                                recent.append(line)
+                            if progress:
+                                progress(line)
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"docker build of {tag} failed: {exc.explanation or exc}") from exc
+        return image_id or self.image(tag).id
+
+    def buildkit_invocation(
+        self,
+        *,
+        context: Path,
+        dockerfile: Path,
+        tags: Sequence[str],
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        target: str | None = None,
+    ) -> BuildKitInvocation:
+        """The docker CLI command that runs this build with BuildKit on the daemon."""
+        base, env = buildkit_cli()
+        argv = [*base, "--progress=plain", "--network=host", "-f", str(dockerfile)]
+        if target:
+            argv += ["--target", target]
+        for key, value in buildargs.items():
+            argv += ["--build-arg", f"{key}={value}"]
+        for key, value in labels.items():
+            argv += ["--label", f"{key}={value}"]
+        for t in tags:
+            argv += ["-t", t]
+        argv.append(str(context))
+        return BuildKitInvocation(tuple(argv), env)
+
+    def run_buildkit(self, invocation: BuildKitInvocation, progress: Progress | None = None) -> None:
+        """Run a BuildKit build through the docker CLI, streaming its output; DockerError with the tail on failure."""
+        env = dict(os.environ)
+        env.update(invocation.env)
+        recent: deque[str] = deque(maxlen=_TAIL_LINES)
+        try:
+            proc = subprocess.Popen(
+                list(invocation.argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        except FileNotFoundError as exc:
+            raise DockerError("the docker CLI is not installed", hint="install docker.io") from exc
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            recent.append(line)
+            if progress:
+                progress(line.rstrip("\n"))
+        if proc.wait() != 0:
+            raise DockerError(
+                f"BuildKit build failed with exit code {proc.returncode}: {invocation.shell_line()}\n"
+                f"output of the failing step:\n{_tail(recent)}"
+            )
+
+    # Registries
+
+    def push(self, ref: str, progress: Progress | None = None) -> str | None:
+        """Push `ref` to its registry; returns the pushed manifest digest."""
+        import docker as dockersdk
+
+        repository, _, tag = ref.rpartition(":")
+        digest: str | None = None
+        try:
+            for chunk in self.client.api.push(repository, tag=tag, stream=True, decode=True):
+                if "error" in chunk:
+                    raise DockerError(
+                        f"push of {ref} failed: {chunk['error']}",
+                        hint="is the registry in the image definition running and reachable?",
+                    )
+                if "aux" in chunk and "Digest" in chunk["aux"]:
+                    digest = chunk["aux"]["Digest"]
+                if progress and "status" in chunk:
+                    progress(f"{chunk.get('id', '')} {chunk['status']}".strip())
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"push of {ref} failed: {exc.explanation or exc}") from exc
+        return digest
+
+
+def _single_file(archive: bytes, path: str) -> bytes | None:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        member = tar.next()
+        if member is None or not member.isfile():
+            return None
+        handle = tar.extractfile(member)
+        return handle.read() if handle else None
+
+
+def _docker_clis() -> Iterator[str]:
+    """Every `docker` executable on PATH, in PATH order."""
+    seen: set[str] = set()
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(directory or ".") / "docker"
+        real = str(candidate.resolve()) if candidate.exists() else ""
+        if real and real not in seen and os.access(candidate, os.X_OK):
+            seen.add(real)
+            yield str(candidate)
+
+
+def buildkit_cli() -> tuple[list[str], dict[str, str]]:
+    """argv prefix and environment for a BuildKit build: `docker buildx build` where the buildx plugin
+    exists, else a docker CLI older than 23 with DOCKER_BUILDKIT=1 (Debian's docker.io), which drives the
+    daemon's own BuildKit."""
+    legacy: str | None = None
+    for cli in _docker_clis():
+        probe = subprocess.run([cli, "buildx", "version"], capture_output=True)
+        if probe.returncode == 0:
+            return [cli, "buildx", "build", "--load"], {}
+        version = subprocess.run(
+            [cli, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True
+        ).stdout.strip()
+        major = version.split(".", 1)[0]
+        if legacy is None and major.isdigit() and int(major) < 23:
+            legacy = cli
+    if legacy is not None:
+        return [legacy, "build"], {"DOCKER_BUILDKIT": "1"}
+    raise DockerError(
+        "no docker CLI on PATH can run a BuildKit build",
+        hint="install the buildx plugin, or Debian's docker.io (its CLI supports DOCKER_BUILDKIT=1)",
+    )

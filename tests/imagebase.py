@@ -1,0 +1,144 @@
+"""Test base images with the official vllm/vllm-openai layout, made from Debian packages and a vLLM tree.
+
+No registry is reachable from tests, so the official image is imitated: Debian's python3.11 and a
+static busybox in a root filesystem, vLLM's Python package under
+/usr/local/lib/python3.12/dist-packages/vllm (found through a .pth file, as the official image's
+python3.12 finds it through its site-packages), imported with `docker import`. Images are cached on the
+daemon by a tag that names their inputs, so only the first run pays for them (a few seconds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from vpatch.image.docker import Docker
+
+PACKAGE_DIR = "/usr/local/lib/python3.12/dist-packages/vllm"
+
+# Enough for `python3 -c ...` with the stdlib, and a shell for the overlay's RUN step.
+DEBS = (
+    "busybox-static",
+    "libc6",
+    "libgcc-s1",
+    "zlib1g",
+    "libexpat1",
+    "libffi8",
+    "libbz2-1.0",
+    "liblzma5",
+    "libssl3",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+)
+
+CACHE = Path(os.environ.get("VPATCH_CACHE", Path.home() / ".cache" / "vpatch")) / "testbase"
+
+
+def debs() -> list[Path]:
+    """The Debian packages of the rootfs, downloaded once into the cache."""
+    target = CACHE / "debs"
+    target.mkdir(parents=True, exist_ok=True)
+    have = {p.name.split("_", 1)[0]: p for p in target.glob("*.deb")}
+    missing = [name for name in DEBS if name not in have]
+    if missing:
+        subprocess.run(["apt-get", "download", "-q", *missing], cwd=target, check=True, capture_output=True)
+        have = {p.name.split("_", 1)[0]: p for p in target.glob("*.deb")}
+    return [have[name] for name in DEBS]
+
+
+def vllm_tree(version: str) -> Path:
+    """The extracted `vllm/` package folder of the release's sdist (from the sdist cache)."""
+    root = CACHE / "vllm" / version
+    if (root / "vllm" / "__init__.py").exists():
+        return root / "vllm"
+    sdist = CACHE.parent / "sdists" / f"vllm-{version}.tar.gz"
+    if not sdist.exists():
+        raise FileNotFoundError(f"no sdist for vLLM {version} at {sdist}")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(dir=CACHE))
+    prefix = f"vllm-{version}/vllm/"
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
+        for m in members:
+            m.name = m.name[len(f"vllm-{version}/") :]
+        tar.extractall(partial, members=members, filter="data")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(root, ignore_errors=True)
+    partial.rename(root)
+    return root / "vllm"
+
+
+def _fingerprint(package: Path, version: str) -> str:
+    h = hashlib.sha256(version.encode())
+    for deb in debs():
+        h.update(deb.name.encode())
+    h.update(Path(__file__).read_bytes())
+    for path in sorted(package.rglob("*")):
+        if path.is_file():
+            h.update(str(path.relative_to(package)).encode())
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:12]
+
+
+def ensure_base(docker: Docker, version: str, *, package: Path | None = None, repo: str = "vpatch-test/vllm-openai") -> str:
+    """A base image for vLLM `version` on the daemon (built unless cached); returns its tag."""
+    package = package or vllm_tree(version)
+    tag = f"{repo}:v{version}-{_fingerprint(package, version)}"
+    if docker.has_image(tag):
+        return tag
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "root"
+        _rootfs(root, package)
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            tar.add(root, arcname=".", filter=_root_owned)
+        data.seek(0)
+        docker.import_rootfs(
+            data,
+            tag,
+            changes=[
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                'ENTRYPOINT ["vllm", "serve"]',
+                # The official image carries labels of its own that vpatch must override.
+                f"LABEL org.opencontainers.image.version={version}",
+                "LABEL org.opencontainers.image.source=https://example.invalid/base",
+            ],
+        )
+    return tag
+
+
+def _rootfs(root: Path, package: Path) -> None:
+    root.mkdir()
+    for deb in debs():
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    applets = subprocess.run([str(root / "bin" / "busybox"), "--list"], capture_output=True, text=True, check=True)
+    for applet in applets.stdout.split():
+        link = bin_dir / applet
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to("busybox")
+    (root / "usr" / "bin" / "python3").symlink_to("python3.11")
+    for d in ("tmp", "etc", "proc", "sys", "dev", "root"):
+        (root / d).mkdir(exist_ok=True)
+    (root / "tmp").chmod(0o1777)
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    target = root / PACKAGE_DIR.lstrip("/")
+    shutil.copytree(package, target)
+    # The official image's python3.12 sees its dist-packages natively; our 3.11 is pointed at it.
+    site = root / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
+    site.mkdir(parents=True)
+    (site / "vllm-openai-layout.pth").write_text(str(Path(PACKAGE_DIR).parent) + "\n")
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
