@@ -59,7 +59,7 @@ class Config:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read: {exc}") from exc
+            raise ConfigError(f"{path}: cannot read: {exc}", hint="vpatch.yaml must be a readable UTF-8 YAML file") from exc
         return cls.parse(text, root=root, source=str(path))
 
     @classmethod
