@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from vpatch.errors import ConfigError
 from vpatch.fs import atomic_write
@@ -121,12 +121,13 @@ class _Doc:
     def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, key: str, message: str) -> None:
+    def fail(self, key: str, message: str) -> NoReturn:
         where = f"key '{key}'" if key else "top level"
         raise ConfigError(f"{self.source}: {where} {message}", hint=f"fix {where} in {self.source}")
 
     def mapping(
-        self, value: Any, key: str, *, required: set[str] = frozenset(), optional: set[str] = frozenset()  # type: ignore[assignment]
+        self, value: Any, key: str, *, required: frozenset[str] | set[str] = frozenset(),
+        optional: frozenset[str] | set[str] = frozenset(),
     ) -> dict[str, Any]:
         if not isinstance(value, dict):
             self.fail(key, f"must be a mapping, not {type(value).__name__}")
@@ -138,7 +139,7 @@ class _Doc:
         for name in sorted(required):
             if name not in value:
                 self.fail(f"{prefix}{name}", "is missing")
-        return value  # type: ignore[no-any-return]
+        return value
 
     def string(self, data: dict[str, Any], key: str, default: str | None = None) -> str:
         name = key.rsplit(".", 1)[-1]
@@ -147,7 +148,7 @@ class _Doc:
             self.fail(key, "is missing")
         if not isinstance(value, str) or not value.strip():
             self.fail(key, f"must be a non-empty string, not {value!r}")
-        return value  # type: ignore[no-any-return]
+        return value
 
     def optional_string(self, data: dict[str, Any], key: str) -> str | None:
         name = key.rsplit(".", 1)[-1]

@@ -202,8 +202,8 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
             raise SeriesError(f"{where}: unexpected line {i + 1} of the diff: {line[:60]!r}",
                               hint="regenerate the patch with vpatch export or git format-patch")
         header = [line]
-        old = _strip_prefix(m[1].decode("utf-8", "surrogateescape"), "a/")
-        new = _strip_prefix(m[2].decode("utf-8", "surrogateescape"), "b/")
+        old: str | None = _strip_prefix(m[1].decode("utf-8", "surrogateescape"), "a/")
+        new: str | None = _strip_prefix(m[2].decode("utf-8", "surrogateescape"), "b/")
         i += 1
         binary = False
         while i < len(lines) and not lines[i].startswith((b"@@", b"diff --git ")):
