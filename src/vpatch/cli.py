@@ -10,6 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.image.definition import Strategy
 
 class _Group(TyperGroup):
     """Turns VpatchError into 'error:'/'hint:' lines and its exit code, for the CLI and CliRunner alike."""
@@ -141,6 +142,50 @@ def new(
     name = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
     echo(f"started {name} as an empty commit in the applied tree")
     echo("make the change there, `git commit --amend -a` (keep the message's trailers), then `vpatch export`")
+
+
+@app.command()
+def build(
+    name: Annotated[str, typer.Argument(help="Image definition to build: images/NAME.yaml.")],
+    plan: Annotated[bool, typer.Option("--plan", help="Show strategy, reason, exact build command and tags; build nothing.")] = False,
+    push: Annotated[bool, typer.Option("--push", help="Push both tags to the registry named in the image definition.")] = False,
+    strategy: Annotated[Optional[Strategy], typer.Option("--strategy", help="Override the definition's strategy (default there: auto).", case_sensitive=False)] = None,
+    base: Annotated[Optional[str], typer.Option("--base", help="Base image to overlay instead of the definition's (a local mirror of it).")] = None,
+) -> None:
+    """Build the production image for the pin plus the series, by the cheapest correct strategy."""
+    from vpatch.image import build as image_build
+    from vpatch.image.plan import describe
+
+    config = _config()
+    if plan:
+        result = image_build.plan_build(config, name, strategy=strategy, base=base)
+        for line in describe(result, image_build.plan_command(result)):
+            echo(line)
+        return
+    built = image_build.build_image(config, name, strategy=strategy, base=base, push=push, progress=echo)
+    verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
+    echo(f"{verb}: {built.image_id[:19]} ({built.plan.strategy.value}: {built.plan.reason})")
+    for tag in built.plan.tags:
+        digest = built.pushed.get(tag)
+        echo(f"  {tag}" + (f"  pushed {digest}" if digest else ""))
+
+
+@app.command()
+def verify(
+    image: Annotated[str, typer.Argument(help="Image to check against its own labels (tag or id).")],
+    probes: Annotated[bool, typer.Option("--probes", help="Also run the patches' probes inside the image.")] = False,
+) -> None:
+    """Check that an image holds what its labels say: each patched file, and optionally the probes."""
+    from vpatch.image import verify as image_verify
+
+    report = image_verify.verify_image(_config(), image, probes=probes)
+    for check in report.checks:
+        echo(f"{'ok  ' if check.ok else 'FAIL'} {check.what}" + (f": {check.detail}" if check.detail else ""))
+    if not report.ok:
+        failed = sum(1 for c in report.checks if not c.ok)
+        raise VpatchError(f"image {image} does not match its labels: {failed} check(s) failed",
+                          hint="rebuild it with `vpatch build`")
+    echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
 
 
 def main() -> None:

@@ -8,14 +8,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from vpatch import git
 from vpatch.config import Config
 from vpatch.errors import ApplyError, ConfigError, VpatchError
 from vpatch.image.definition import Base, ImageDefinition, Strategy
-from vpatch.image.docker import Docker, DockerError, Progress
+from vpatch.image.docker import BuildKitInvocation, Docker, DockerError, Progress, buildkit_cli, buildkit_invocation
 from vpatch.image.plan import (
     LABEL_PREFIX,
     PACKAGE,
@@ -24,6 +24,7 @@ from vpatch.image.plan import (
     Plan,
     choose,
     content_hash,
+    in_package,
     declared_args,
     labels,
     version_of,
@@ -104,8 +105,8 @@ def make_plan(
         buildargs = {
             "BASE_IMAGE": facts.image_id if facts else reference,
             "VLLM_PACKAGE_DIR": package_dir,
-            "VPATCH_DELETE": " ".join(_in_package(p) for p in changes.deleted),
-            "VPATCH_STALE_MODULES": " ".join(_in_package(p) for p in changes.paths if p.endswith(".py")),
+            "VPATCH_DELETE": " ".join(in_package(p) for p in changes.deleted),
+            "VPATCH_STALE_MODULES": " ".join(in_package(p) for p in changes.paths if p.endswith(".py")),
         }
         recipe_path = inputs.config.root / OVERLAY_DOCKERFILE
         if not recipe_path.is_file():
@@ -200,20 +201,22 @@ def build(
     return BuildResult(plan, image_id, reused, pushed, time.monotonic() - started)
 
 
-def expected_files(inputs: Inputs, patches: Sequence[Patch], paths: Sequence[str]) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
+def expected_files(
+    upstream: Path, pin_commit: str, patches: Sequence[Patch], paths: Sequence[str]
+) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
     """The pin's copies of `paths` and their copies after the series (None: absent), from git alone."""
-    pre = git.read_blobs(inputs.upstream, inputs.pin_commit, list(paths))
-    with git.temp_index(inputs.upstream) as env:
-        git.load_index(inputs.upstream, env, inputs.pin_commit, list(paths))
+    pre = git.read_blobs(upstream, pin_commit, list(paths))
+    with git.temp_index(upstream) as env:
+        git.load_index(upstream, env, pin_commit, list(paths))
         for patch in patches:
-            result = git.apply_cached(inputs.upstream, env, patch.diff, check=False)
+            result = git.apply_cached(upstream, env, patch.diff, check=False)
             if result.returncode != 0:
                 raise ApplyError(
-                    f"patch {patch.name} does not apply to the pin {inputs.config.pin.ref}: {result.err.strip()}",
-                    hint=f"vpatch apply --keep to see the conflict",
+                    f"patch {patch.name} does not apply to the pin ({pin_commit[:12]}): {result.err.strip()}",
+                    hint="vpatch apply --keep to see the conflict",
                 )
-        tree = git.write_tree(inputs.upstream, env)
-    post = git.read_blobs(inputs.upstream, tree, list(paths))
+        tree = git.write_tree(upstream, env)
+    post = git.read_blobs(upstream, tree, list(paths))
     return pre, post
 
 
@@ -221,7 +224,7 @@ def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> 
     """Refuse a base whose copies of the touched files are not the pin's (before any layer is written)."""
     assert plan.base_facts is not None
     facts = plan.base_facts
-    in_image = {p: f"{facts.package_dir}/{_in_package(p)}" for p in pre}
+    in_image = {p: f"{facts.package_dir}/{in_package(p)}" for p in pre}
     found = docker.read_files(facts.image_id, list(in_image.values()))
     wrong: list[str] = []
     for path, pinned in pre.items():
@@ -245,7 +248,7 @@ def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> 
 def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
     if plan.base_facts is None:
         raise DockerError(f"base image {plan.base} is not on the docker daemon", hint=f"docker pull {plan.base}")
-    pre, post = expected_files(inputs, plan.patches, plan.changes.paths)
+    pre, post = expected_files(inputs.upstream, inputs.pin_commit, plan.patches, plan.changes.paths)
     verify_base(docker, plan, pre)
     with tempfile.TemporaryDirectory(prefix="vpatch-overlay-") as tmp:
         context = Path(tmp)
@@ -255,11 +258,11 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
         for path in plan.changes.written:
             data = post[path]
             assert data is not None, path
-            target = overlay / _in_package(path)
+            target = overlay / in_package(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             target.chmod(0o644)
-        created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        created = _now()
         return docker.build(
             context,
             tag=plan.content_tag,
@@ -278,17 +281,38 @@ def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, prog
         inputs.upstream, inputs.series, ref=inputs.config.pin.ref, base=inputs.pin_commit,
         out=state, state_dir=state.parent / f"{state.name}.state", force=True,
     )
-    created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    invocation = docker.buildkit_invocation(
+    docker.run_buildkit(_invocation(plan, created=_now()), progress)
+    return docker.image(plan.content_tag).id
+
+
+def plan_command(plan: Plan) -> str:
+    """The exact build command of the plan, as `--plan` shows it."""
+    if plan.strategy is Strategy.OVERLAY:
+        return plan.command(("docker", "build")) + "  # run through the docker SDK"
+    try:
+        cli = buildkit_cli()
+    except DockerError:
+        cli = (["docker", "build"], {"DOCKER_BUILDKIT": "1"})
+    return _invocation(plan, created=None, cli=cli).shell_line()
+
+
+def _invocation(
+    plan: Plan, *, created: str | None, cli: tuple[list[str], dict[str, str]] | None = None
+) -> BuildKitInvocation:
+    extra = {"org.opencontainers.image.created": created} if created else {}
+    return buildkit_invocation(
         context=Path(plan.context),
         dockerfile=Path(plan.dockerfile),
-        tags=plan.tags[:1],
+        tags=plan.tags,
         buildargs=plan.buildargs,
-        labels=dict(plan.labels) | {"org.opencontainers.image.created": created},
+        labels=dict(plan.labels) | extra,
         target=plan.target,
+        cli=cli,
     )
-    docker.run_buildkit(invocation, progress)
-    return docker.image(plan.content_tag).id
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _base_facts(
@@ -339,8 +363,30 @@ def _worktree_dir(config: Config, definition: ImageDefinition) -> Path:
     return config.state_dir / "image" / definition.name
 
 
-def _in_package(path: str) -> str:
-    """vllm/a/b.py -> a/b.py: the path inside the installed package folder."""
-    parts = PurePosixPath(path).parts
-    assert parts[0] == PACKAGE, path
-    return str(PurePosixPath(*parts[1:]))
+
+
+def plan_build(config: Config, name: str, *, strategy: Strategy | None = None, base: str | None = None) -> Plan:
+    """`vpatch build --plan`: the plan, using the daemon when it answers (overlay needs it for the tags)."""
+    inputs = load_inputs(config, name)
+    docker: Docker | None
+    try:
+        docker = Docker.connect()
+    except DockerError:
+        docker = None
+    return make_plan(inputs, strategy=strategy, base=base, docker=docker)
+
+
+def build_image(
+    config: Config,
+    name: str,
+    *,
+    strategy: Strategy | None = None,
+    base: str | None = None,
+    push: bool = False,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """`vpatch build`: plan, verify the base, build (or reuse), tag and push."""
+    inputs = load_inputs(config, name)
+    docker = Docker.connect()
+    plan = make_plan(inputs, strategy=strategy, base=base, docker=docker, require_base=True)
+    return build(inputs, plan, docker, push=push, progress=progress)

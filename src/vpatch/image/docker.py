@@ -8,7 +8,7 @@ import subprocess
 import tarfile
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from vpatch.errors import VpatchError
@@ -192,6 +192,21 @@ class Docker:
             self.client.api.remove_container(container["Id"], force=True)
         return found
 
+    def list_dir(self, image: str, path: str) -> list[str]:
+        """Names of the entries directly inside folder `path` of `image` ([] when it does not exist)."""
+        import docker as dockersdk
+
+        container = self.client.api.create_container(image, command=["true"], network_disabled=True)
+        try:
+            try:
+                stream, _stat = self.client.api.get_archive(container["Id"], path)
+            except dockersdk.errors.NotFound:
+                return []
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                return sorted({PurePosixPath(m.name).parts[1] for m in tar.getmembers() if len(PurePosixPath(m.name).parts) > 1})
+        finally:
+            self.client.api.remove_container(container["Id"], force=True)
+
     # Builds
 
     def build(
@@ -242,30 +257,6 @@ class Docker:
             raise DockerError(f"docker build of {tag} failed: {exc.explanation or exc}") from exc
         return image_id or self.image(tag).id
 
-    def buildkit_invocation(
-        self,
-        *,
-        context: Path,
-        dockerfile: Path,
-        tags: Sequence[str],
-        buildargs: Mapping[str, str],
-        labels: Mapping[str, str],
-        target: str | None = None,
-    ) -> BuildKitInvocation:
-        """The docker CLI command that runs this build with BuildKit on the daemon."""
-        base, env = buildkit_cli()
-        argv = [*base, "--progress=plain", "--network=host", "-f", str(dockerfile)]
-        if target:
-            argv += ["--target", target]
-        for key, value in buildargs.items():
-            argv += ["--build-arg", f"{key}={value}"]
-        for key, value in labels.items():
-            argv += ["--label", f"{key}={value}"]
-        for t in tags:
-            argv += ["-t", t]
-        argv.append(str(context))
-        return BuildKitInvocation(tuple(argv), env)
-
     def run_buildkit(self, invocation: BuildKitInvocation, progress: Progress | None = None) -> None:
         """Run a BuildKit build through the docker CLI, streaming its output; DockerError with the tail on failure."""
         env = dict(os.environ)
@@ -310,6 +301,31 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"push of {ref} failed: {exc.explanation or exc}") from exc
         return digest
+
+
+def buildkit_invocation(
+    *,
+    context: Path,
+    dockerfile: Path,
+    tags: Sequence[str],
+    buildargs: Mapping[str, str],
+    labels: Mapping[str, str],
+    target: str | None = None,
+    cli: tuple[list[str], dict[str, str]] | None = None,
+) -> BuildKitInvocation:
+    """The docker CLI command that runs this build with BuildKit on the daemon (`cli`: from buildkit_cli())."""
+    base, env = cli if cli is not None else buildkit_cli()
+    argv = [*base, "--progress=plain", "--network=host", "-f", str(dockerfile)]
+    if target:
+        argv += ["--target", target]
+    for key, value in buildargs.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in labels.items():
+        argv += ["--label", f"{key}={value}"]
+    for t in tags:
+        argv += ["-t", t]
+    argv.append(str(context))
+    return BuildKitInvocation(tuple(argv), env)
 
 
 def _single_file(archive: bytes, path: str) -> bytes | None:

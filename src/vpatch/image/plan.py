@@ -282,8 +282,41 @@ def labels(
     return out
 
 
+def in_package(path: str) -> str:
+    """vllm/a/b.py -> a/b.py: the path inside the installed package folder."""
+    parts = PurePosixPath(path).parts
+    assert parts[0] == PACKAGE, path
+    return str(PurePosixPath(*parts[1:]))
+
+
 def version_of(pin_ref: str, pin_commit: str) -> str:
     """The version part of the content tag: 0.29.0 for v0.29.0, a short commit otherwise."""
     if re.fullmatch(r"v?\d+\.\d+\.\d+[0-9A-Za-z.+-]*", pin_ref):
         return pin_ref.removeprefix("v").replace("+", "_")
     return pin_commit[:12]
+
+
+def describe(plan: Plan, command: str) -> list[str]:
+    """The plan as the lines `vpatch build --plan` shows."""
+    lines = [
+        f"image:     {plan.image.name} ({plan.image.path.name})",
+        f"pin:       {plan.pin_ref} ({plan.pin_commit[:12]})",
+        f"patches:   {', '.join(p.name for p in plan.patches) or '(none)'}",
+        f"strategy:  {plan.strategy.value}",
+        f"reason:    {plan.reason}",
+    ]
+    if plan.base:
+        lines.append(f"base:      {plan.base}")
+    if plan.base_facts:
+        lines.append(f"package:   {plan.base_facts.package_dir}")
+    if plan.strategy is Strategy.OVERLAY:
+        for path in plan.changes.written:
+            lines.append(f"  {'add' if path in plan.changes.added else 'copy':<6} {path}")
+        for path in plan.changes.deleted:
+            lines.append(f"  delete {path}")
+    lines.append("tags:")
+    lines += [f"  {tag}" for tag in plan.tags]
+    lines.append("command:")
+    lines.append(f"  {command}")
+    lines += [f"note: {note}" for note in plan.notes]
+    return lines
