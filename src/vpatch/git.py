@@ -328,6 +328,67 @@ def patch_id(repo: Path, diff: bytes) -> str | None:
     return out[0] if out else None
 
 
+# --- history queries for landing verdicts ----------------------------------
+
+
+def resolve_commits(repo: Path, refs: Sequence[str]) -> dict[str, str | None]:
+    """The commit each ref names (None: names nothing), answered by one `cat-file --batch-check`."""
+    if not refs:
+        return {}
+    request = "".join(f"{ref}^{{commit}}\n" for ref in refs).encode()
+    lines = run(repo, ["cat-file", "--batch-check=%(objectname) %(objecttype)"], input=request).out.splitlines()
+    return {
+        ref: (line.split()[0] if line.endswith(" commit") and not ref.startswith("-") else None)
+        for ref, line in zip(refs, lines)
+    }
+
+
+def commit_times(repo: Path, commits: Sequence[str]) -> dict[str, int]:
+    """Committer time (seconds since the epoch) of each commit, in one call."""
+    if not commits:
+        return {}
+    out = run(repo, ["log", "--no-walk=unsorted", "--format=%H %ct", *commits, "--"]).out
+    return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
+
+
+def merge_base(repo: Path, a: str, b: str) -> str | None:
+    result = run(repo, ["merge-base", a, b], check=False)
+    return result.out.strip() or None
+
+
+def first_parent_commits(repo: Path, base: str, tip: str) -> list[str]:
+    """First-parent commits in base..tip, oldest first (the line a bisection walks)."""
+    return run(repo, ["rev-list", "--first-parent", "--reverse", f"{base}..{tip}", "--"]).out.split()
+
+
+def tags_containing(repo: Path, commit: str, pattern: str = "v*") -> list[str]:
+    return run(repo, ["tag", "--list", "--contains", commit, pattern]).out.split()
+
+
+def log_patch_ids(repo: Path, base: str, tip: str, paths: Sequence[str]) -> dict[str, str]:
+    """Stable patch-id -> commit for non-merge commits in base..tip, each diff limited to `paths`.
+
+    Limiting to the paths a patch touches keeps this fast on a large history, and an upstream commit
+    that made the same change to those files plus others still matches.
+    """
+    log = run(repo, ["log", "-p", "--no-merges", "--no-renames", "--no-color", "--format=commit %H",
+                     f"{base}..{tip}", "--", *paths]).stdout
+    if not log.strip():
+        return {}
+    out = run(repo, ["patch-id", "--stable"], input=log).out
+    ids: dict[str, str] = {}
+    for line in out.splitlines():
+        pid, sha = line.split()
+        ids[pid] = sha  # log lists newest first, so the oldest commit with an id wins
+    return ids
+
+
+def find_subjects(repo: Path, base: str, tip: str, text: str) -> list[tuple[str, str]]:
+    """(commit, subject) of commits in base..tip whose message contains `text` literally."""
+    out = run(repo, ["log", "--format=%H %s", "--fixed-strings", f"--grep={text}", f"{base}..{tip}", "--"]).out
+    return [(sha, subject) for sha, _, subject in (line.partition(" ") for line in out.splitlines() if line)]
+
+
 # --- object database writes: fast-import and ref transactions ---------------
 
 
