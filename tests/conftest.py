@@ -128,3 +128,20 @@ def snapshot(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".vpatch" not in p.relative_to(root).parts
     }
+
+
+# --- the real vLLM release history ------------------------------------------------------
+
+# The user's cache, read at import: hermetic_git later points VPATCH_CACHE at a temporary home.
+from vpatch.upstream import cache_dir as _cache_dir  # noqa: E402
+
+REAL_CACHE = _cache_dir()
+RELEASE_VERSIONS = ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+
+
+@pytest.fixture(scope="session")
+def release_history() -> Path:
+    """The real v0.28.0 ... v0.33.0 history repository, built in the user's cache the first time."""
+    from vpatch.upstream import releases
+
+    return releases.ensure_history(RELEASE_VERSIONS, cache=REAL_CACHE)
