@@ -280,3 +280,32 @@ def test_release_history_fixture_holds_the_real_releases(release_history: Path) 
     tags = git(release_history, "tag", "--list", "v*").split()
     assert set(REAL_TAGS) <= set(tags)
     assert git(release_history, "cat-file", "-t", "v0.29.0:vllm/v1/core/single_type_kv_cache_manager.py").strip() == "blob"
+
+
+# --- the command ----------------------------------------------------------------------
+
+
+def test_releases_command_builds_a_range_and_prints_one_line_per_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    pypi = FakePyPI(fail={"1.3.0"})
+    monkeypatch.setattr(releases, "pip_download", lambda version, dest, progress, package: pypi(version, dest, progress))
+    monkeypatch.setattr(releases, "pip_index_versions", lambda package: ["1.0.0", "1.1.0", "1.2.0rc1", "1.2.0", "1.3.0"])
+    runner = CliRunner()
+
+    built = runner.invoke(app, ["releases", "--from", "1.1.0", "--to", "1.2.0"])
+    added = runner.invoke(app, ["releases", "1.0.0"])
+    failed = runner.invoke(app, ["releases", "1.3.0"])
+    listed = runner.invoke(app, ["releases"])
+
+    assert built.exit_code == 0, built.output
+    assert [line.split()[0::3] for line in built.stdout.splitlines()] == [["v1.1.0", "added"], ["v1.2.0", "added"]]
+    assert "1.1.0: downloading: Downloading vllm-1.1.0.tar.gz" in built.stderr
+    assert [line.split()[-1] for line in added.stdout.splitlines()] == ["added", "rewritten", "rewritten"]
+    assert failed.exit_code == 1 and "error: pip could not download the sdist of vllm 1.3.0" in failed.stderr
+    assert "unchanged" in failed.stderr
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["v1.0.0", "v1.1.0", "v1.2.0"]

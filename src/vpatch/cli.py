@@ -88,6 +88,40 @@ def fetch() -> None:
     echo(f"mirror of {config.upstream.git} is up to date at {path}")
 
 
+@app.command(name="releases")
+def releases_(
+    versions: Annotated[Optional[list[str]], typer.Argument(help="Releases to add, e.g. 0.30.0 0.31.0.", show_default=False)] = None,
+    first: Annotated[Optional[str], typer.Option("--from", help="Add every release PyPI offers from this one on.")] = None,
+    last: Annotated[Optional[str], typer.Option("--to", help="...up to and including this one (default: the newest).")] = None,
+    pre: Annotated[bool, typer.Option("--pre", help="Let --from/--to include pre-releases.")] = False,
+) -> None:
+    """Build or refresh the release history: a git repository of vLLM releases made from PyPI sdists.
+
+    One commit per release in version order, tagged vX.Y.Z, with the same SHAs on every machine. \
+Only missing releases are downloaded (pip, nothing compiled) and added; \
+without arguments it lists what the history holds.
+
+    Example: vpatch releases --from 0.28.0 --to 0.33.0
+    """
+    import datetime
+
+    from vpatch.upstream import cache_dir, releases
+
+    def show_progress(p: releases.Progress) -> None:
+        if p.stage is not releases.Stage.CACHED:
+            echo(f"{p.version}: {p.stage.value}: {p.detail}" if p.detail else f"{p.version}: {p.stage.value}", err=True)
+
+    result = releases.update(versions or [], first=first, last=last, pre=pre, progress=show_progress)
+    if not result:
+        echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
+        echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
+        return
+    for r in result:
+        day = datetime.datetime.fromtimestamp(r.date, datetime.timezone.utc).strftime("%Y-%m-%d")
+        echo(f"{r.tag:<12} {r.commit[:12]}  {day}  {r.state.value}")
+    echo(f"release history: {releases.history_path(cache_dir())}", err=True)
+
+
 @app.command()
 def apply(
     ref: Annotated[Optional[str], typer.Option("--ref", help="Upstream ref to apply onto (default: the pin).")] = None,

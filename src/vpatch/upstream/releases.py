@@ -468,3 +468,34 @@ def copy_sdists(source: Path, cache: Path, versions: Iterable[str], *, package: 
             os.link(src, dest / name)
         except OSError:
             shutil.copyfile(src, dest / name)
+
+
+def update(
+    versions: Sequence[str] = (),
+    *,
+    first: str | None = None,
+    last: str | None = None,
+    pre: bool = False,
+    cache: Path | None = None,
+    package: str = PACKAGE,
+    lister: Lister | None = None,
+    downloader: Downloader | None = None,
+    progress: ProgressFn = _no_progress,
+) -> list[Release]:
+    """Add `versions` and every release in [first, last] to the history; returns all it holds.
+
+    With neither versions nor a range it changes nothing and lists the history.
+    """
+    wanted = [normalize(v) for v in versions]
+    if first is not None or last is not None:
+        offered = (lister or functools.partial(pip_index_versions, package))()
+        in_range = select_versions(offered, first=first, last=last, pre=pre)
+        if not in_range:
+            raise UpstreamError(
+                f"the index offers no {package} release between {first or 'the first'} and {last or 'the newest'}",
+                hint="check --from/--to (pre-releases only with --pre)",
+            )
+        wanted += in_range
+    if not wanted:
+        return list_releases(cache, package=package)
+    return build_history(wanted, cache=cache, package=package, downloader=downloader, progress=progress)
