@@ -3,7 +3,8 @@
 No registry is reachable from tests, so the official image is imitated: Debian's python3.11 and a
 static busybox in a root filesystem, vLLM's Python package under
 /usr/local/lib/python3.12/dist-packages/vllm (found through a .pth file, as the official image's
-python3.12 finds it through its site-packages), imported with `docker import`. Images are cached on the
+python3.12 finds it through its site-packages), imported with `docker import`. The package comes from the release history's tree, so it is byte for byte what the
+pin says. Images are cached on the
 daemon by a tag that names their inputs, so only the first run pays for them (a few seconds).
 """
 
@@ -11,14 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import shutil
 import subprocess
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from vpatch.image.docker import Docker
+from vpatch.upstream import cache_dir
 
 PACKAGE_DIR = "/usr/local/lib/python3.12/dist-packages/vllm"
 
@@ -38,7 +39,8 @@ DEBS = (
     "libpython3.11-stdlib",
 )
 
-CACHE = Path(os.environ.get("VPATCH_CACHE", Path.home() / ".cache" / "vpatch")) / "testbase"
+# Read at import, before hermetic_git points VPATCH_CACHE at a temporary home.
+CACHE = cache_dir() / "testbase"
 
 
 def debs() -> list[Path]:
@@ -53,49 +55,27 @@ def debs() -> list[Path]:
     return [have[name] for name in DEBS]
 
 
-def vllm_tree(version: str) -> Path:
-    """The extracted `vllm/` package folder of the release's sdist (from the sdist cache)."""
-    root = CACHE / "vllm" / version
-    if (root / "vllm" / "__init__.py").exists():
-        return root / "vllm"
-    sdist = CACHE.parent / "sdists" / f"vllm-{version}.tar.gz"
-    if not sdist.exists():
-        raise FileNotFoundError(f"no sdist for vLLM {version} at {sdist}")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(dir=CACHE))
-    prefix = f"vllm-{version}/vllm/"
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
-        for m in members:
-            m.name = m.name[len(f"vllm-{version}/") :]
-        tar.extractall(partial, members=members, filter="data")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(root, ignore_errors=True)
-    partial.rename(root)
-    return root / "vllm"
+def ensure_base(
+    docker: Docker,
+    version: str,
+    *,
+    package_tar: Callable[[], bytes],
+    fingerprint: str,
+    repo: str = "vpatch-test/vllm-openai",
+) -> str:
+    """A base image for vLLM `version` on the daemon, built unless cached; returns its tag.
 
-
-def _fingerprint(package: Path, version: str) -> str:
-    h = hashlib.sha256(version.encode())
+    `package_tar` gives a tar whose members are vllm/...; `fingerprint` names its content (a git tree id)."""
+    h = hashlib.sha256(f"{version}\0{fingerprint}\0".encode())
     for deb in debs():
         h.update(deb.name.encode())
     h.update(Path(__file__).read_bytes())
-    for path in sorted(package.rglob("*")):
-        if path.is_file():
-            h.update(str(path.relative_to(package)).encode())
-            h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()[:12]
-
-
-def ensure_base(docker: Docker, version: str, *, package: Path | None = None, repo: str = "vpatch-test/vllm-openai") -> str:
-    """A base image for vLLM `version` on the daemon (built unless cached); returns its tag."""
-    package = package or vllm_tree(version)
-    tag = f"{repo}:v{version}-{_fingerprint(package, version)}"
+    tag = f"{repo}:v{version}-{h.hexdigest()[:12]}"
     if docker.has_image(tag):
         return tag
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "root"
-        _rootfs(root, package)
+        _rootfs(root, package_tar())
         data = io.BytesIO()
         with tarfile.open(fileobj=data, mode="w") as tar:
             tar.add(root, arcname=".", filter=_root_owned)
@@ -114,7 +94,7 @@ def ensure_base(docker: Docker, version: str, *, package: Path | None = None, re
     return tag
 
 
-def _rootfs(root: Path, package: Path) -> None:
+def _rootfs(root: Path, package_tar: bytes) -> None:
     root.mkdir()
     for deb in debs():
         subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
@@ -131,7 +111,14 @@ def _rootfs(root: Path, package: Path) -> None:
     (root / "tmp").chmod(0o1777)
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     target = root / PACKAGE_DIR.lstrip("/")
-    shutil.copytree(package, target)
+    target.parent.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(package_tar)) as tar:
+        tar.extractall(target.parent, filter="data")
+    # Bytecode next to every module, as a used image has: an overlay must not leave it stale.
+    for module in list(target.rglob("*.py")):
+        cache = module.parent / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / f"{module.stem}.cpython-312.pyc").write_bytes(b"stale bytecode of " + module.name.encode())
     # The official image's python3.12 sees its dist-packages natively; our 3.11 is pointed at it.
     site = root / "usr" / "local" / "lib" / "python3.11" / "dist-packages"
     site.mkdir(parents=True)

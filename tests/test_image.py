@@ -1,0 +1,436 @@
+"""vpatch build / verify against a real docker daemon, on a base image with the official layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import REAL_CACHE
+from imagebase import PACKAGE_DIR, ensure_base
+from vpatch import git as vgit
+from vpatch.cli import app
+from vpatch.errors import ConfigError, VpatchError
+from vpatch.image.definition import ImageDefinition, Strategy
+from vpatch.image.docker import Docker, DockerError, buildkit_invocation
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PIN = "v0.29.0"
+SAMPLING_ADDITION = "\n\n# vpatch test: guard against negative top_k from the router.\nVPATCH_TOP_K_GUARD = True\n"
+FLASH_MODULE = '"""Flash-attention selection for sm_120 (vpatch test module)."""\n\nSM120_BACKEND = "FLASH_ATTN"\n'
+PROBE = (
+    "import importlib.util, pathlib, sys\n"
+    "pkg = pathlib.Path(list(importlib.util.find_spec('vllm').submodule_search_locations)[0])\n"
+    "sys.exit(0 if 'SM120_BACKEND' in (pkg / 'vpatch_flash.py').read_text() else 1)\n"
+)
+
+
+def _docker_or_skip() -> Docker:
+    try:
+        return Docker.connect()
+    except DockerError as exc:
+        if os.environ.get("CI") or shutil.which("dockerd"):
+            raise  # CI starts the daemon (.ci/run); a machine with dockerd should run it too
+        pytest.skip(f"no docker here ({exc.message}); scripts/start-dockerd installs and starts it")
+
+
+@pytest.fixture(scope="session")
+def docker() -> Docker:
+    return _docker_or_skip()
+
+
+@pytest.fixture(scope="session")
+def bases(docker: Docker, release_history: Path) -> dict[str, str]:
+    """Test base images for the pin and for the release before it (the wrong base), by version."""
+    out = {}
+    for version in ("0.29.0", "0.28.0"):
+        tag = f"v{version}"
+        tree = vgit.run(release_history, ["rev-parse", f"{tag}:vllm"]).out.strip()
+        out[version] = ensure_base(
+            docker,
+            version,
+            package_tar=lambda tag=tag: vgit.run(release_history, ["archive", "--format=tar", tag, "vllm"]).stdout,
+            fingerprint=tree,
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class SeriesFiles:
+    patches: dict[str, bytes]
+    expected: dict[str, bytes | None]  # path -> content after v0.29.0 + the series (None: deleted)
+
+
+@pytest.fixture(scope="session")
+def flash_series(release_history: Path, tmp_path_factory: pytest.TempPathFactory) -> SeriesFiles:
+    """Three real format-patch files against v0.29.0: change a module, add one, delete one."""
+    scratch = tmp_path_factory.mktemp("series") / "tree"
+    env = dict(os.environ, GIT_AUTHOR_NAME="Test Person", GIT_AUTHOR_EMAIL="test@vpatch.invalid",
+               GIT_COMMITTER_NAME="Test Person", GIT_COMMITTER_EMAIL="test@vpatch.invalid",
+               GIT_AUTHOR_DATE="2026-09-01T12:00:00+00:00", GIT_COMMITTER_DATE="2026-09-01T12:00:00+00:00",
+               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+
+    def g(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=scratch, env=env, check=True, capture_output=True).stdout.decode()
+
+    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(scratch), PIN], cwd=release_history, env=env,
+                   check=True, capture_output=True)
+    try:
+        sampling = (scratch / "vllm/sampling_params.py").read_text() + SAMPLING_ADDITION
+        steps = [
+            ("0001-top-k-guard", "Guard top_k", {"vllm/sampling_params.py": sampling}, ""),
+            ("0002-flash-sm120", "Pick flash attention on sm_120", {"vllm/vpatch_flash.py": FLASH_MODULE},
+             "Probe: 0002-flash-sm120.probe.py\n"),
+            ("0003-drop-scripts-shim", "Drop the vllm.scripts shim", {"vllm/scripts.py": None}, ""),
+        ]
+        patches: dict[str, bytes] = {}
+        for name, subject, files, trailers in steps:
+            for path, content in files.items():
+                if content is None:
+                    (scratch / path).unlink()
+                else:
+                    (scratch / path).write_text(content)
+            g("add", "-A")
+            g("commit", "-q", "-m", f"{subject}\n\nWhy: the GPU host needs it.\n\nOrigin: vendor\n{trailers}")
+            patches[name] = subprocess.run(
+                ["git", "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
+                 "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD"],
+                cwd=scratch, env=env, check=True, capture_output=True).stdout
+        expected = {
+            "vllm/sampling_params.py": sampling.encode(),
+            "vllm/vpatch_flash.py": FLASH_MODULE.encode(),
+            "vllm/scripts.py": None,
+        }
+        return SeriesFiles(patches, expected)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(scratch)], cwd=release_history, env=env,
+                       check=False, capture_output=True)
+
+
+@pytest.fixture
+def image_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flash_series: SeriesFiles) -> Path:
+    """A project pinned at v0.29.0 of the real release history, with the three patches and the repo's
+    own images/flash-next.yaml and overlay Dockerfile."""
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    root = tmp_path / "project"
+    (root / "patches").mkdir(parents=True)
+    (root / "images").mkdir()
+    (root / "vpatch.yaml").write_text(f"upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: {PIN}\npatches: patches\n")
+    for name, raw in flash_series.patches.items():
+        (root / "patches" / f"{name}.patch").write_bytes(raw)
+    (root / "patches" / "0002-flash-sm120.probe.py").write_text(PROBE)
+    shutil.copyfile(REPO_ROOT / "images" / "flash-next.yaml", root / "images" / "flash-next.yaml")
+    shutil.copyfile(REPO_ROOT / "Dockerfile", root / "Dockerfile")
+    return root
+
+
+def vpatch(root: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["-C", str(root), *args])
+    return result.exit_code, result.output
+
+
+def content_tag_of(out: str) -> str:
+    """The content tag from `vpatch build`'s closing lines ("  <repo>:0.29.0-vp<hash>[  pushed ...]")."""
+    return next(line.split()[0] for line in out.splitlines() if line.startswith("  ") and ":0.29.0-vp" in line)
+
+
+def definition(root: Path) -> ImageDefinition:
+    return ImageDefinition.load(root, "flash-next")
+
+
+# --- overlay builds ---------------------------------------------------------------------
+
+
+def test_build_overlays_the_series_onto_the_base(image_project: Path, bases: dict[str, str], docker: Docker,
+                                                 flash_series: SeriesFiles) -> None:
+    code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"])
+    assert code == 0, out
+    d = definition(image_project)
+    content_tag = content_tag_of(out)
+    assert content_tag.startswith(f"{d.full_repository}:0.29.0-vp")
+    built = docker.image(content_tag)
+    assert f"{d.full_repository}:{d.tag}" in built.tags
+
+    # The patched files are v0.29.0 + the series; the deleted one is gone; no stale bytecode survives.
+    paths = {p: f"{PACKAGE_DIR}/{p.removeprefix('vllm/')}" for p in flash_series.expected}
+    found = docker.read_files(content_tag, list(paths.values()))
+    for path, content in flash_series.expected.items():
+        assert found[paths[path]] == content, path
+    assert docker.list_dir(content_tag, f"{PACKAGE_DIR}/__pycache__")
+    for stale in ("sampling_params", "scripts"):
+        assert not [n for n in docker.list_dir(content_tag, f"{PACKAGE_DIR}/__pycache__") if n.startswith(f"{stale}.")]
+
+    labels = built.labels
+    assert labels["io.vpatch.patches"] == "0001-top-k-guard,0002-flash-sm120,0003-drop-scripts-shim"
+    for number in ("0001", "0002", "0003"):
+        assert labels[f"io.vpatch.patch.{number}"].split(" sha256:")[1] == _sha(image_project, number)
+    assert labels["io.vpatch.strategy"] == "overlay"
+    assert labels["io.vpatch.pin.ref"] == PIN
+    # vpatch's OCI labels replace the base's own.
+    assert labels["org.opencontainers.image.version"] == content_tag.rsplit(":", 1)[1]
+    assert labels["org.opencontainers.image.source"] != "https://example.invalid/base"
+    assert labels["org.opencontainers.image.revision"] == labels["io.vpatch.pin.commit"]
+    assert labels["org.opencontainers.image.base.name"] == bases["0.29.0"]
+    assert labels["org.opencontainers.image.created"]
+
+    # Same inputs, same tag: the second build reuses the image.
+    code, again = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"])
+    assert code == 0 and again.startswith("reused"), again
+    assert content_tag in again
+
+    # verify passes on it, probes included.
+    code, out = vpatch(image_project, "verify", content_tag, "--probes")
+    assert code == 0, out
+    assert "probe of 0002-flash-sm120: 0002-flash-sm120.probe.py" in out
+
+
+def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dict[str, str], docker: Docker,
+                                                 tmp_path: Path) -> None:
+    code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"])
+    assert code == 0, out
+    content_tag = content_tag_of(out)
+    context = tmp_path / "alter"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {content_tag}\nCOPY vpatch_flash.py {PACKAGE_DIR}/vpatch_flash.py\n")
+    (context / "vpatch_flash.py").write_text(FLASH_MODULE.replace("FLASH_ATTN", "TRITON_ATTN"))
+    altered = "vpatch-test/altered:1"
+    docker.build(context, tag=altered, buildargs={}, labels={})
+    try:
+        code, out = vpatch(image_project, "verify", altered)
+        assert code == 1, out
+        assert "FAIL vllm/vpatch_flash.py: differs from the pin plus the series" in out
+        assert "ok   vllm/sampling_params.py" in out
+    finally:
+        docker.remove_image(altered)
+
+
+def test_a_base_that_is_not_the_pin_is_refused_before_any_layer(image_project: Path, bases: dict[str, str],
+                                                                docker: Docker) -> None:
+    before = {img.id for img in docker.client.images.list(all=True)}
+    code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.28.0"])
+    assert code == 1, out
+    assert f"base image {bases['0.28.0']} is not the pinned vLLM {PIN}: vllm/sampling_params.py differs" in out
+    assert {img.id for img in docker.client.images.list(all=True)} == before
+
+
+def test_missing_base_and_failing_step_are_clear_errors(image_project: Path, docker: Docker, bases: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    code, out = vpatch(image_project, "build", "flash-next", "--base", "vpatch-test/no-such-base:1")
+    assert code == 1
+    assert "image vpatch-test/no-such-base:1 is not on the docker daemon" in out
+    assert "hint: pull it first" in out
+
+    context = tmp_path / "failing"
+    context.mkdir()
+    (context / "Dockerfile").write_text(f"FROM {bases['0.29.0']}\nRUN echo preparing && echo broken-step >&2 && false\n")
+    with pytest.raises(DockerError) as failed:
+        docker.build(context, tag="vpatch-test/failing:1", buildargs={}, labels={})
+    assert "returned a non-zero code: 1" in failed.value.message
+    assert "preparing" in failed.value.message and "broken-step" in failed.value.message
+
+
+def test_daemon_not_running_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    with pytest.raises(DockerError) as failed:
+        Docker.connect()
+    assert "docker daemon is not running" in failed.value.message
+    assert failed.value.hint and "scripts/start-dockerd" in failed.value.hint
+
+
+# --- push -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """Debian's docker-registry on a free 127.0.0.1 port; yields host:port."""
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-registry is not installed (scripts/start-dockerd installs it)")
+        pytest.skip("docker-registry is not installed; scripts/start-dockerd installs it")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'registry'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_push_sends_both_tags_to_the_registry(image_project: Path, bases: dict[str, str], registry: str,
+                                              docker: Docker) -> None:
+    path = image_project / "images" / "flash-next.yaml"
+    text = path.read_text()
+    d = definition(image_project)
+    assert d.registry, "images/flash-next.yaml names a registry"
+    path.write_text(text.replace(d.registry, registry))
+    code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"], "--push")
+    assert code == 0, out
+    assert out.count("pushed sha256:") == 2
+    with urllib.request.urlopen(f"http://{registry}/v2/{d.repository}/tags/list") as resp:
+        tags = set(json.load(resp)["tags"])
+    content_tag = content_tag_of(out)
+    assert tags == {content_tag.rsplit(":", 1)[1], d.tag}
+    for tag in tags:
+        docker.remove_image(f"{registry}/{d.repository}:{tag}")
+
+
+# --- plans for vLLM's own Dockerfile, and BuildKit for real --------------------------------
+
+
+def test_plan_for_a_csrc_patch_is_a_source_build_for_sm120(image_project: Path, release_history: Path) -> None:
+    csrc = (image_project / "patches")
+    raw = (csrc / "0001-top-k-guard.patch").read_bytes()
+    # Same patch, but on a CUDA header: retarget the diff at csrc/cache.h's first line.
+    header = vgit.read_blobs(release_history, PIN, ["csrc/cache.h"])["csrc/cache.h"]
+    assert header is not None
+    first = header.decode().splitlines()[0]
+    (csrc / "0004-cache-header.patch").write_text(
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: Test Person <test@vpatch.invalid>\nDate: Tue, 1 Sep 2026 12:00:00 +0000\n"
+        "Subject: Note the block size in cache.h\n\nWhy: kernels.\n\nOrigin: vendor\n---\n"
+        "diff --git a/csrc/cache.h b/csrc/cache.h\n--- a/csrc/cache.h\n+++ b/csrc/cache.h\n"
+        f"@@ -1 +1,2 @@\n {first}\n+// vpatch: block size 16 on sm_120\n"
+    )
+    assert raw  # the Python patches stay in the series
+    code, out = vpatch(image_project, "build", "flash-next", "--plan")
+    assert code == 0, out
+    assert "strategy:  source" in out
+    assert "csrc/cache.h" in out.split("reason:", 1)[1].splitlines()[0]
+    command = out.split("command:\n", 1)[1].splitlines()[0]
+    assert "--build-arg torch_cuda_arch_list=12.0" in command
+    assert "--build-arg RUN_WHEEL_CHECK=false" in command
+    assert "--target vllm-openai" in command
+    assert "docker/Dockerfile" in command
+    d = definition(image_project)
+    if d.source_build.max_jobs:
+        assert f"--build-arg max_jobs={d.source_build.max_jobs}" in command
+    assert f"-t {d.full_repository}:0.29.0-vp" in command
+    assert f"-t {d.full_repository}:{d.tag}" in command
+
+    # Overlay or precompiled cannot ship native code: asking for them is refused.
+    code, out = vpatch(image_project, "build", "flash-next", "--plan", "--strategy", "overlay")
+    assert code == 1 and "cannot ship native code" in out
+
+
+def test_plan_for_precompiled_uses_the_pin_as_wheel_commit(image_project: Path) -> None:
+    code, out = vpatch(image_project, "build", "flash-next", "--plan", "--strategy", "precompiled")
+    assert code == 0, out
+    assert "strategy:  precompiled" in out
+    command = out.split("command:\n", 1)[1].splitlines()[0]
+    commit = out.split("pin:       v0.29.0 (", 1)[1][:12]
+    assert "--build-arg VLLM_USE_PRECOMPILED=1" in command
+    assert f"--build-arg VLLM_MERGE_BASE_COMMIT={commit}" in command
+    assert "torch_cuda_arch_list" not in command
+
+
+def test_plan_for_python_only_series_is_overlay(image_project: Path, bases: dict[str, str]) -> None:
+    code, out = vpatch(image_project, "build", "flash-next", "--plan", "--base", bases["0.29.0"])
+    assert code == 0, out
+    assert "strategy:  overlay" in out
+    assert f"package:   {PACKAGE_DIR}" in out
+    assert "  delete vllm/scripts.py" in out and "  add    vllm/vpatch_flash.py" in out
+    assert "--build-arg VPATCH_DELETE=scripts.py" in out
+    assert "????" not in out
+
+
+def test_buildkit_runs_a_dockerfile_with_the_same_mechanism(docker: Docker, bases: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    """vLLM's Dockerfile needs BuildKit (RUN --mount, targets, build args): run such a file for real."""
+    context = tmp_path / "ctx"
+    (context / "docker").mkdir(parents=True)
+    (context / ".git").mkdir()
+    (context / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (context / "docker" / "Dockerfile").write_text(
+        f"FROM {bases['0.29.0']} AS base\nARG torch_cuda_arch_list='7.5 8.0'\nENV TORCH_CUDA_ARCH_LIST=${{torch_cuda_arch_list}}\n"
+        "FROM base AS build\nARG RUN_WHEEL_CHECK=true\n"
+        "RUN --mount=type=bind,source=.git,target=/src/.git cat /src/.git/HEAD > /head "
+        "&& echo \"$TORCH_CUDA_ARCH_LIST $RUN_WHEEL_CHECK\" > /args\n"
+        "FROM build AS vllm-openai\nRUN echo openai > /target\n"
+        "FROM vllm-openai AS other\nRUN false\n"
+    )
+    tag = "vpatch-test/buildkit:1"
+    invocation = buildkit_invocation(
+        context=context, dockerfile=context / "docker" / "Dockerfile", tags=[tag],
+        buildargs={"torch_cuda_arch_list": "12.0", "RUN_WHEEL_CHECK": "false"},
+        labels={"io.vpatch.strategy": "source"}, target="vllm-openai",
+    )
+    lines: list[str] = []
+    docker.run_buildkit(invocation, lines.append)
+    try:
+        assert lines
+        files = docker.read_files(tag, ["/args", "/head", "/target"])
+        assert files["/args"] == b"12.0 false\n"
+        assert files["/head"] == b"ref: refs/heads/main\n"
+        assert files["/target"] == b"openai\n"
+        assert docker.image(tag).labels["io.vpatch.strategy"] == "source"
+    finally:
+        docker.remove_image(tag)
+
+
+# --- image definitions -----------------------------------------------------------------
+
+
+def test_the_shipped_definition_is_valid() -> None:
+    d = ImageDefinition.load(REPO_ROOT, "flash-next")
+    assert d.strategy is Strategy.AUTO
+    assert d.source_build.torch_cuda_arch_list == "12.0"
+    assert d.base_for(PIN, "0" * 40).image == f"vllm/vllm-openai:{PIN}"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("image: {repository: ml/x, tag: t}\nstrategy: fast\n", "key 'strategy' must be one of auto, overlay"),
+        ("image: {repository: ml/x}\n", "key 'image.tag' is missing"),
+        ("image: {repository: ml/x, tag: t}\nbase: {digest: sha256:abc}\n", "key 'base.digest' must be sha256:<64 hex>"),
+        ("image: {repository: ML/X, tag: t}\n", "key 'image.repository' is not a valid repository name"),
+        ("image: {repository: ml/x, tag: t}\nsource_build: {max_jobs: 0}\n", "key 'source_build.max_jobs' must be a positive"),
+        ("image: {repository: ml/x, tag: t}\nsource_build: {torch_cuda_arch_list: sm120}\n", "torch_cuda_arch_list' must be compute"),
+        ("image: {repository: ml/x, tag: t}\nbuild: {}\n", "key 'build' is not a known key"),
+    ],
+)
+def test_invalid_definitions_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "bad.yaml").write_text(text)
+    with pytest.raises(ConfigError) as failed:
+        ImageDefinition.load(tmp_path, "bad")
+    assert message in failed.value.message
+    assert "images/bad.yaml" in failed.value.message
+
+
+def test_unknown_definition_lists_the_known_ones(tmp_path: Path) -> None:
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "flash-next.yaml").write_text("image: {repository: ml/x, tag: t}\n")
+    with pytest.raises(VpatchError) as failed:
+        ImageDefinition.load(tmp_path, "flash")
+    assert failed.value.hint == "known images: flash-next"
+
+
+def _sha(root: Path, number: str) -> str:
+    import hashlib
+
+    (path,) = (root / "patches").glob(f"{number}-*.patch")
+    return hashlib.sha256(path.read_bytes()).hexdigest()
