@@ -1,0 +1,334 @@
+"""One patch on one upstream commit: landed / needed / partial / conflict, and the evidence that decided it.
+
+Library API (used by `vpatch status` and `vpatch update`):
+
+    verdicts = judge_series(repo, patches, commit, pin=pin_commit, history=True, probe=probe_fn)
+
+returns one frozen `Verdict` per patch, in series order. `Verdict.state` is a `State`;
+`Verdict.evidence` lists every fact found, strongest first, each an `Evidence(kind, says, detail)`;
+`Verdict.decided_by` is the fact that set the state. Only `State.LANDED` means "safe to drop".
+
+Rules, in order:
+- A probe that PASSes on the unpatched commit decides LANDED, even when the diff still applies (the
+  probe tests behaviour; upstream may have fixed it differently). A probe that FAILs overrides any
+  textual sign of landing. A probe ERROR counts as neither: it is shown and the textual evidence decides.
+- Without a deciding probe: the whole diff reverse-applies, an upstream commit with the same patch-id
+  is in pin..commit, or the patch's Upstream-PR "(#N)" is in a subject in pin..commit -> LANDED.
+- Otherwise per hunk: some hunks already upstream (they reverse-apply) while others are not -> PARTIAL,
+  naming both sets (never LANDED: a patch is never dropped because part of it landed).
+- Otherwise it forward-applies (cleanly, with offsets, or only 3-way) -> NEEDED, else CONFLICT.
+
+Stack semantics: a later patch is judged on the commit plus the earlier patches that are NEEDED there
+and touch the same files (the tree `vpatch apply`/`update` would build), so a patch written on top of
+another is not called a conflict. Probes always run on the unpatched commit: the question they answer
+is "does upstream have this behaviour", and that keeps their cache key the upstream tree.
+
+Textual checks never check out a tree: a temporary index holds only the paths the patches touch
+(`ls-tree` -> `update-index --index-info`) and `git apply --cached --check` runs against it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Collection, Mapping, Sequence
+
+from vpatch import git
+from vpatch.series import FileDiff, Hunk, Patch
+
+
+class State(str, Enum):
+    LANDED = "landed"  # upstream has the change: the patch can be dropped
+    NEEDED = "needed"  # applies, and nothing says upstream has it
+    PARTIAL = "partial"  # some hunks are upstream, others are not: a person must refresh it
+    CONFLICT = "conflict"  # does not apply and has not landed: a person must rebase it
+
+
+class Kind(str, Enum):
+    PROBE = "probe"
+    REVERSE = "reverse-apply"
+    PATCH_ID = "patch-id"
+    UPSTREAM_PR = "upstream-pr"
+    FORWARD = "forward-apply"
+    HUNKS = "hunks"
+
+
+class Says(str, Enum):
+    """What one piece of evidence says about whether upstream has the change."""
+
+    LANDED = "landed"
+    NOT_LANDED = "not-landed"
+    UNAVAILABLE = "unavailable"  # could not be checked here (probe error, no commit history, no trailer)
+
+
+class Applies(str, Enum):
+    CLEAN = "clean"
+    OFFSETS = "offsets"  # every hunk found its place, some at other line numbers
+    THREE_WAY = "3-way"  # only with a 3-way merge, and that merge is clean
+    NO = "no"
+
+
+class ProbeOutcome(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    """A probe's answer for one tree, as the status layer hands it to the verdict."""
+
+    outcome: ProbeOutcome
+    detail: str = ""
+    ran: bool = True  # False: answered from the result cache
+
+
+# (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
+ProbeFn = Callable[[Patch, str], "ProbeCheck | None"]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    kind: Kind
+    says: Says
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    patch: str  # file name, e.g. "0002-mamba-null-gap-free.patch"
+    commit: str
+    state: State
+    evidence: tuple[Evidence, ...]
+    applies: Applies
+    landed_hunks: tuple[str, ...] = ()  # "path hunk N (@@ -a,b +c,d @@)" already upstream
+    needed_hunks: tuple[str, ...] = ()  # hunks that still apply
+    conflict_hunks: tuple[str, ...] = ()  # hunks that neither apply nor are upstream
+    probe: ProbeCheck | None = field(default=None, compare=False)
+
+    @property
+    def decided_by(self) -> Evidence | None:
+        """The evidence that set the state."""
+        if self.state is State.LANDED:
+            return next((ev for ev in self.evidence if ev.says is Says.LANDED), None)
+        if self.state is State.NEEDED:
+            probe_fail = [ev for ev in self.evidence if ev.kind is Kind.PROBE and ev.says is Says.NOT_LANDED]
+            return probe_fail[0] if probe_fail else self._of(Kind.FORWARD)
+        if self.state is State.PARTIAL:
+            return self._of(Kind.HUNKS)
+        return self._of(Kind.HUNKS) or self._of(Kind.FORWARD)
+
+    def _of(self, kind: Kind) -> Evidence | None:
+        return next((ev for ev in self.evidence if ev.kind is kind), None)
+
+
+@dataclass(frozen=True)
+class _Text:
+    """What the diff says on one index: forward, reverse, and hunk by hunk when neither works whole."""
+
+    forward: Applies
+    offsets: str
+    reverse: bool
+    landed: tuple[str, ...] = ()
+    needed: tuple[str, ...] = ()
+    conflict: tuple[str, ...] = ()
+    three_way_output: str = ""
+
+
+_OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) (?:\(offset (-?\d+) lines?\))?(?: ?\(fuzz (\d+)\))?")
+_NO_HISTORY = "not available, the release history has no per-commit diffs"
+
+
+def judge(repo: Path, patch: Patch, commit: str, *, pin: str, history: bool, probe: ProbeFn | None = None) -> Verdict:
+    """The verdict for one patch alone on `commit` (no earlier patches stacked under it)."""
+    return judge_series(repo, [patch], commit, pin=pin, history=history, probe=probe)[0]
+
+
+def judge_series(
+    repo: Path,
+    patches: Sequence[Patch],
+    commit: str,
+    *,
+    pin: str,
+    history: bool,
+    probe: ProbeFn | None = None,
+    only: Collection[str] | None = None,
+    use_history_evidence: bool = True,
+) -> tuple[Verdict, ...]:
+    """Verdicts for `patches` on `commit`, in order, with stack semantics (see the module docstring).
+
+    `history`: upstream has per-commit history (a git mirror), so patch-id and PR evidence can be read
+    from pin..commit; False for the release history. `only`: judge just these patch files (the earlier
+    patches they stack on are still evaluated, textually). `use_history_evidence=False` skips the
+    patch-id and PR look-ups altogether (the fast textual mode).
+    """
+    wanted = _stack_closure(patches, only)
+    paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
+    verdicts: list[Verdict] = []
+    with git.temp_index(repo) as env:
+        git.load_index(repo, env, commit, paths)
+        for i, patch in enumerate(patches):
+            if patch.filename not in wanted:
+                continue
+            is_target = only is None or patch.filename in only
+            check = probe(patch, commit) if (probe is not None and is_target) else None
+            text = _textual(repo, env, patch)
+            evidence = _evidence(repo, patch, commit, pin=pin, history=history and use_history_evidence,
+                                 text=text, probe=check, skip_history=not is_target)
+            verdict = _decide(patch, commit, text, evidence, check)
+            if is_target:
+                verdicts.append(verdict)
+            later_overlap = any(set(p.paths) & set(patch.paths) for p in patches[i + 1:] if p.filename in wanted)
+            if verdict.state is State.NEEDED and later_overlap:
+                git.apply_cached(repo, env, patch.diff, check=False, three_way=text.forward is Applies.THREE_WAY)
+    return tuple(verdicts)
+
+
+def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> set[str]:
+    """The patches to evaluate: `only` plus every earlier patch that shares files with one of them."""
+    if only is None:
+        return {p.filename for p in patches}
+    wanted: set[str] = set()
+    paths: set[str] = set()
+    for patch in reversed(patches):
+        if patch.filename in only or paths & set(patch.paths):
+            wanted.add(patch.filename)
+            paths |= set(patch.paths)
+    return wanted
+
+
+def _textual(repo: Path, env: Mapping[str, str], patch: Patch) -> _Text:
+    fwd = git.apply_cached(repo, env, patch.diff)
+    rev = git.apply_cached(repo, env, patch.diff, reverse=True)
+    if fwd.returncode == 0:
+        offsets = [m for m in _OFFSET.finditer(fwd.err)]
+        if offsets:
+            where = ", ".join(f"hunk {m[1]} at line {m[2]}" + (f" ({int(m[3]):+d})" if m[3] else "") for m in offsets)
+            return _Text(Applies.OFFSETS, where, rev.returncode == 0)
+        return _Text(Applies.CLEAN, "", rev.returncode == 0)
+    if rev.returncode == 0:
+        return _Text(Applies.NO, "", True)
+    # Neither direction works whole: look hunk by hunk, and whether a 3-way merge would be clean.
+    landed, needed, conflict = [], [], []
+    for fd in patch.files:
+        for n, hunk in enumerate(fd.hunks, 1):
+            name = hunk_name(fd, n, hunk)
+            mini = fd.header + hunk.text
+            if git.apply_cached(repo, env, mini, reverse=True).returncode == 0:
+                landed.append(name)
+            elif git.apply_cached(repo, env, mini).returncode == 0:
+                needed.append(name)
+            else:
+                conflict.append(name)
+    three = git.apply_cached(repo, env, patch.diff, three_way=True)
+    clean_3way = three.returncode == 0 and "with conflicts" not in three.err
+    return _Text(Applies.THREE_WAY if clean_3way else Applies.NO, "", False,
+                 tuple(landed), tuple(needed), tuple(conflict), three.err)
+
+
+def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
+    return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"
+
+
+def _evidence(
+    repo: Path, patch: Patch, commit: str, *, pin: str, history: bool, text: _Text, probe: ProbeCheck | None,
+    skip_history: bool,
+) -> tuple[Evidence, ...]:
+    out: list[Evidence] = []
+    if probe is not None:
+        probe_name = patch.trailer("Probe") or "probe"
+        if probe.outcome is ProbeOutcome.PASS:
+            out.append(Evidence(Kind.PROBE, Says.LANDED, f"{probe_name} passes on the unpatched tree" + _tail(probe.detail)))
+        elif probe.outcome is ProbeOutcome.FAIL:
+            out.append(Evidence(Kind.PROBE, Says.NOT_LANDED, f"{probe_name} fails on the unpatched tree" + _tail(probe.detail)))
+        else:
+            out.append(Evidence(Kind.PROBE, Says.UNAVAILABLE,
+                                f"{probe_name} could not run (error, counted neither way)" + _tail(probe.detail)))
+    if text.reverse:
+        out.append(Evidence(Kind.REVERSE, Says.LANDED, "the whole diff reverse-applies: the change is there verbatim"))
+    else:
+        out.append(Evidence(Kind.REVERSE, Says.NOT_LANDED, "the diff does not reverse-apply"))
+    if not skip_history:
+        out += _history_evidence(repo, patch, commit, pin=pin, history=history)
+    if text.forward is Applies.CLEAN:
+        out.append(Evidence(Kind.FORWARD, Says.NOT_LANDED, "the diff applies cleanly"))
+    elif text.forward is Applies.OFFSETS:
+        out.append(Evidence(Kind.FORWARD, Says.NOT_LANDED, f"the diff applies with offsets: {text.offsets}"))
+    elif text.forward is Applies.THREE_WAY:
+        out.append(Evidence(Kind.FORWARD, Says.NOT_LANDED, "the diff applies only with a (clean) 3-way merge"))
+    else:
+        out.append(Evidence(Kind.FORWARD, Says.UNAVAILABLE, "the diff does not apply"
+                            + ("" if text.reverse else ", not even 3-way")))
+    if text.landed or text.conflict:
+        parts = []
+        if text.landed:
+            parts.append("upstream already has " + "; ".join(text.landed))
+        if text.needed:
+            parts.append("still needed: " + "; ".join(text.needed))
+        if text.conflict:
+            parts.append("do not apply: " + "; ".join(text.conflict))
+        says = Says.NOT_LANDED if (text.needed or text.conflict) else Says.LANDED
+        out.append(Evidence(Kind.HUNKS, says, ". ".join(parts)))
+    return tuple(out)
+
+
+def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, history: bool) -> list[Evidence]:
+    if not history:
+        pr = f" (Upstream-PR #{patch.upstream_pr})" if patch.upstream_pr else ""
+        return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, _NO_HISTORY),
+                Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, _NO_HISTORY + pr)]
+    if commit == pin or git.is_ancestor(repo, commit, pin):
+        note = "no upstream commits between the pin and this commit"
+        return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, note), Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, note)]
+    out: list[Evidence] = []
+    pid = git.patch_id(repo, patch.diff)
+    match = git.log_patch_ids(repo, pin, commit, patch.paths).get(pid) if pid else None
+    if match:
+        out.append(Evidence(Kind.PATCH_ID, Says.LANDED, f"upstream commit {match[:12]} has the same patch-id"))
+    else:
+        out.append(Evidence(Kind.PATCH_ID, Says.NOT_LANDED, "no commit since the pin has the same patch-id"))
+    if patch.upstream_pr is None:
+        out.append(Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, "the patch names no Upstream-PR"))
+    else:
+        tag = f"(#{patch.upstream_pr})"
+        hits = [(sha, subject) for sha, subject in git.find_subjects(repo, pin, commit, tag) if tag in subject]
+        if hits:
+            sha, subject = hits[-1]  # oldest
+            out.append(Evidence(Kind.UPSTREAM_PR, Says.LANDED, f"#{patch.upstream_pr} is in {sha[:12]} \"{subject}\""))
+        else:
+            out.append(Evidence(Kind.UPSTREAM_PR, Says.NOT_LANDED, f"no commit since the pin names #{patch.upstream_pr}"))
+    return out
+
+
+def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ...], probe: ProbeCheck | None) -> Verdict:
+    def verdict(state: State, extra: tuple[Evidence, ...] = ()) -> Verdict:
+        return Verdict(patch.filename, commit, state, evidence + extra, text.forward,
+                       text.landed, text.needed, text.conflict, probe)
+
+    if probe is not None and probe.outcome is ProbeOutcome.PASS:
+        return verdict(State.LANDED)
+    probe_failed = probe is not None and probe.outcome is ProbeOutcome.FAIL
+    if not probe_failed and any(ev.says is Says.LANDED and ev.kind is not Kind.HUNKS for ev in evidence):
+        return verdict(State.LANDED)
+    if text.landed and (text.needed or text.conflict):
+        return verdict(State.PARTIAL)
+    if text.forward is not Applies.NO:
+        return verdict(State.NEEDED)
+    if text.landed and not probe_failed:
+        # every hunk is upstream on its own although the whole diff does not reverse-apply
+        return verdict(State.LANDED)
+    if probe_failed and (text.reverse or text.landed):
+        note = Evidence(Kind.PROBE, Says.NOT_LANDED,
+                        "the diff's content is upstream but the probe fails: a person must look")
+        return verdict(State.CONFLICT, (note,))
+    return verdict(State.CONFLICT)
+
+
+def _tail(detail: str) -> str:
+    detail = detail.strip()
+    return f" ({detail})" if detail else ""
