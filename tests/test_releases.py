@@ -285,6 +285,11 @@ def test_release_history_fixture_holds_the_real_releases(release_history: Path) 
 # --- the command ----------------------------------------------------------------------
 
 
+def _fake_index(monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI) -> None:
+    monkeypatch.setattr(releases, "pip_download", lambda version, dest, progress, package: pypi(version, dest, progress))
+    monkeypatch.setattr(releases, "pip_index_versions", lambda package: ["1.0.0", "1.1.0", "1.2.0rc1", "1.2.0", "1.3.0"])
+
+
 def test_releases_command_builds_a_range_and_prints_one_line_per_release(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -292,20 +297,44 @@ def test_releases_command_builds_a_range_and_prints_one_line_per_release(
 
     from vpatch.cli import app
 
-    pypi = FakePyPI(fail={"1.3.0"})
-    monkeypatch.setattr(releases, "pip_download", lambda version, dest, progress, package: pypi(version, dest, progress))
-    monkeypatch.setattr(releases, "pip_index_versions", lambda package: ["1.0.0", "1.1.0", "1.2.0rc1", "1.2.0", "1.3.0"])
+    _fake_index(monkeypatch, FakePyPI(fail={"1.3.0"}))
     runner = CliRunner()
 
-    built = runner.invoke(app, ["releases", "--from", "1.1.0", "--to", "1.2.0"])
-    added = runner.invoke(app, ["releases", "1.0.0"])
-    failed = runner.invoke(app, ["releases", "1.3.0"])
-    listed = runner.invoke(app, ["releases"])
+    built = runner.invoke(app, ["-C", str(tmp_path), "releases", "--from", "1.1.0", "--to", "1.2.0"])
+    added = runner.invoke(app, ["-C", str(tmp_path), "releases", "1.0.0"])
+    refreshed = runner.invoke(app, ["-C", str(tmp_path), "releases"])  # 1.3.0 is new on the index
+    listed = runner.invoke(app, ["-C", str(tmp_path), "releases", "--list"])
 
     assert built.exit_code == 0, built.output
     assert [line.split()[0::3] for line in built.stdout.splitlines()] == [["v1.1.0", "added"], ["v1.2.0", "added"]]
     assert "1.1.0: downloading: Downloading vllm-1.1.0.tar.gz" in built.stderr
     assert [line.split()[-1] for line in added.stdout.splitlines()] == ["added", "rewritten", "rewritten"]
-    assert failed.exit_code == 1 and "error: pip could not download the sdist of vllm 1.3.0" in failed.stderr
-    assert "unchanged" in failed.stderr
+    assert refreshed.exit_code == 1 and "error: pip could not download the sdist of vllm 1.3.0" in refreshed.stderr
+    assert "unchanged" in refreshed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == ["v1.0.0", "v1.1.0", "v1.2.0"]
+
+
+def test_releases_command_in_a_project_starts_from_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from conftest import write_config
+    from vpatch.cli import app
+
+    write_config(tmp_path, "https://example.invalid/vllm.git", ref="v1.1.0")
+    _fake_index(monkeypatch, FakePyPI())
+
+    result = CliRunner().invoke(app, ["-C", str(tmp_path), "releases"])
+
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["v1.1.0", "v1.2.0", "v1.3.0"]
+
+
+def test_releases_command_with_nothing_to_start_from_says_how(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    result = CliRunner().invoke(app, ["-C", str(tmp_path), "releases"])
+
+    assert result.exit_code == 0
+    assert result.stdout == "" and "hint: vpatch releases --from" in result.stderr

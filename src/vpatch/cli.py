@@ -94,12 +94,14 @@ def releases_(
     first: Annotated[Optional[str], typer.Option("--from", help="Add every release PyPI offers from this one on.")] = None,
     last: Annotated[Optional[str], typer.Option("--to", help="...up to and including this one (default: the newest).")] = None,
     pre: Annotated[bool, typer.Option("--pre", help="Let --from/--to include pre-releases.")] = False,
+    list_only: Annotated[bool, typer.Option("--list", help="Only list what the history holds; download nothing.")] = False,
 ) -> None:
     """Build or refresh the release history: a git repository of vLLM releases made from PyPI sdists.
 
     One commit per release in version order, tagged vX.Y.Z, with the same SHAs on every machine. \
-Only missing releases are downloaded (pip, nothing compiled) and added; \
-without arguments it lists what the history holds.
+Only missing releases are downloaded (pip, nothing compiled) and added. \
+Without arguments it refreshes: every release from the oldest it holds \
+(or the project's pin, if older) to the newest on PyPI.
 
     Example: vpatch releases --from 0.28.0 --to 0.33.0
     """
@@ -111,7 +113,14 @@ without arguments it lists what the history holds.
         if p.stage is not releases.Stage.CACHED:
             echo(f"{p.version}: {p.stage.value}: {p.detail}" if p.detail else f"{p.version}: {p.stage.value}", err=True)
 
-    result = releases.update(versions or [], first=first, last=last, pre=pre, progress=show_progress)
+    from vpatch.config import CONFIG_NAME, find_root
+
+    root = find_root(state.project.resolve())
+    pin = _config().pin.ref if (root / CONFIG_NAME).is_file() else None
+    if list_only:
+        result = releases.list_releases()
+    else:
+        result = releases.update(versions or [], first=first, last=last, pre=pre, pin=pin, progress=show_progress)
     if not result:
         echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
         echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)

@@ -98,6 +98,14 @@ def normalize(version: str) -> str:
         raise UpstreamError(f"not a release version: {version!r}", hint="give versions like 0.30.0") from None
 
 
+def _is_version(text: str) -> bool:
+    try:
+        normalize(text)
+    except UpstreamError:
+        return False
+    return True
+
+
 def _no_progress(_: Progress) -> None:
     pass
 
@@ -476,6 +484,7 @@ def update(
     first: str | None = None,
     last: str | None = None,
     pre: bool = False,
+    pin: str | None = None,
     cache: Path | None = None,
     package: str = PACKAGE,
     lister: Lister | None = None,
@@ -484,9 +493,18 @@ def update(
 ) -> list[Release]:
     """Add `versions` and every release in [first, last] to the history; returns all it holds.
 
-    With neither versions nor a range it changes nothing and lists the history.
+    With neither versions nor a range it refreshes: every release from the oldest the history
+    holds (or the project's `pin`, when that names an older release) to the newest on the index.
+    With nothing to start from it changes nothing and returns the (empty) history.
     """
     wanted = [normalize(v) for v in versions]
+    if not wanted and first is None and last is None:
+        starts = [Version(r.version) for r in list_releases(cache, package=package)[:1]]
+        if pin and _is_version(pin):
+            starts.append(Version(normalize(pin)))
+        if not starts:
+            return []
+        first = str(min(starts))
     if first is not None or last is not None:
         offered = (lister or functools.partial(pip_index_versions, package))()
         in_range = select_versions(offered, first=first, last=last, pre=pre)
