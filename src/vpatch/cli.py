@@ -231,6 +231,40 @@ def verify(
     echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
 
 
+@app.command()
+def status(
+    against: Annotated[Optional[list[str]], typer.Option(
+        "--against", help="Upstream ref to judge on; repeat it for several. Default: the newest release and, "
+        "with a git upstream, the branch tip. The pin is always a column.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document (for CI) instead of the table.")] = False,
+    exit_code: Annotated[bool, typer.Option(
+        "--exit-code", help="Exit 3 when some patch landed (can be dropped), 4 when some patch conflicts or is partial.")] = False,
+    no_probes: Annotated[bool, typer.Option("--no-probes", help="Textual evidence only: run no probe.")] = False,
+) -> None:
+    """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""
+    from vpatch import report, upstream
+    from vpatch import status as core
+
+    config = _config()
+    series = _series(config)
+    repo = upstream.open_upstream(config)
+    pin, targets = core.resolve_targets(repo, config, against or ())
+    result = core.compute(
+        repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
+        branch=config.upstream.branch, probe=None if no_probes else core.probe_fn(repo, config),
+    )
+    if json_out:
+        import json
+
+        echo(json.dumps(report.status_json(result), indent=2))
+    else:
+        from rich.console import Console
+
+        Console(soft_wrap=False).print(report.status_table(result))
+    if exit_code:
+        raise typer.Exit(int(result.exit_code()))
+
+
 def main() -> None:
     try:
         app()

@@ -351,6 +351,11 @@ def commit_times(repo: Path, commits: Sequence[str]) -> dict[str, int]:
     return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
 
 
+def reachable_count(repo: Path, commit: str) -> int:
+    """How many commits `commit` reaches: an ancestor always counts fewer than its descendants."""
+    return int(run(repo, ["rev-list", "--count", commit, "--"]).out.strip())
+
+
 def merge_base(repo: Path, a: str, b: str) -> str | None:
     result = run(repo, ["merge-base", a, b], check=False)
     return result.out.strip() or None

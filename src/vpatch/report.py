@@ -1,0 +1,148 @@
+"""How status results are shown: a rich table for people, a JSON document for CI. Nothing here prints."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vpatch.verdict import Applies, Kind, Says, State, Verdict
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from vpatch.status import Landing, PatchStatus, Status
+
+JSON_VERSION = 1
+_STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow", State.CONFLICT: "red"}
+
+
+def status_json(status: "Status") -> dict[str, Any]:
+    """The --json document: pin, targets, one entry per patch with a result per target and its landing."""
+    return {
+        "version": JSON_VERSION,
+        "source": "git" if status.history else "releases",
+        "pin": {"ref": status.pin.ref, "commit": status.pin.commit},
+        "targets": [t.ref for t in status.targets],
+        "commits": {t.ref: t.commit for t in status.targets},
+        "patches": [
+            {
+                "number": p.number,
+                "slug": p.slug,
+                "file": p.file,
+                "subject": p.subject,
+                "results": {t.ref: _verdict_json(v) for t, v in zip(status.targets, p.results)},
+                "landed_in": _landing_json(p.landed_in, status.branch),
+            }
+            for p in status.patches
+        ],
+        "probes": {"run": status.probes_run, "cached": status.probes_cached},
+        "bisect_checks": status.bisect_checks,
+        "exit_code": int(status.exit_code()),
+    }
+
+
+def _verdict_json(v: Verdict) -> dict[str, Any]:
+    decided = v.decided_by
+    return {
+        "state": v.state.value,
+        "summary": cell_summary(v),
+        "decided_by": decided.kind.value if decided else None,
+        "applies": v.applies.value,
+        "evidence": [{"kind": ev.kind.value, "says": ev.says.value, "detail": ev.detail} for ev in v.evidence],
+        "hunks": {"landed": list(v.landed_hunks), "needed": list(v.needed_hunks), "conflict": list(v.conflict_hunks)},
+    }
+
+
+def _landing_json(landing: "Landing | None", branch: str) -> dict[str, Any] | None:
+    if landing is None:
+        return None
+    return {
+        "ref": landing.ref,
+        "commit": landing.commit,
+        "release": landing.release,
+        "in_release": landing.release or f"on {branch}, in no release yet",
+        "bisected": landing.bisected,
+        "checks": landing.checks,
+        "candidates": landing.candidates,
+    }
+
+
+def cell_summary(v: Verdict) -> str:
+    """A few words on why: the deciding evidence, plus any fact that disagrees with it."""
+    parts: list[str] = []
+    decided = v.decided_by
+    if decided is not None:
+        parts.append(_short(decided, v))
+    probe = next((ev for ev in v.evidence if ev.kind is Kind.PROBE), None)
+    if probe is not None and probe is not decided:
+        parts.append({Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails",
+                      Says.UNAVAILABLE: "probe error"}[probe.says])
+    if v.state is State.LANDED and v.applies is not Applies.NO:
+        parts.append("diff still applies" + ("" if v.applies is Applies.CLEAN else f" ({v.applies.value})"))
+    elif v.state is State.LANDED and decided is not None and decided.kind is not Kind.REVERSE and any(
+        ev.kind is Kind.REVERSE and ev.says is Says.LANDED for ev in v.evidence
+    ):
+        parts.append("reverse-applies")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _short(ev: "Any", v: Verdict) -> str:
+    if ev.kind is Kind.PROBE:
+        return "probe passes" if ev.says is Says.LANDED else "probe fails"
+    if ev.kind is Kind.REVERSE:
+        return "reverse-applies"
+    if ev.kind is Kind.PATCH_ID:
+        return "same patch-id " + ev.detail.split()[2]
+    if ev.kind is Kind.UPSTREAM_PR:
+        return ev.detail.split('"')[0].strip()
+    if ev.kind is Kind.FORWARD:
+        return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
+                Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
+    total = len(v.landed_hunks) + len(v.needed_hunks) + len(v.conflict_hunks)
+    if v.state is State.PARTIAL:
+        return f"{len(v.landed_hunks)}/{total} hunks upstream: " + ", ".join(_hunk_short(h) for h in v.landed_hunks)
+    if v.conflict_hunks:
+        return f"{len(v.conflict_hunks)}/{total} hunks do not apply: " + ", ".join(_hunk_short(h) for h in v.conflict_hunks)
+    return ev.detail
+
+
+def _hunk_short(name: str) -> str:
+    path, _, rest = name.partition(" hunk ")
+    return f"{path.rsplit('/', 1)[-1]}#{rest.split()[0]}"
+
+
+def landing_line(p: "PatchStatus", branch: str) -> str:
+    landing = p.landed_in
+    if landing is None:
+        return f"{p.file}: not landed in any target"
+    release = f"first release {landing.release}" if landing.release else f"on {branch}, in no release yet"
+    if landing.bisected:
+        how = f"first commit {landing.commit[:12]} ({landing.checks} checks over {landing.candidates} commits)"
+    else:
+        how = f"at or before {landing.commit[:12]}"
+    return f"{p.file}: landed in {landing.ref}, {how}, {release}"
+
+
+def status_table(status: "Status") -> "RenderableType":
+    """The table people read: one row per patch, one column per target, then a landing line per patch."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_lines=True)
+    table.add_column("patch", no_wrap=True)
+    for t in status.targets:
+        table.add_column(t.ref + (" (pin)" if t == status.pin else ""), overflow="fold")
+    for p in status.patches:
+        cells = [Text(f"{p.number:04d} {p.slug}")]
+        for v in p.results:
+            cell = Text(v.state.value, style=f"bold {_STYLE[v.state]}")
+            cell.append("\n" + cell_summary(v), style="dim")
+            cells.append(cell)
+        table.add_row(*cells)
+    lines = [Text(landing_line(p, status.branch)) for p in status.patches]
+    footer = f"probes: {status.probes_run} run, {status.probes_cached} from the cache"
+    if status.bisect_checks:
+        footer += f"; bisection: {status.bisect_checks} checks"
+    if not status.history:
+        footer += "; release history: patch-id and PR evidence not available"
+    return Group(table, *lines, Text(footer, style="dim"))

@@ -1,0 +1,170 @@
+"""vpatch status: every patch on every target, landing points by bisection, the table, JSON and exit codes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import KV_V1, PARSER_V1, Project
+from vpatch import git
+from vpatch.cli import app
+from vpatch.config import Config
+from vpatch.series import Series
+from vpatch.status import Status, Target, bisect_first, compute, resolve_targets
+from vpatch.upstream import cache_dir, mirror
+from vpatch.verdict import ProbeCheck, ProbeOutcome, State
+
+FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
+KV_FIX = KV_V1.replace("break", "continue")
+
+
+def run(project: Project, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
+    return result.exit_code, result.output
+
+
+def refresh(project: Project) -> Path:
+    return mirror.fetch(cache_dir(), project.upstream.url)
+
+
+def compute_for(project: Project, against: list[str], **kw) -> Status:  # type: ignore[no-untyped-def]
+    repo = refresh(project)
+    config = Config.load(project.root)
+    pin, targets = resolve_targets(repo, config, against)
+    return compute(repo, Series.load(project.patches).patches, pin=pin, targets=targets, history=True, **kw)
+
+
+def test_json_reports_each_patch_on_each_target_and_where_it_landed(project: Project) -> None:
+    project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    project.make_patch(2, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks")
+    landing = project.upstream.commit({"vllm/parser.py": FIX_20}, "Upstream parser fix", tag="v1.1")
+    project.upstream.commit({"README": "more\n"}, "Docs", tag="v1.2")
+    refresh(project)
+    code, out = run(project, "status", "--against", "v1.2", "--against", "v1.1", "--json")
+    assert code == 0, out
+    doc = json.loads(out)
+    assert doc["pin"]["ref"] == "v1.0" and len(doc["pin"]["commit"]) == 40
+    assert doc["targets"] == ["v1.0", "v1.1", "v1.2"]  # oldest first, the pin included
+    parser, kv = doc["patches"]
+    assert (parser["number"], parser["slug"], parser["file"]) == (1, "parser-fix", "0001-parser-fix.patch")
+    assert {ref: r["state"] for ref, r in parser["results"].items()} == {"v1.0": "needed", "v1.1": "landed", "v1.2": "landed"}
+    assert parser["results"]["v1.1"]["decided_by"] == "reverse-apply"
+    assert parser["landed_in"]["ref"] == "v1.1"
+    assert parser["landed_in"]["commit"] == landing and parser["landed_in"]["release"] == "v1.1"
+    assert {r["state"] for r in kv["results"].values()} == {"needed"}
+    assert kv["landed_in"] is None
+    assert doc["probes"] == {"run": 0, "cached": 0}
+
+
+def test_table_shows_states_evidence_and_landing_lines(project: Project) -> None:
+    project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    project.upstream.commit({"vllm/parser.py": FIX_20}, "Upstream parser fix")
+    refresh(project)
+    code, out = run(project, "status")  # defaults: the pin, the newest release (the pin here), main
+    assert code == 0, out
+    assert "v1.0 (pin)" in out and "main" in out
+    assert "needed" in out and "applies cleanly" in out and "reverse-applies" in out
+    assert "0001-parser-fix.patch: landed in main" in out
+    assert "on main, in no release yet" in out
+
+
+def test_exit_codes(project: Project) -> None:
+    project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    assert run(project, "status", "--exit-code")[0] == 0
+    project.upstream.commit({"vllm/parser.py": FIX_20}, "Upstream parser fix", tag="v1.1")
+    refresh(project)
+    assert run(project, "status", "--exit-code")[0] == 3
+    project.make_patch(2, "parser-other", {"vllm/parser.py": PARSER_V1.replace("line 20\n", "line 20 other\n")}, "Other")
+    assert run(project, "status", "--exit-code")[0] == 4
+    assert run(project, "status")[0] == 0  # without --exit-code findings are not failures
+    code, out = run(project, "status", "--against", "v9.9")
+    assert code == 1 and "unknown upstream ref 'v9.9'" in out
+
+
+def test_partial_and_conflict_are_named_in_the_table(project: Project) -> None:
+    both = PARSER_V1.replace("line 5\n", "line 5 fixed\n").replace("line 35\n", "line 35 fixed\n")
+    project.make_patch(1, "parser-twice", {"vllm/parser.py": both}, "Fix the parser twice")
+    project.make_patch(2, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks")
+    project.upstream.commit({"vllm/parser.py": PARSER_V1.replace("line 5\n", "line 5 fixed\n"),
+                             "vllm/kv.py": KV_V1.replace("break", "return")}, "Upstream changes", tag="v1.1")
+    refresh(project)
+    code, out = run(project, "status", "--against", "v1.1", "--json", "--exit-code")
+    assert code == 4
+    doc = json.loads(out)
+    first, second = doc["patches"]
+    assert first["results"]["v1.1"]["state"] == "partial"
+    assert first["results"]["v1.1"]["hunks"]["landed"] == ["vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@)"]
+    assert first["results"]["v1.1"]["summary"] == "1/2 hunks upstream: parser.py#1"
+    assert second["results"]["v1.1"]["state"] == "conflict"
+    assert first["landed_in"] is None
+
+
+def test_bisection_finds_the_landing_commit_in_100_commits_within_log2_checks(project: Project) -> None:
+    project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    content = PARSER_V1
+    landing = ""
+    for i in range(1, 101):
+        if i == 63:
+            content = content.replace("line 20\n", "line 20 fixed\n")
+        content = content.replace(f"line {40 - (i % 10)}\n" if i % 2 else "NOPE", f"line {40 - (i % 10)}\n")
+        sha = project.upstream.commit({"vllm/parser.py": content, "NOTES": f"commit {i}\n"}, f"Upstream commit {i}",
+                                      tag="v2.0" if i == 80 else None)
+        if i == 63:
+            landing = sha
+    status = compute_for(project, ["main"])
+    (row,) = status.patches
+    assert [v.state for v in row.results] == [State.NEEDED, State.LANDED]
+    assert row.landed_in is not None and row.landed_in.commit == landing
+    assert row.landed_in.candidates == 100
+    assert row.landed_in.checks <= math.ceil(math.log2(100)) + 2
+    assert status.bisect_checks == row.landed_in.checks
+    assert row.landed_in.release == "v2.0"  # the first release tag that contains it
+
+
+def test_bisect_first_counts_its_checks() -> None:
+    line = [f"c{i}" for i in range(100)]
+    for first in (0, 1, 50, 98, 99):
+        asked: list[str] = []
+
+        def landed(c: str) -> bool:
+            asked.append(c)
+            return int(c[1:]) >= first
+
+        found, checks = bisect_first(line, landed)
+        assert found == f"c{first}" and checks == len(asked) <= 7
+
+
+def test_probe_results_are_counted_and_the_probe_decides(project: Project) -> None:
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks")
+    fixed = project.upstream.commit({"vllm/kv.py": KV_V1 + "# fixed differently\n"}, "Fix kv differently", tag="v1.1")
+    repo = refresh(project)
+    cache: dict[str, ProbeCheck] = {}
+
+    def probe(patch, commit):  # type: ignore[no-untyped-def]
+        if commit in cache:
+            return ProbeCheck(cache[commit].outcome, ran=False)
+        outcome = ProbeOutcome.PASS if git.is_ancestor(repo, fixed, commit) else ProbeOutcome.FAIL
+        cache[commit] = ProbeCheck(outcome)
+        return cache[commit]
+
+    first = compute_for(project, ["v1.1"], probe=probe)
+    (row,) = first.patches
+    assert [v.state for v in row.results] == [State.NEEDED, State.LANDED]
+    assert row.landed_in is not None and row.landed_in.commit == fixed
+    assert first.probes_run == 2
+    second = compute_for(project, ["v1.1"], probe=probe)
+    assert (second.probes_run, second.probes_cached) == (0, 2)
+
+
+def test_default_targets_are_pin_newest_release_and_branch(project: Project) -> None:
+    project.upstream.commit({"README": "a\n"}, "a", tag="v1.1")
+    project.upstream.commit({"README": "b\n"}, "b", tag="v1.2rc1")
+    project.upstream.commit({"README": "c\n"}, "c")
+    repo = refresh(project)
+    pin, targets = resolve_targets(repo, Config.load(project.root))
+    assert pin.ref == "v1.0"
+    assert [t.ref for t in targets] == ["v1.0", "v1.1", "main"]
+    assert all(isinstance(t, Target) and len(t.commit) == 40 for t in targets)
