@@ -265,6 +265,84 @@ def status(
         raise typer.Exit(int(result.exit_code()))
 
 
+@app.command()
+def update(
+    to: Annotated[Optional[str], typer.Option("--to", help="Upstream ref to move the pin to, e.g. v0.31.0.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (verdicts and actions); change nothing.")] = False,
+    no_commit: Annotated[bool, typer.Option("--no-commit", help="Stage the change in the project; do not commit it.")] = False,
+    allow_downgrade: Annotated[bool, typer.Option("--allow-downgrade", help="Allow a REF that does not descend from the pin.")] = False,
+    continue_: Annotated[bool, typer.Option("--continue", help="Go on after resolving the conflict in the update tree.")] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="Throw the stopped update away; the project is as before it.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document (for CI).")] = False,
+) -> None:
+    """Move the pin: drop the patches upstream has (with evidence), refresh the rest, one commit; or stop on a conflict."""
+    from vpatch import update as core
+
+    if sum(bool(x) for x in (to, continue_, abort)) != 1:
+        raise VpatchError("give exactly one of --to REF, --continue, --abort", exit_code=ExitCode.USAGE,
+                          hint="vpatch update --to v0.31.0 [--dry-run]")
+    config = _config()
+    if abort:
+        result = core.abort(config)
+    elif continue_:
+        result = core.resume(config)
+    else:
+        assert to is not None
+        result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade)
+    if json_out:
+        import json
+
+        echo(json.dumps(result.to_json(), indent=2))
+    else:
+        for line in _update_lines(result):
+            echo(line)
+    if result.outcome is core.Outcome.STOPPED:
+        raise typer.Exit(int(ExitCode.CONFLICT))
+
+
+def _update_lines(result):  # type: ignore[no-untyped-def]
+    from vpatch.update import Action, Outcome
+
+    plan = result.plan
+    lines = []
+    if result.outcome is Outcome.ABORTED:
+        return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})"]
+    if result.outcome is Outcome.PLANNED and plan.report is not None:
+        from rich.console import Console
+
+        from vpatch import report
+
+        Console(soft_wrap=False).print(report.status_table(plan.report))
+    head = "plan" if result.outcome is Outcome.PLANNED else "update"
+    lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
+    verbs = {Action.DROP: "drop", Action.REFRESH: "refresh", Action.KEEP: "keep", Action.STOP: "stop at"}
+    if result.outcome is Outcome.PLANNED:
+        verbs = {Action.DROP: "would drop", Action.REFRESH: "would re-apply", Action.KEEP: "would re-apply",
+                 Action.STOP: "would stop at"}
+    for row in plan.patches:
+        lines.append(f"  {verbs[row.action]:<14} {row.file}  [{row.state}] {row.decided_by}")
+        if row.action is Action.DROP:
+            lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
+    for check in result.probes:
+        if check.probe:
+            lines.append(f"  probe {check.probe} re-validated on {plan.to_ref}" + (f": {check.detail}" if check.detail else ""))
+    if result.outcome is Outcome.COMMITTED:
+        lines.append(f"committed {result.commit[:12]}: {result.message.splitlines()[0]}")
+    elif result.outcome is Outcome.STAGED:
+        lines.append("staged in the project, not committed; the message vpatch would use:")
+        lines += ["    " + line for line in result.message.splitlines()]
+    elif result.outcome is Outcome.STOPPED:
+        stop = result.stop
+        lines.append(f"stopped at {stop.file}: {stop.reason}")
+        if stop.conflicts:
+            lines.append("conflicts in: " + ", ".join(stop.conflicts))
+        lines.append(f"resolve it in {stop.worktree} (edit, then `git add`), then run `vpatch update --continue`;")
+        lines.append("or `vpatch update --abort` to leave the project as it was")
+    if plan.all_landed and result.outcome is not Outcome.STOPPED:
+        lines.append(f"no local patch remains: the official vLLM {plan.to_ref} image now suffices")
+    return lines
+
+
 def main() -> None:
     try:
         app()

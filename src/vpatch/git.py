@@ -487,3 +487,66 @@ def read_commit(repo: Path, sha: str) -> CommitObject:
         elif key == "committer":
             committer = value
     return CommitObject(tree, tuple(parents), author, committer, message)
+
+
+# --- the project's own repository: one commit written as plumbing, then checked out ------------
+
+
+def toplevel(path: Path) -> Path | None:
+    """The work tree root of the repository holding `path`, or None when it is in none."""
+    result = run(path, ["rev-parse", "--show-toplevel"], check=False)
+    return Path(result.out.strip()) if result.returncode == 0 else None
+
+
+def git_dir(worktree: Path) -> Path:
+    """This work tree's own git folder (absolute), where per-checkout state such as rebase state lives."""
+    return Path(run(worktree, ["rev-parse", "--absolute-git-dir"]).out.strip())
+
+
+def head_ref(worktree: Path) -> str:
+    """The branch HEAD points at ("refs/heads/main"), or "HEAD" when it is detached."""
+    result = run(worktree, ["symbolic-ref", "-q", "HEAD"], check=False)
+    return result.out.strip() if result.returncode == 0 else "HEAD"
+
+
+def hash_object(repo: Path, data: bytes) -> str:
+    """Store `data` as a blob in `repo`'s object database; returns its id."""
+    return run(repo, ["hash-object", "-w", "--stdin"], input=data).out.strip()
+
+
+def tree_with(repo: Path, base: str, writes: Mapping[str, bytes], removes: Iterable[str]) -> str:
+    """The tree of `base` with `writes` (path -> content, mode 100644) added or replaced and `removes` gone."""
+    with temp_index(repo) as env:
+        run(repo, ["read-tree", base], env=env)
+        info = "".join(f"100644 {hash_object(repo, data)}\t{path}\n" for path, data in writes.items())
+        info += "".join(f"0 {ZERO_SHA}\t{path}\n" for path in removes)
+        if info:
+            run(repo, ["update-index", "--index-info"], input=info.encode(), env=env)
+        return write_tree(repo, env)
+
+
+def commit_tree(repo: Path, tree: str, parents: Sequence[str], message: str) -> str:
+    """A commit object (no ref moves); author and committer come from the user's git config."""
+    args = ["commit-tree", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    return run(repo, args, input=message.encode()).out.strip()
+
+
+def switch_tree(worktree: Path, old: str, new: str) -> None:
+    """Make the index and the files of `worktree` go from tree-ish `old` to `new` (a two-way merge).
+
+    Only paths that differ are touched; git refuses, touching nothing, when one of them holds local edits.
+    """
+    run(worktree, ["read-tree", "-m", "-u", old, new])
+
+
+def unmerged_paths(worktree: Path) -> list[str]:
+    """Paths with unresolved conflicts in the index of a work tree."""
+    out = run(worktree, ["diff", "--name-only", "--diff-filter=U", "-z"]).stdout
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def index_tree(worktree: Path) -> str:
+    """The tree the index of a work tree holds now (written to the object database)."""
+    return run(worktree, ["write-tree"]).out.strip()

@@ -37,7 +37,7 @@ def start(series: Series, state_dir: Path, *, slug: str, subject: str | None = N
     assert stack is not None
     if not git.is_repo(stack.worktree):
         raise VpatchError(f"the applied tree {stack.worktree} is missing", hint="vpatch apply first")
-    taken = {p.number for p in series} | {int(a.file[:4]) for a in stack.applied if a.file[:4].isdigit()}
+    taken = {p.number for p in series} | set(series.retired) | {int(a.file[:4]) for a in stack.applied if a.file[:4].isdigit()}
     name = f"{max(taken, default=0) + 1:04d}-{slug}.patch"
     today = dt.date.today().isoformat()
     git.run(stack.worktree, ["commit", "--quiet", "--allow-empty", "--no-verify", "--cleanup=verbatim", "-F", "-"],

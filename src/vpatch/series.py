@@ -134,6 +134,7 @@ class Patch:
 class Series:
     directory: Path
     patches: tuple[Patch, ...]
+    retired: frozenset[int] = frozenset()  # numbers of patches dropped as landed (patches/RETIRED.md)
 
     @classmethod
     def load(cls, directory: Path) -> Series:
@@ -149,7 +150,15 @@ class Series:
                     hint="numbers are identities: give one of them the next free number",
                 )
             by_number[patch.number] = patch
-        return cls(directory, tuple(by_number[n] for n in sorted(by_number)))
+        from vpatch.retired import RETIRED_FILE, retired_numbers
+
+        retired = retired_numbers(directory)
+        for number in sorted(retired & set(by_number)):
+            raise SeriesError(
+                f"{by_number[number].path.name} reuses number {number:04d}, which {RETIRED_FILE} lists as retired",
+                hint="numbers are identities and a retired one is never reused: give the patch the next free number",
+            )
+        return cls(directory, tuple(by_number[n] for n in sorted(by_number)), retired)
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.patches)
@@ -158,7 +167,7 @@ class Series:
         return len(self.patches)
 
     def next_number(self, retired: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        used = {p.number for p in self.patches} | set(retired)
+        used = {p.number for p in self.patches} | set(retired) | set(self.retired)
         return max(used, default=0) + 1
 
     def get(self, key: str) -> Patch:

@@ -1,0 +1,289 @@
+"""vpatch update on toy upstreams: drop landed, refresh needed, one commit, stop/continue/abort, atomic under kill."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import KV_V1, PARSER_V1, Project, git, snapshot
+from vpatch.cli import app
+from vpatch.config import Config
+from vpatch.series import Series
+from vpatch import update as core
+
+
+def run(project: Project, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
+    return result.exit_code, result.output
+
+
+def state_of(project: Project) -> dict[str, object]:
+    """Everything a user could notice about the project: files, HEAD, index, status."""
+    return {
+        "files": {k: v for k, v in snapshot(project.root).items() if not k.startswith(".git/")},
+        "head": git(project.root, "rev-parse", "HEAD"),
+        "index": git(project.root, "ls-files", "-s"),
+        "status": git(project.root, "status", "--porcelain", "--untracked-files=all"),
+    }
+
+
+def commit_all(project: Project, message: str = "project") -> None:
+    if not (project.root / ".git").exists():
+        git(project.root, "init", "-q", "-b", "main")
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", message)
+
+
+KV_FIXED = KV_V1.replace("break", "continue")
+PARSER_FIXED = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
+
+
+@pytest.fixture
+def three(project: Project) -> Project:
+    """0001 (kv), 0002 (parser), 0003 (new module) on v1.0, committed in the project's own repository."""
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "Skip null blocks")
+    project.make_patch(2, "parser-fix", {"vllm/parser.py": PARSER_FIXED}, "Fix the parser")
+    project.make_patch(3, "new-module", {"vllm/extra.py": "EXTRA = 1\n"}, "Add an extra module",
+                       trailers="Origin: vendor\nUpstream-PR: 123\nLast-Update: 2026-09-02")
+    commit_all(project)
+    return project
+
+
+def release(project: Project, files: dict[str, str | None], tag: str) -> None:
+    project.upstream.commit(files, tag, tag=tag)
+    assert run(project, "fetch")[0] == 0
+
+
+def v11_lands_kv_and_shifts_parser(project: Project) -> None:
+    """v1.1: the kv fix verbatim, and five new lines at the top of the parser (0002 now applies with offsets)."""
+    release(project, {"vllm/kv.py": KV_FIXED, "vllm/parser.py": "# header\n" * 5 + PARSER_V1}, "v1.1")
+
+
+def test_update_drops_landed_refreshes_offsets_keeps_the_rest_in_one_commit(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    before_head = git(three.root, "rev-parse", "HEAD").strip()
+    code, out = run(three, "update", "--to", "v1.1")
+    assert code == 0, out
+    assert "drop" in out and "0001-kv-skip-null.patch" in out
+
+    names = sorted(p.name for p in three.patches.iterdir())
+    assert names == ["0002-parser-fix.patch", "0003-new-module.patch", "RETIRED.md"]
+    # exactly one new commit, holding everything; the tree is clean
+    assert git(three.root, "rev-list", f"{before_head}..HEAD").split() == [git(three.root, "rev-parse", "HEAD").strip()]
+    assert git(three.root, "status", "--porcelain") == ""
+    message = git(three.root, "log", "-1", "--format=%B")
+    assert message.startswith("Update upstream pin v1.0 -> v1.1: drop 0001")
+    assert "Dropped, landed upstream" in message and "- 0001-kv-skip-null.patch: Skip null blocks" in message
+    assert "Applied-Upstream: v1.1" in message and "reverse-apply" in message
+    assert "Refreshed, re-exported against v1.1:\n- 0002-parser-fix.patch" in message
+    assert "Kept, unchanged:\n- 0003-new-module.patch" in message
+    # the pin moved, with the commit
+    config = Config.load(three.root)
+    assert config.pin.ref == "v1.1"
+    assert config.pin.commit == git(three.upstream.path, "rev-parse", "v1.1").strip()
+    # 0002 was refreshed: it now applies to v1.1 without offsets
+    assert "@@ -22,7 +22,7 @@" in (three.patches / "0002-parser-fix.patch").read_text()
+    retired = (three.patches / "RETIRED.md").read_text()
+    assert "## 0001-kv-skip-null" in retired and "Applied-Upstream: v1.1" in retired
+    assert f"git show {before_head[:12]}:patches/0001-kv-skip-null.patch" in retired
+    # the refreshed series applies on the new pin
+    assert run(three, "apply")[0] == 0
+
+
+def test_retired_numbers_are_never_reused(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    release(three, {"vllm/extra.py": "EXTRA = 1\n"}, "v1.2")  # 0003 lands too; 0003 is the highest number
+    assert run(three, "update", "--to", "v1.2")[0] == 0
+    series = Series.load(three.patches)
+    assert [p.number for p in series] == [2] and series.retired == {1, 3}
+    assert series.next_number() == 4
+    three.make_patch(1, "reused", {"README": "x\n"}, "Reuse a number")
+    code, out = run(three, "apply")
+    assert code == 1 and "reuses number 0001, which RETIRED.md lists as retired" in out
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    before = state_of(three)
+    code, out = run(three, "update", "--to", "v1.1", "--dry-run")
+    assert code == 0, out
+    assert "plan: pin v1.0" in out and "-> v1.1" in out
+    assert "would drop" in out and "0001-kv-skip-null.patch" in out
+    assert "would re-apply 0002-parser-fix.patch" in out
+    assert "0002-parser" in out.split("plan:")[0], "the status table comes first"
+    assert state_of(three) == before
+    assert not (three.root / ".git" / "vpatch-update").exists()
+
+
+def test_refuses_uncommitted_changes_in_the_series(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    (three.patches / "0003-new-module.patch").write_text((three.patches / "0003-new-module.patch").read_text() + "\n")
+    before = state_of(three)
+    code, out = run(three, "update", "--to", "v1.1")
+    assert code == 1 and "uncommitted changes in the series or the pin: patches/0003-new-module.patch" in out
+    assert state_of(three) == before
+
+
+def test_refuses_to_move_backwards_unless_allowed(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    assert run(three, "update", "--to", "v1.1")[0] == 0
+    code, out = run(three, "update", "--to", "v1.0", "--dry-run")
+    assert code == 1 and "does not descend from the pin v1.1" in out and "--allow-downgrade" in out
+    code, out = run(three, "update", "--to", "v1.0", "--dry-run", "--allow-downgrade")
+    assert code == 0, out
+
+
+def test_no_commit_stages_the_change(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    head = git(three.root, "rev-parse", "HEAD")
+    code, out = run(three, "update", "--to", "v1.1", "--no-commit")
+    assert code == 0, out
+    assert "staged in the project, not committed" in out
+    assert git(three.root, "rev-parse", "HEAD") == head
+    staged = git(three.root, "diff", "--cached", "--name-status").splitlines()
+    assert "D\tpatches/0001-kv-skip-null.patch" in staged and "A\tpatches/RETIRED.md" in staged
+    assert "M\tvpatch.yaml" in staged
+    assert git(three.root, "diff", "--name-only") == ""  # work tree and index agree
+
+
+def test_all_landed_says_the_official_image_suffices(three: Project) -> None:
+    release(three, {"vllm/kv.py": KV_FIXED, "vllm/parser.py": PARSER_FIXED, "vllm/extra.py": "EXTRA = 1\n"}, "v2.0")
+    code, out = run(three, "update", "--to", "v2.0")
+    assert code == 0, out
+    assert "no local patch remains: the official vLLM v2.0 image now suffices" in out
+    assert not list(three.patches.glob("*.patch"))
+    message = git(three.root, "log", "-1", "--format=%B")
+    assert "drop 0001, 0002, 0003" in message and "the official vLLM v2.0 image now suffices" in message
+
+
+def test_a_probe_that_no_longer_validates_stops_the_update_and_changes_nothing(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    (three.patches / "0003-new-module.patch").write_text(
+        (three.patches / "0003-new-module.patch").read_text().replace("Upstream-PR: 123", "Upstream-PR: 123\nProbe: probes/extra.yaml"))
+    commit_all(three, "probe for 0003")
+    before = state_of(three)
+    seen: list[tuple[str, str, str]] = []
+
+    def validator(repo: Path, config: Config, patch, base: str, patched: str) -> core.ProbeCheck:  # type: ignore[no-untyped-def]
+        seen.append((patch.filename, base, patched))
+        return core.ProbeCheck(patch.filename, "probes/extra.yaml", False, "passes without the patch")
+
+    with pytest.raises(core.VpatchError, match="probe of 0003-new-module.patch no longer validates on v1.1"):
+        core.update(Config.load(three.root), "v1.1", validator=validator)
+    assert [s[0] for s in seen] == ["0003-new-module.patch"]
+    assert seen[0][1] == git(three.upstream.path, "rev-parse", "v1.1").strip()
+    assert state_of(three) == before
+    assert not (three.root / ".git" / "vpatch-update").exists()
+
+
+# --- conflicts: stop, --abort, --continue ------------------------------------------------------
+
+
+def conflicting_v11(project: Project) -> None:
+    """v1.1 lands the kv fix and rewrites parser line 20 differently: 0002 conflicts."""
+    release(project, {"vllm/kv.py": KV_FIXED, "vllm/parser.py": PARSER_V1.replace("line 20\n", "line twenty\n")}, "v1.1")
+
+
+def test_conflict_stops_and_abort_restores_exactly(three: Project) -> None:
+    conflicting_v11(three)
+    before = state_of(three)
+    code, out = run(three, "update", "--to", "v1.1")
+    assert code == 5, out
+    assert "stopped at 0002-parser-fix.patch" in out and "vpatch update --continue" in out
+    tree = three.root / ".git" / "vpatch-update" / "tree"
+    assert "<<<<<<<" in (tree / "vllm/parser.py").read_text()
+    assert (three.root / ".git" / "vpatch-update" / "state.json").is_file()
+    assert state_of(three) == before  # the project itself is untouched while stopped
+    code, out = run(three, "update", "--to", "v1.1")
+    assert code == 1 and "in progress, stopped at 0002-parser-fix.patch" in out
+
+    code, out = run(three, "update", "--abort")
+    assert code == 0, out
+    assert state_of(three) == before
+    assert not (three.root / ".git" / "vpatch-update").exists()
+    assert "vpatch-update" not in git(three.upstream.path, "worktree", "list")
+
+
+def test_continue_after_resolution_finishes_the_update(three: Project) -> None:
+    conflicting_v11(three)
+    assert run(three, "update", "--to", "v1.1")[0] == 5
+    tree = three.root / ".git" / "vpatch-update" / "tree"
+    code, out = run(three, "update", "--continue")
+    assert code == 5 and "still have conflicts: vllm/parser.py" in out
+    (tree / "vllm/parser.py").write_text(PARSER_V1.replace("line 20\n", "line twenty fixed\n"))
+    git(tree, "add", "vllm/parser.py")
+    code, out = run(three, "update", "--continue")
+    assert code == 0, out
+    assert "committed" in out
+    assert sorted(p.name for p in three.patches.iterdir()) == ["0002-parser-fix.patch", "0003-new-module.patch", "RETIRED.md"]
+    text = (three.patches / "0002-parser-fix.patch").read_text()
+    assert "-line twenty\n+line twenty fixed\n" in text and "Subject: Fix the parser" in text
+    assert "Vpatch-File" not in text
+    assert Config.load(three.root).pin.ref == "v1.1"
+    assert git(three.root, "status", "--porcelain") == ""
+    assert not (three.root / ".git" / "vpatch-update").exists()
+    assert run(three, "apply")[0] == 0
+
+
+# --- interrupts: kill -9 at every step ---------------------------------------------------------
+
+
+def vpatch_process(project: Project, *args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop(core.KILL_ENV, None)
+    if kill_at:
+        env[core.KILL_ENV] = kill_at
+    return subprocess.run([sys.executable, "-m", "vpatch", "--project", str(project.root), *args],
+                          env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("step", [s for s in core.STEPS if s != "committed"])
+def test_kill_at_each_step_leaves_the_project_unchanged(three: Project, step: str) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    before = state_of(three)
+    proc = vpatch_process(three, "update", "--to", "v1.1", kill_at=step)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    assert state_of(three) == before
+    # the leftovers of the killed run block nothing: the update runs through afterwards
+    proc = vpatch_process(three, "update", "--to", "v1.1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert Config.load(three.root).pin.ref == "v1.1"
+    assert "vpatch-update" not in git(three.upstream.path, "worktree", "list")
+
+
+def test_kill_right_after_the_commit_point_can_be_undone_or_finished(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    before = state_of(three)
+    proc = vpatch_process(three, "update", "--to", "v1.1", kill_at="committed")
+    assert proc.returncode == -9
+    proc = vpatch_process(three, "update", "--to", "v1.1")
+    assert proc.returncode == 1 and "interrupted while committing" in proc.stderr
+    assert vpatch_process(three, "update", "--abort").returncode == 0
+    assert state_of(three) == before
+
+    proc = vpatch_process(three, "update", "--to", "v1.1", kill_at="committed")
+    assert proc.returncode == -9
+    proc = vpatch_process(three, "update", "--continue")
+    assert proc.returncode == 0, proc.stderr
+    assert git(three.root, "status", "--porcelain") == ""
+    assert Config.load(three.root).pin.ref == "v1.1"
+    assert not (three.patches / "0001-kv-skip-null.patch").exists()
+
+
+def test_kill_during_a_continue_keeps_the_stopped_update(three: Project) -> None:
+    conflicting_v11(three)
+    before = state_of(three)
+    assert vpatch_process(three, "update", "--to", "v1.1").returncode == 5
+    tree = three.root / ".git" / "vpatch-update" / "tree"
+    (tree / "vllm/parser.py").write_text(PARSER_V1.replace("line 20\n", "line twenty fixed\n"))
+    git(tree, "add", "vllm/parser.py")
+    assert vpatch_process(three, "update", "--continue", kill_at="exported").returncode == -9
+    assert state_of(three) == before
+    proc = vpatch_process(three, "update", "--continue")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "-line twenty\n+line twenty fixed\n" in (three.patches / "0002-parser-fix.patch").read_text()
