@@ -314,7 +314,9 @@ def test_releases_command_builds_a_range_and_prints_one_line_per_release(
     assert [line.split()[0] for line in listed.stdout.splitlines()] == ["v1.0.0", "v1.1.0", "v1.2.0"]
 
 
-def test_releases_command_in_a_project_starts_from_the_pin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_releases_command_in_a_project_starts_from_the_pin_when_older_than_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from typer.testing import CliRunner
 
     from conftest import write_config
@@ -322,6 +324,7 @@ def test_releases_command_in_a_project_starts_from_the_pin(tmp_path: Path, monke
 
     write_config(tmp_path, "https://example.invalid/vllm.git", ref="v1.1.0")
     _fake_index(monkeypatch, FakePyPI())
+    monkeypatch.setattr(releases, "DEFAULT_FIRST", "1.2.0")
 
     result = CliRunner().invoke(app, ["-C", str(tmp_path), "releases"])
 
@@ -329,12 +332,15 @@ def test_releases_command_in_a_project_starts_from_the_pin(tmp_path: Path, monke
     assert [line.split()[0] for line in result.stdout.splitlines()] == ["v1.1.0", "v1.2.0", "v1.3.0"]
 
 
-def test_releases_command_with_nothing_to_start_from_says_how(tmp_path: Path) -> None:
+def test_plain_releases_command_starts_from_the_fixed_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
     from vpatch.cli import app
 
+    _fake_index(monkeypatch, FakePyPI())
+    monkeypatch.setattr(releases, "DEFAULT_FIRST", "1.2.0")
+
     result = CliRunner().invoke(app, ["-C", str(tmp_path), "releases"])
 
-    assert result.exit_code == 0
-    assert result.stdout == "" and "hint: vpatch releases --from" in result.stderr
+    assert result.exit_code == 0, result.output
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["v1.2.0", "v1.3.0"]

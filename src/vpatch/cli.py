@@ -100,8 +100,8 @@ def releases_(
 
     One commit per release in version order, tagged vX.Y.Z, with the same SHAs on every machine. \
 Only missing releases are downloaded (pip, nothing compiled) and added. \
-Without arguments it refreshes: every release from the oldest it holds \
-(or the project's pin, if older) to the newest on PyPI.
+Without arguments it refreshes: every release from 0.28.0 \
+(or the oldest it holds, or the project's pin, if older) to the newest on PyPI.
 
     Example: vpatch releases --from 0.28.0 --to 0.33.0
     """

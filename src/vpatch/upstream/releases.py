@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -34,6 +35,11 @@ BRANCH = "refs/heads/releases"
 # fast-import needs a branch to commit on; the stream resets it at the end so it is never written.
 _SCRATCH_REF = "refs/vpatch/release-build"
 _TAG_PREFIX = "refs/tags/v"
+PARALLEL_DOWNLOADS = 4
+# Where a plain `vpatch releases` starts. A commit's SHA depends on every release below it, so
+# histories only agree across machines when they share their oldest release: a fixed floor
+# (not, say, each project's pin) keeps v0.29.0 the same commit everywhere.
+DEFAULT_FIRST = "0.28.0"
 
 
 class Stage(Enum):
@@ -374,15 +380,20 @@ def build_history(
     wanted = _sorted([normalize(v) for v in versions] + list(existing))
     missing = [v for v in wanted if v not in existing]
 
-    # Fetch everything first; report every failed download at once.
+    # Fetch everything first, a few at a time (pip spends most of a download setting up its
+    # build environment, not on the network); report every failed download at once.
+    def fetch(version: str) -> _Sdist:
+        return _Sdist(package, version, fetch_sdist(version, cache=cache, package=package, downloader=downloader,
+                                                    progress=progress))
+
     sdists: dict[str, _Sdist] = {}
     failures: list[str] = []
-    for version in missing:
-        try:
-            path = fetch_sdist(version, cache=cache, package=package, downloader=downloader, progress=progress)
-            sdists[version] = _Sdist(package, version, path)
-        except UpstreamError as exc:
-            failures.append(exc.message)
+    with ThreadPoolExecutor(max_workers=PARALLEL_DOWNLOADS) as pool:
+        for version, future in [(v, pool.submit(fetch, v)) for v in missing]:
+            try:
+                sdists[version] = future.result()
+            except UpstreamError as exc:
+                failures.append(exc.message)
     if failures:
         raise UpstreamError(
             "\n".join(failures) + f"\nthe release history in {repo} is unchanged",
@@ -493,17 +504,14 @@ def update(
 ) -> list[Release]:
     """Add `versions` and every release in [first, last] to the history; returns all it holds.
 
-    With neither versions nor a range it refreshes: every release from the oldest the history
-    holds (or the project's `pin`, when that names an older release) to the newest on the index.
-    With nothing to start from it changes nothing and returns the (empty) history.
+    With neither versions nor a range it refreshes: every release from DEFAULT_FIRST (or the
+    oldest the history holds, or the project's `pin`, whichever is older) to the newest on the index.
     """
     wanted = [normalize(v) for v in versions]
     if not wanted and first is None and last is None:
-        starts = [Version(r.version) for r in list_releases(cache, package=package)[:1]]
+        starts = [Version(DEFAULT_FIRST)] + [Version(r.version) for r in list_releases(cache, package=package)[:1]]
         if pin and _is_version(pin):
             starts.append(Version(normalize(pin)))
-        if not starts:
-            return []
         first = str(min(starts))
     if first is not None or last is not None:
         offered = (lister or functools.partial(pip_index_versions, package))()
