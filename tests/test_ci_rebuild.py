@@ -1,0 +1,136 @@
+"""scripts/ci-rebuild on toy projects: update when something landed, build when the pin moved, JSON + exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import KV_V1, PARSER_V1, Project, git
+from test_update import KV_FIXED, commit_all, state_of
+from vpatch import git as vgit
+from vpatch.config import Config
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = REPO_ROOT / "scripts" / "ci-rebuild"
+
+
+def ci_rebuild(project: Project, *args: str) -> tuple[int, dict, str]:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--project", str(project.root), *args],
+                          capture_output=True, text=True, env=dict(os.environ))
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+@pytest.fixture
+def ci_project(project: Project) -> Project:
+    """Two patches on v1.0, the repo's own image definition and Dockerfile, committed."""
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "Skip null blocks")
+    project.make_patch(2, "parser-fix", {"vllm/parser.py": PARSER_V1.replace("line 20\n", "line 20 fixed\n")},
+                       "Fix the parser")
+    (project.root / "images").mkdir()
+    shutil.copyfile(REPO_ROOT / "images" / "flash-next.yaml", project.root / "images" / "flash-next.yaml")
+    shutil.copyfile(REPO_ROOT / "Dockerfile", project.root / "Dockerfile")
+    commit_all(project)
+    return project
+
+
+def test_nothing_landed_means_nothing_to_do(ci_project: Project) -> None:
+    ci_project.upstream.commit({"README": "toy vllm 1.1\n"}, "v1.1", tag="v1.1")
+    before = state_of(ci_project)
+    code, summary, err = ci_rebuild(ci_project)
+    assert code == 0, err
+    assert summary["target"] == "v1.1" and summary["landed"] == [] and summary["update"] is None
+    assert summary["build"]["needed"] is False
+    assert summary["message"] == "nothing to do: no patch has landed in v1.1"
+    assert state_of(ci_project) == before
+
+
+def test_a_conflict_on_the_target_needs_a_person_and_changes_nothing(ci_project: Project) -> None:
+    ci_project.upstream.commit({"vllm/kv.py": KV_FIXED, "vllm/parser.py": PARSER_V1.replace("line 20\n", "line XX\n")},
+                               "v1.1", tag="v1.1")
+    before = state_of(ci_project)
+    code, summary, err = ci_rebuild(ci_project, "--no-build")
+    # 0001 landed, so the update runs; 0002 conflicts there, so it stops and is aborted
+    assert code == 5, err
+    assert summary["landed"] == ["0001-kv-skip-null.patch"]
+    assert [a["file"] for a in summary["attention"]][0] == "0002-parser-fix.patch"
+    assert "stopped at 0002-parser-fix.patch" in summary["message"] and "Nothing was changed" in summary["message"]
+    assert state_of(ci_project) == before
+    assert not (ci_project.root / ".git" / "vpatch-update").exists()
+
+
+def test_landed_patch_is_dropped_and_build_is_reported_without_docker(ci_project: Project) -> None:
+    """The build itself is skipped here (--no-build); the test below builds for real where docker runs."""
+    ci_project.upstream.commit({"vllm/kv.py": KV_FIXED}, "v1.1", tag="v1.1")
+    code, summary, err = ci_rebuild(ci_project, "--no-build")
+    assert code == 0, err
+    assert summary["dropped"] == ["0001-kv-skip-null.patch"] and summary["kept"] == ["0002-parser-fix.patch"]
+    assert summary["pin"] == {"before": "v1.0", "after": "v1.1"}
+    assert summary["commit"] == git(ci_project.root, "rev-parse", "HEAD").strip()
+    assert summary["build"]["needed"] and summary["build"]["images"] == [
+        {"image": "flash-next", "tags": [], "skipped": "--no-build"}]
+    # a second run has nothing left to do, but --since the first commit still asks for a build
+    first = git(ci_project.root, "rev-list", "--max-parents=0", "HEAD").strip()
+    code, summary, err = ci_rebuild(ci_project, "--no-build")
+    assert code == 0 and summary["update"] is None and not summary["build"]["needed"]
+    code, summary, err = ci_rebuild(ci_project, "--no-build", "--since", first)
+    assert code == 0 and summary["build"]["needed"] and "changed since" in summary["build"]["reason"]
+
+
+def test_every_patch_landed_says_the_official_image_suffices(ci_project: Project) -> None:
+    ci_project.upstream.commit({"vllm/kv.py": KV_FIXED, "vllm/parser.py": PARSER_V1.replace("line 20\n", "line 20 fixed\n")},
+                               "v2.0", tag="v2.0")
+    code, summary, err = ci_rebuild(ci_project, "--no-build")
+    assert code == 0, err
+    assert summary["no_local_patch_remains"] is True
+    assert "the official vLLM v2.0 image now suffices" in summary["message"]
+
+
+def test_error_gives_exit_1_and_names_the_step(ci_project: Project) -> None:
+    code, summary, err = ci_rebuild(ci_project, "--to", "v9.9", "--no-fetch")
+    assert code == 1
+    assert summary["error"]["step"].startswith("vpatch status --json --against v9.9")
+    assert "unknown upstream ref 'v9.9'" in summary["error"]["stderr"]
+
+
+@pytest.mark.docker
+def test_update_then_real_build_on_the_new_pin(ci_project: Project) -> None:
+    """The whole job with a real docker build: the base image is made from the toy v1.1 tree."""
+    from imagebase import ensure_base
+    from vpatch.image.docker import Docker, DockerError
+
+    try:
+        docker = Docker.connect()
+    except DockerError as exc:
+        if os.environ.get("CI") or shutil.which("dockerd"):
+            raise
+        pytest.skip(f"no docker here ({exc.message})")
+    ci_project.upstream.commit({"vllm/kv.py": KV_FIXED}, "v1.1", tag="v1.1")
+    up = ci_project.upstream.path
+    tree = vgit.run(up, ["rev-parse", "v1.1:vllm"]).out.strip()
+    base = ensure_base(docker, "toy-1.1", package_tar=lambda: vgit.run(up, ["archive", "--format=tar", "v1.1", "vllm"]).stdout,
+                       fingerprint=tree)
+    code, summary, err = ci_rebuild(ci_project, "--base", base)
+    assert code == 0, err
+    assert summary["dropped"] == ["0001-kv-skip-null.patch"]
+    [image] = summary["build"]["images"]
+    definition = yaml.safe_load((ci_project.root / "images" / "flash-next.yaml").read_text())["image"]
+    repo = f"{definition['registry']}/{definition['repository']}"
+    assert f"{repo}:{definition['tag']}" in image["tags"]
+    assert any(t.startswith(f"{repo}:") and "-vp" in t for t in image["tags"]), image
+    assert Config.load(ci_project.root).pin.ref == "v1.1"
+
+
+def test_the_example_workflow_is_valid_yaml_and_runs_the_script() -> None:
+    workflow = yaml.safe_load((REPO_ROOT / ".github" / "workflows" / "vpatch-rebuild.yml").read_text())
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as true; GitHub reads it as "on"
+    assert set(triggers) == {"schedule", "push", "workflow_dispatch"}
+    assert triggers["push"]["paths"] == ["patches/**", "vpatch.yaml"]
+    steps = workflow["jobs"]["rebuild"]["steps"]
+    assert any("scripts/ci-rebuild" in step.get("run", "") for step in steps)
