@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import shutil
 import subprocess
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -129,3 +132,80 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uid = info.gid = 0
     info.uname = info.gname = "root"
     return info
+
+
+# --- the flash-next test series -------------------------------------------------------------
+
+PIN = "v0.29.0"
+SAMPLING_ADDITION = "\n\n# vpatch test: guard against negative top_k from the router.\nVPATCH_TOP_K_GUARD = True\n"
+FLASH_MODULE = '"""Flash-attention selection for sm_120 (vpatch test module)."""\n\nSM120_BACKEND = "FLASH_ATTN"\n'
+PROBE = (
+    "import importlib.util, pathlib, sys\n"
+    "pkg = pathlib.Path(list(importlib.util.find_spec('vllm').submodule_search_locations)[0])\n"
+    "sys.exit(0 if 'SM120_BACKEND' in (pkg / 'vpatch_flash.py').read_text() else 1)\n"
+)
+
+
+@dataclass(frozen=True)
+class SeriesFiles:
+    patches: dict[str, bytes]  # name (NNNN-slug) -> format-patch file
+    expected: dict[str, bytes | None]  # path -> content after the pin + the series (None: deleted)
+
+
+def make_flash_series(history: Path, workdir: Path, *, flash_module: str = FLASH_MODULE) -> SeriesFiles:
+    """Three real format-patch files against the pin of the release history: change a module, add one
+    (with a probe), delete one."""
+    scratch = workdir / "tree"
+    env = dict(os.environ, GIT_AUTHOR_NAME="Test Person", GIT_AUTHOR_EMAIL="test@vpatch.invalid",
+               GIT_COMMITTER_NAME="Test Person", GIT_COMMITTER_EMAIL="test@vpatch.invalid",
+               GIT_AUTHOR_DATE="2026-09-01T12:00:00+00:00", GIT_COMMITTER_DATE="2026-09-01T12:00:00+00:00",
+               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+
+    def g(cwd: Path, *args: str) -> bytes:
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True).stdout
+
+    g(history, "worktree", "add", "--detach", "-q", str(scratch), PIN)
+    try:
+        sampling = (scratch / "vllm/sampling_params.py").read_text() + SAMPLING_ADDITION
+        steps = [
+            ("0001-top-k-guard", "Guard top_k", {"vllm/sampling_params.py": sampling}, ""),
+            ("0002-flash-sm120", "Pick flash attention on sm_120", {"vllm/vpatch_flash.py": flash_module},
+             "Probe: 0002-flash-sm120.probe.py\n"),
+            ("0003-drop-scripts-shim", "Drop the vllm.scripts shim", {"vllm/scripts.py": None}, ""),
+        ]
+        patches: dict[str, bytes] = {}
+        for name, subject, files, trailers in steps:
+            for path, content in files.items():
+                if content is None:
+                    (scratch / path).unlink()
+                else:
+                    (scratch / path).write_text(content)
+            g(scratch, "add", "-A")
+            g(scratch, "commit", "-q", "-m", f"{subject}\n\nWhy: the GPU host needs it.\n\nOrigin: vendor\n{trailers}")
+            patches[name] = g(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit",
+                              "--full-index", "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD")
+        expected = {
+            "vllm/sampling_params.py": sampling.encode(),
+            "vllm/vpatch_flash.py": flash_module.encode(),
+            "vllm/scripts.py": None,
+        }
+        return SeriesFiles(patches, expected)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(scratch)], cwd=history, env=env,
+                       check=False, capture_output=True)
+
+
+def write_project(root: Path, series: SeriesFiles, repo_root: Path) -> Path:
+    """A project pinned at PIN of the release history with `series`, the repo's own images/flash-next.yaml
+    and overlay Dockerfile."""
+    (root / "patches").mkdir(parents=True, exist_ok=True)
+    (root / "images").mkdir(exist_ok=True)
+    (root / "vpatch.yaml").write_text(f"upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: {PIN}\npatches: patches\n")
+    for old in (root / "patches").glob("*.patch"):
+        old.unlink()
+    for name, raw in series.patches.items():
+        (root / "patches" / f"{name}.patch").write_bytes(raw)
+    (root / "patches" / "0002-flash-sm120.probe.py").write_text(PROBE)
+    shutil.copyfile(repo_root / "images" / "flash-next.yaml", root / "images" / "flash-next.yaml")
+    shutil.copyfile(repo_root / "Dockerfile", root / "Dockerfile")
+    return root

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REAL_CACHE
-from imagebase import PACKAGE_DIR, ensure_base
+from imagebase import FLASH_MODULE, PACKAGE_DIR, PIN, PROBE, SeriesFiles, ensure_base, make_flash_series, write_project
 from vpatch import git as vgit
 from vpatch.cli import app
 from vpatch.errors import ConfigError, VpatchError
@@ -26,14 +26,6 @@ from vpatch.image.definition import ImageDefinition, Strategy
 from vpatch.image.docker import Docker, DockerError, buildkit_invocation
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PIN = "v0.29.0"
-SAMPLING_ADDITION = "\n\n# vpatch test: guard against negative top_k from the router.\nVPATCH_TOP_K_GUARD = True\n"
-FLASH_MODULE = '"""Flash-attention selection for sm_120 (vpatch test module)."""\n\nSM120_BACKEND = "FLASH_ATTN"\n'
-PROBE = (
-    "import importlib.util, pathlib, sys\n"
-    "pkg = pathlib.Path(list(importlib.util.find_spec('vllm').submodule_search_locations)[0])\n"
-    "sys.exit(0 if 'SM120_BACKEND' in (pkg / 'vpatch_flash.py').read_text() else 1)\n"
-)
 
 
 def _docker_or_skip() -> Docker:
@@ -66,56 +58,9 @@ def bases(docker: Docker, release_history: Path) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True)
-class SeriesFiles:
-    patches: dict[str, bytes]
-    expected: dict[str, bytes | None]  # path -> content after v0.29.0 + the series (None: deleted)
-
-
 @pytest.fixture(scope="session")
 def flash_series(release_history: Path, tmp_path_factory: pytest.TempPathFactory) -> SeriesFiles:
-    """Three real format-patch files against v0.29.0: change a module, add one, delete one."""
-    scratch = tmp_path_factory.mktemp("series") / "tree"
-    env = dict(os.environ, GIT_AUTHOR_NAME="Test Person", GIT_AUTHOR_EMAIL="test@vpatch.invalid",
-               GIT_COMMITTER_NAME="Test Person", GIT_COMMITTER_EMAIL="test@vpatch.invalid",
-               GIT_AUTHOR_DATE="2026-09-01T12:00:00+00:00", GIT_COMMITTER_DATE="2026-09-01T12:00:00+00:00",
-               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
-
-    def g(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=scratch, env=env, check=True, capture_output=True).stdout.decode()
-
-    subprocess.run(["git", "worktree", "add", "--detach", "-q", str(scratch), PIN], cwd=release_history, env=env,
-                   check=True, capture_output=True)
-    try:
-        sampling = (scratch / "vllm/sampling_params.py").read_text() + SAMPLING_ADDITION
-        steps = [
-            ("0001-top-k-guard", "Guard top_k", {"vllm/sampling_params.py": sampling}, ""),
-            ("0002-flash-sm120", "Pick flash attention on sm_120", {"vllm/vpatch_flash.py": FLASH_MODULE},
-             "Probe: 0002-flash-sm120.probe.py\n"),
-            ("0003-drop-scripts-shim", "Drop the vllm.scripts shim", {"vllm/scripts.py": None}, ""),
-        ]
-        patches: dict[str, bytes] = {}
-        for name, subject, files, trailers in steps:
-            for path, content in files.items():
-                if content is None:
-                    (scratch / path).unlink()
-                else:
-                    (scratch / path).write_text(content)
-            g("add", "-A")
-            g("commit", "-q", "-m", f"{subject}\n\nWhy: the GPU host needs it.\n\nOrigin: vendor\n{trailers}")
-            patches[name] = subprocess.run(
-                ["git", "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
-                 "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD"],
-                cwd=scratch, env=env, check=True, capture_output=True).stdout
-        expected = {
-            "vllm/sampling_params.py": sampling.encode(),
-            "vllm/vpatch_flash.py": FLASH_MODULE.encode(),
-            "vllm/scripts.py": None,
-        }
-        return SeriesFiles(patches, expected)
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(scratch)], cwd=release_history, env=env,
-                       check=False, capture_output=True)
+    return make_flash_series(release_history, tmp_path_factory.mktemp("series"))
 
 
 @pytest.fixture
@@ -123,16 +68,7 @@ def image_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flash_series:
     """A project pinned at v0.29.0 of the real release history, with the three patches and the repo's
     own images/flash-next.yaml and overlay Dockerfile."""
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
-    root = tmp_path / "project"
-    (root / "patches").mkdir(parents=True)
-    (root / "images").mkdir()
-    (root / "vpatch.yaml").write_text(f"upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: {PIN}\npatches: patches\n")
-    for name, raw in flash_series.patches.items():
-        (root / "patches" / f"{name}.patch").write_bytes(raw)
-    (root / "patches" / "0002-flash-sm120.probe.py").write_text(PROBE)
-    shutil.copyfile(REPO_ROOT / "images" / "flash-next.yaml", root / "images" / "flash-next.yaml")
-    shutil.copyfile(REPO_ROOT / "Dockerfile", root / "Dockerfile")
-    return root
+    return write_project(tmp_path / "project", flash_series, REPO_ROOT)
 
 
 def vpatch(root: Path, *args: str) -> tuple[int, str]:
@@ -217,11 +153,18 @@ def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dic
 
 def test_a_base_that_is_not_the_pin_is_refused_before_any_layer(image_project: Path, bases: dict[str, str],
                                                                 docker: Docker) -> None:
-    before = {img.id for img in docker.client.images.list(all=True)}
+    wrong = docker.image(bases["0.28.0"]).id
+
+    def children() -> set[str]:
+        # A build's first step writes an image whose parent is the base.
+        return {i["Id"] for i in docker.client.api.images(all=True) if i.get("ParentId") == wrong}
+
+    before = children()
     code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.28.0"])
     assert code == 1, out
     assert f"base image {bases['0.28.0']} is not the pinned vLLM {PIN}: vllm/sampling_params.py differs" in out
-    assert {img.id for img in docker.client.images.list(all=True)} == before
+    assert "hint: use the official image of v0.29.0 as the base" in out
+    assert children() == before
 
 
 def test_missing_base_and_failing_step_are_clear_errors(image_project: Path, docker: Docker, bases: dict[str, str],

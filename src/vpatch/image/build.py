@@ -252,7 +252,10 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
     verify_base(docker, plan, pre)
     with tempfile.TemporaryDirectory(prefix="vpatch-overlay-") as tmp:
         context = Path(tmp)
-        shutil.copyfile(inputs.config.root / OVERLAY_DOCKERFILE, context / OVERLAY_DOCKERFILE)
+        # One LABEL instruction, appended to the recipe: the builder's own labels option costs a step per label.
+        all_labels = dict(plan.labels) | {"org.opencontainers.image.created": _now()}
+        recipe = (inputs.config.root / OVERLAY_DOCKERFILE).read_text(encoding="utf-8").rstrip("\n")
+        (context / OVERLAY_DOCKERFILE).write_text(f"{recipe}\n{label_instruction(all_labels)}\n", encoding="utf-8")
         overlay = context / "overlay"
         overlay.mkdir()
         for path in plan.changes.written:
@@ -262,12 +265,11 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)
             target.chmod(0o644)
-        created = _now()
         return docker.build(
             context,
             tag=plan.content_tag,
             buildargs=plan.buildargs,
-            labels=dict(plan.labels) | {"org.opencontainers.image.created": created},
+            labels={},
             dockerfile=OVERLAY_DOCKERFILE,
             progress=progress,
         )
@@ -311,6 +313,15 @@ def _invocation(
     )
 
 
+def label_instruction(labels: Mapping[str, str]) -> str:
+    """A single Dockerfile LABEL instruction setting every label (JSON strings are valid quoted words)."""
+    import json
+
+    return "LABEL " + " ".join(
+        f"{json.dumps(k, ensure_ascii=False)}={json.dumps(v, ensure_ascii=False)}" for k, v in labels.items()
+    )
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -339,12 +350,20 @@ def _base_facts(
 
 
 def _discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
+    """Ask the base's python once per image id (ids are content hashes, so the answer never goes stale)."""
+    from vpatch.fs import atomic_write
+    from vpatch.upstream import cache_dir
+
+    memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"
+    if memo.is_file():
+        return memo.read_text(encoding="utf-8").strip()
     found = docker.run(image_id, _DISCOVER).decode().strip()
     if not found.startswith("/"):
         raise VpatchError(
             f"base image {reference} has no importable vllm package",
             hint="is it a vLLM image? set package_dir in the image definition if python3 cannot find it",
         )
+    atomic_write(memo, found.encode() + b"\n")
     return found
 
 
