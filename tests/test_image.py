@@ -81,6 +81,13 @@ def content_tag_of(out: str) -> str:
     return next(line.split()[0] for line in out.splitlines() if line.startswith("  ") and ":0.29.0-vp" in line)
 
 
+def command_of(plan_output: str) -> str:
+    """The build command of `vpatch build --plan`, its continuation lines joined."""
+    block = plan_output.split("command:\n", 1)[1].splitlines()
+    lines = [line.strip().removesuffix("\\").strip() for line in block if line.startswith("  ")]
+    return " ".join(lines)
+
+
 def definition(root: Path) -> ImageDefinition:
     return ImageDefinition.load(root, "flash-next")
 
@@ -262,7 +269,7 @@ def test_plan_for_a_csrc_patch_is_a_source_build_for_sm120(image_project: Path, 
     assert code == 0, out
     assert "strategy:  source" in out
     assert "csrc/cache.h" in out.split("reason:", 1)[1].splitlines()[0]
-    command = out.split("command:\n", 1)[1].splitlines()[0]
+    command = command_of(out)
     assert "--build-arg torch_cuda_arch_list=12.0" in command
     assert "--build-arg RUN_WHEEL_CHECK=false" in command
     assert "--target vllm-openai" in command
@@ -282,7 +289,7 @@ def test_plan_for_precompiled_uses_the_pin_as_wheel_commit(image_project: Path) 
     code, out = vpatch(image_project, "build", "flash-next", "--plan", "--strategy", "precompiled")
     assert code == 0, out
     assert "strategy:  precompiled" in out
-    command = out.split("command:\n", 1)[1].splitlines()[0]
+    command = command_of(out)
     commit = out.split("pin:       v0.29.0 (", 1)[1][:12]
     assert "--build-arg VLLM_USE_PRECOMPILED=1" in command
     assert f"--build-arg VLLM_MERGE_BASE_COMMIT={commit}" in command

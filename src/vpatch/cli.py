@@ -205,7 +205,9 @@ def build(
         for line in describe(result, image_build.plan_command(result)):
             echo(line)
         return
-    built = image_build.build_image(config, name, strategy=strategy, base=base, push=push, progress=echo)
+    # Build progress goes to stderr; stdout keeps only the result (scripts read the tags from it).
+    built = image_build.build_image(config, name, strategy=strategy, base=base, push=push,
+                                    progress=lambda line: echo(line, err=True))
     verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
     echo(f"{verb}: {built.image_id[:19]} ({built.plan.strategy.value}: {built.plan.reason})")
     for tag in built.plan.tags:

@@ -117,6 +117,7 @@ def make_plan(
         recipe = {"dockerfile": hashlib.sha256(recipe_path.read_bytes()).hexdigest(), "package_dir": package_dir}
         identity = chosen_base.digest or (facts.digest or facts.image_id if facts else None)
         dockerfile, context = OVERLAY_DOCKERFILE, f"<context: {OVERLAY_DOCKERFILE} + overlay/ with {len(changes.written)} file(s)>"
+        notes.append("vpatch runs this build through the docker SDK (classic builder), with the labels as one LABEL step")
         base_name, base_digest = chosen_base.image, chosen_base.digest or (facts.digest if facts else None)
     else:
         dockerfile_text = _pin_dockerfile(inputs)
@@ -290,7 +291,7 @@ def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, prog
 def plan_command(plan: Plan) -> str:
     """The exact build command of the plan, as `--plan` shows it."""
     if plan.strategy is Strategy.OVERLAY:
-        return plan.command(("docker", "build")) + "  # run through the docker SDK"
+        return plan.command(("docker", "build"))
     try:
         cli = buildkit_cli()
     except DockerError:
@@ -336,7 +337,10 @@ def _base_facts(
         return None
     if not docker.has_image(reference):
         if require:
-            docker.image(reference)  # raises the missing-image error with its hint
+            docker.image(  # raises the missing-image error
+                reference,
+                missing_hint=f"pull it first (`docker pull {reference}`), or name a local copy with --base or base.image",
+            )
         notes.append(f"base image {reference} is not on the daemon")
         return None
     info = docker.image(reference)

@@ -90,8 +90,8 @@ class Docker:
 
     # Images
 
-    def image(self, ref: str) -> ImageInfo:
-        """The image `ref` names on the daemon; DockerError when there is none."""
+    def image(self, ref: str, *, missing_hint: str | None = None) -> ImageInfo:
+        """The image `ref` names on the daemon; DockerError (with `missing_hint`) when there is none."""
         import docker as dockersdk
 
         try:
@@ -99,7 +99,7 @@ class Docker:
         except dockersdk.errors.ImageNotFound as exc:
             raise DockerError(
                 f"image {ref} is not on the docker daemon",
-                hint=f"pull it first (`docker pull {ref}`) or fix the base in the image definition",
+                hint=missing_hint or f"pull it (`docker pull {ref}`) or check the name (`docker images`)",
             ) from exc
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot inspect image {ref}: {exc.explanation or exc}") from exc

@@ -148,6 +148,20 @@ class Plan:
         return (prefix + " " if prefix else "") + shlex.join(argv)
 
 
+def wrap_command(line: str) -> list[str]:
+    """A long command line as shell continuation lines: the program, then one option (with its value) a line."""
+    lines: list[list[str]] = [[]]
+    for word in shlex.split(line):
+        current = lines[-1]
+        opens_option = current and current[0].startswith("-")
+        if word.startswith("-") or (opens_option and ("=" in current[0] or len(current) == 2)):
+            lines.append([word])
+        else:
+            current.append(word)
+    rendered = [shlex.join(words) for words in lines if words]
+    return [text + " \\" for text in rendered[:-1]] + rendered[-1:]
+
+
 def choose(
     definition: ImageDefinition, patches: Sequence[Patch], *, override: Strategy | None, base_available: bool
 ) -> tuple[Strategy, str]:
@@ -317,6 +331,6 @@ def describe(plan: Plan, command: str) -> list[str]:
     lines.append("tags:")
     lines += [f"  {tag}" for tag in plan.tags]
     lines.append("command:")
-    lines.append(f"  {command}")
+    lines += [f"  {part}" for part in wrap_command(command)]
     lines += [f"note: {note}" for note in plan.notes]
     return lines
