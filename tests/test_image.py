@@ -384,3 +384,46 @@ def _sha(root: Path, number: str) -> str:
 
     (path,) = (root / "patches").glob(f"{number}-*.patch")
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_source_build_runs_vllms_dockerfile_from_the_patched_tree(project, toy_upstream, docker: Docker,  # type: ignore[no-untyped-def]
+                                                                  bases: dict[str, str]) -> None:
+    """The source strategy end to end on a toy upstream whose docker/Dockerfile has vLLM's args and stages."""
+    from conftest import write_config
+    from vpatch.upstream import cache_dir, mirror
+
+    toy_upstream.commit({
+        "csrc/cache.h": "#pragma once\n#define BLOCK 16\n",
+        "docker/Dockerfile": (
+            f"FROM {bases['0.29.0']} AS base\n"
+            "ARG torch_cuda_arch_list='7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0'\nARG max_jobs=2\nARG nvcc_threads=8\n"
+            "ARG VLLM_USE_PRECOMPILED=\"\"\nARG VLLM_MERGE_BASE_COMMIT=\"\"\nARG RUN_WHEEL_CHECK=true\n"
+            "WORKDIR /workspace\nCOPY . .\n"
+            "RUN --mount=type=bind,source=.git,target=/workspace/.git test -e /workspace/.git && "
+            "echo \"$torch_cuda_arch_list $max_jobs $nvcc_threads $RUN_WHEEL_CHECK\" > /build-args\n"
+            "FROM base AS vllm-openai\nRUN cp /workspace/csrc/cache.h /built-cache.h\n"
+        ),
+    }, "v1.1", tag="v1.1")
+    write_config(project.root, toy_upstream.url, ref="v1.1")
+    mirror.fetch(cache_dir(), toy_upstream.url)
+    project.make_patch(1, "block-32", {"csrc/cache.h": "#pragma once\n#define BLOCK 32\n"}, "Blocks of 32", base="v1.1")
+    (project.root / "images").mkdir()
+    (project.root / "images" / "toy.yaml").write_text(
+        "image: {repository: vpatch-test/toy-source, tag: next}\n"
+        "source_build: {torch_cuda_arch_list: '12.0', max_jobs: 3, nvcc_threads: 1}\n"
+    )
+    code, out = vpatch(project.root, "build", "toy")
+    assert code == 0, out
+    assert "(source: the series changes native code (0001-block-32: csrc/cache.h)" in out
+    tag = next(line.split()[0] for line in out.splitlines() if line.startswith("  vpatch-test/toy-source:"))
+    try:
+        files = docker.read_files(tag, ["/build-args", "/built-cache.h"])
+        assert files["/build-args"] == b"12.0 3 1 false\n"
+        assert files["/built-cache.h"] == b"#pragma once\n#define BLOCK 32\n"
+        labels = docker.image(tag).labels
+        assert labels["io.vpatch.strategy"] == "source"
+        assert labels["io.vpatch.patches"] == "0001-block-32"
+        assert "vpatch-test/toy-source:next" in docker.image(tag).tags
+    finally:
+        docker.remove_image(tag)
+        docker.remove_image("vpatch-test/toy-source:next")
