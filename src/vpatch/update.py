@@ -564,9 +564,8 @@ def _clear_stale(project: _Project, repo: Path) -> None:
 
 
 def _discard(project: _Project, repo: Path) -> None:
-    for tree in (project.tree, project.work / ".tree.partial"):
-        if tree.exists():
-            git.remove_worktree(repo, tree)
+    # Deleting the files first and pruning the registration after is several times faster than
+    # `git worktree remove` on vLLM's tree, and equally final.
     shutil.rmtree(project.work, ignore_errors=True)
     git.run(repo, ["worktree", "prune"], check=False)
 

@@ -1,0 +1,170 @@
+"""vpatch update on the real vLLM release history (v0.29.0 ... v0.33.0), in a copy of the project."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import REAL_CACHE, git
+from vpatch import git as vgit
+from vpatch.cli import app
+from vpatch.config import Config
+from vpatch.series import Series
+
+pytestmark = pytest.mark.releases
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def vpatch(root: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["-C", str(root), *args])
+    return result.exit_code, result.output
+
+
+def committed_copy(root: Path, files: dict[str, bytes]) -> Path:
+    root.mkdir(parents=True)
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    (root / "patches").mkdir(exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    return root
+
+
+def patch_names(root: Path) -> list[str]:
+    return sorted(p.name[:4] for p in (root / "patches").glob("*.patch"))
+
+
+def last_message(root: Path) -> str:
+    return git(root, "log", "-1", "--format=%B")
+
+
+# --- the shipped series: pin v0.29.0, 0001 qsa-fp8-kv, 0002 mamba-null-gap-free, 0003 qwen3 tool call ----------
+
+
+def shipped_files() -> dict[str, bytes]:
+    if not (REPO_ROOT / "vpatch.yaml").is_file() or len(list((REPO_ROOT / "patches").glob("*.patch"))) < 3:
+        pytest.skip("the shipped series (vpatch.yaml, patches/, probes/: issue 3) is not in this checkout yet")
+    files = {"vpatch.yaml": (REPO_ROOT / "vpatch.yaml").read_bytes()}
+    for folder in ("patches", "probes"):
+        for path in sorted((REPO_ROOT / folder).rglob("*")) if (REPO_ROOT / folder).is_dir() else []:
+            if path.is_file() and "__pycache__" not in path.parts:
+                files[str(path.relative_to(REPO_ROOT))] = path.read_bytes()
+    return files
+
+
+@pytest.fixture
+def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> Path:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    root = committed_copy(tmp_path / "project", shipped_files())
+    assert Config.load(root).pin.ref == "v0.29.0"
+    assert patch_names(root) == ["0001", "0002", "0003"]
+    return root
+
+
+def test_stepwise_updates_drop_each_patch_in_the_release_that_has_it(shipped: Path) -> None:
+    started = time.monotonic()
+    code, out = vpatch(shipped, "update", "--to", "v0.30.0")
+    assert code == 0, out
+    assert patch_names(shipped) == ["0001", "0003"]
+    message = last_message(shipped)
+    assert message.startswith("Update upstream pin v0.29.0 -> v0.30.0: drop 0002")
+    assert "- 0002-" in message and "Applied-Upstream: v0.30.0" in message
+    assert "Evidence: probe: " in message  # the probe decided it
+    retired = (shipped / "patches" / "RETIRED.md").read_text()
+    assert "## 0002-mamba-null-gap-free" in retired and "v0.30.0" in retired
+    # 0001 and 0003 still apply on v0.30.0
+    assert vpatch(shipped, "apply")[0] == 0
+
+    code, out = vpatch(shipped, "update", "--to", "v0.31.0")
+    assert code == 0, out
+    assert patch_names(shipped) == ["0003"]
+    assert "drop 0001" in last_message(shipped)
+
+    code, out = vpatch(shipped, "update", "--to", "v0.33.0")
+    assert code == 0, out
+    assert patch_names(shipped) == []
+    assert "no local patch remains: the official vLLM v0.33.0 image now suffices" in out
+    assert git(shipped, "rev-list", "--count", "HEAD").strip() == "4"
+    assert Series.load(shipped / "patches").next_number() == 4
+    print(f"three stepwise updates on the real history: {time.monotonic() - started:.1f}s")
+
+
+def test_direct_update_drops_all_three_in_one_commit(shipped: Path) -> None:
+    started = time.monotonic()
+    code, out = vpatch(shipped, "update", "--to", "v0.33.0")
+    assert code == 0, out
+    assert patch_names(shipped) == []
+    assert git(shipped, "rev-list", "--count", "HEAD").strip() == "2"
+    message = last_message(shipped)
+    assert message.startswith("Update upstream pin v0.29.0 -> v0.33.0: drop 0001, 0002, 0003")
+    assert "the official vLLM v0.33.0 image now suffices" in message
+    print(f"direct update v0.29.0 -> v0.33.0: {time.monotonic() - started:.1f}s")
+
+
+# --- stand-ins on the real trees: upstream's own changes, taken back as local patches -------------------------
+
+
+def standin_series(history: Path) -> dict[str, bytes]:
+    """Three patches on v0.29.0, each an upstream change of one small file taken from a later release, so
+    each lands verbatim in that release (0001: v0.31.0, 0002: v0.30.0, 0003: v0.33.0)."""
+    lands = {1: ("v0.30.0", "v0.31.0"), 2: ("v0.29.0", "v0.30.0"), 3: ("v0.32.0", "v0.33.0")}
+    files: dict[str, bytes] = {}
+    for number, (before, after) in lands.items():
+        path = _small_change(history, before, after)
+        diff = vgit.run(history, ["diff", "--full-index", "--no-renames", before, after, "--", path]).stdout
+        subject = f"Take upstream's change to {path}"
+        mail = (f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: Test Person "
+                f"<test@vpatch.invalid>\nDate: Tue, 1 Sep 2026 12:00:00 +0000\nSubject: {subject}\n\n"
+                f"Stand-in for a production patch: upstream makes this change in {after}.\n\n"
+                f"Origin: vendor\nLast-Update: 2026-09-01\n---\n").encode()
+        files[f"patches/{number:04d}-standin-{number}.patch"] = mail + diff
+    files["vpatch.yaml"] = b"upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.29.0\npatches: patches\n"
+    return files
+
+
+def _small_change(history: Path, before: str, after: str) -> str:
+    """A file with a small diff between two releases that is the same in v0.29.0 as in `before`."""
+    numstat = vgit.run(history, ["diff", "--numstat", "--no-renames", before, after, "--", "vllm"]).out
+    for line in numstat.splitlines():
+        added, removed, path = line.split("\t")
+        if added == "-" or not 0 < int(added) + int(removed) < 6:
+            continue
+        if vgit.run(history, ["diff", "--quiet", "v0.29.0", before, "--", path], check=False).returncode == 0 and \
+                vgit.resolve_commit(history, "v0.29.0") and vgit.read_blobs(history, "v0.29.0", [path])[path] is not None:
+            return path
+    raise AssertionError(f"no small change between {before} and {after}")
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> Path:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    return committed_copy(tmp_path / "project", standin_series(release_history))
+
+
+def test_standin_series_stepwise_and_direct_on_the_real_trees(standin: Path, tmp_path: Path,
+                                                              release_history: Path) -> None:
+    direct = tmp_path / "direct"
+    shutil.copytree(standin, direct)
+    timings = {}
+    for ref, left in (("v0.30.0", ["0001", "0003"]), ("v0.31.0", ["0003"]), ("v0.33.0", [])):
+        started = time.monotonic()
+        code, out = vpatch(standin, "update", "--to", ref)
+        timings[ref] = time.monotonic() - started
+        assert code == 0, out
+        assert patch_names(standin) == left, out
+        assert f"Applied-Upstream: {ref}" in last_message(standin)
+    assert "no local patch remains: the official vLLM v0.33.0 image now suffices" in out
+
+    started = time.monotonic()
+    code, out = vpatch(direct, "update", "--to", "v0.33.0")
+    timings["direct"] = time.monotonic() - started
+    assert code == 0, out
+    assert patch_names(direct) == [] and git(direct, "rev-list", "--count", "HEAD").strip() == "2"
+    assert "drop 0001, 0002, 0003" in last_message(direct)
+    print("update timings on the real history:", {k: f"{v:.1f}s" for k, v in timings.items()})
