@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vpatch.verdict import Applies, Kind, Says, State, Verdict
+from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -85,13 +85,13 @@ def cell_summary(v: Verdict) -> str:
     return "; ".join(dict.fromkeys(parts))
 
 
-def _short(ev: "Any", v: Verdict) -> str:
+def _short(ev: Evidence, v: Verdict) -> str:
     if ev.kind is Kind.PROBE:
         return "probe passes" if ev.says is Says.LANDED else "probe fails"
     if ev.kind is Kind.REVERSE:
         return "reverse-applies"
     if ev.kind is Kind.PATCH_ID:
-        return "same patch-id " + ev.detail.split()[2]
+        return "same patch-id as " + ev.detail.split()[2]
     if ev.kind is Kind.UPSTREAM_PR:
         return ev.detail.split('"')[0].strip()
     if ev.kind is Kind.FORWARD:
