@@ -82,7 +82,8 @@ def test_update_drops_landed_refreshes_offsets_keeps_the_rest_in_one_commit(thre
     assert "Applied-Upstream: v1.1" in message and "reverse-apply" in message
     assert "Refreshed, re-exported against v1.1:\n- 0002-parser-fix.patch" in message
     assert "Kept, unchanged:\n- 0003-new-module.patch" in message
-    # the pin moved, with the commit
+    # the pin moved, with the commit; the rest of vpatch.yaml is as it was
+    assert (three.root / "vpatch.yaml").read_text().startswith("upstream:\n  source: git\n")
     config = Config.load(three.root)
     assert config.pin.ref == "v1.1"
     assert config.pin.commit == git(three.upstream.path, "rev-parse", "v1.1").strip()
@@ -93,6 +94,17 @@ def test_update_drops_landed_refreshes_offsets_keeps_the_rest_in_one_commit(thre
     assert f"git show {before_head[:12]}:patches/0001-kv-skip-null.patch" in retired
     # the refreshed series applies on the new pin
     assert run(three, "apply")[0] == 0
+
+
+def test_comments_in_vpatch_yaml_survive_the_pin_move(three: Project) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    text = (three.root / "vpatch.yaml").read_text().replace("pin:\n", "# the production pin\npin:\n  # moved by vpatch update\n")
+    (three.root / "vpatch.yaml").write_text(text)
+    commit_all(three, "comments")
+    assert run(three, "update", "--to", "v1.1")[0] == 0
+    after = (three.root / "vpatch.yaml").read_text()
+    sha = git(three.upstream.path, "rev-parse", "v1.1").strip()
+    assert after == text.replace("  ref: v1.0\n", f"  ref: v1.1\n  commit: {sha}\n")
 
 
 def test_retired_numbers_are_never_reused(three: Project) -> None:

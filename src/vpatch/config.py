@@ -163,3 +163,27 @@ def find_root(start: Path) -> Path:
         if (folder / CONFIG_NAME).is_file():
             return folder
     return start
+
+
+def repin_text(text: str, ref: str, commit: str) -> str:
+    """vpatch.yaml's text with the pin moved, comments and layout kept; a fresh dump when the pin block is unusual."""
+    import re
+
+    block = re.search(r"^pin:[ \t]*\n((?:[ \t]+.*\n|[ \t]*\n)*)", text if text.endswith("\n") else text + "\n", re.M)
+    if block is not None:
+        body = block[1]
+        indent = re.match(r"[ \t]+", body)
+        pad = indent[0] if indent else "  "
+        new, refs = re.subn(r"^([ \t]+)ref:[^\n]*$", lambda m: f"{m[1]}ref: {ref}", body, count=1, flags=re.M)
+        if re.search(r"^[ \t]+commit:", new, re.M):
+            new = re.sub(r"^([ \t]+)commit:[^\n]*$", lambda m: f"{m[1]}commit: {commit}", new, count=1, flags=re.M)
+        else:
+            new = re.sub(r"^([ \t]+ref:[^\n]*\n)", lambda m: f"{m[1]}{pad}commit: {commit}\n", new, count=1, flags=re.M)
+        out = text[: block.start(1)] + new + text[block.end(1):]
+        try:
+            parsed = Config.parse(out, root=Path("."), source=CONFIG_NAME)
+        except ConfigError:
+            parsed = None
+        if refs == 1 and parsed is not None and (parsed.pin.ref, parsed.pin.commit) == (ref, commit):
+            return out
+    return Config.parse(text, root=Path("."), source=CONFIG_NAME).with_pin(ref, commit).dump()

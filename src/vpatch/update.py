@@ -465,7 +465,11 @@ def _commit(project: _Project, series: Series, state: _State, plan: Plan, export
         record = project.path(f"{config.patches}/{RETIRED_FILE}")
         current = git.read_blobs(top, old, [record])[record]
         writes[record] = with_entries(current, retired)
-    writes[project.path("vpatch.yaml")] = config.with_pin(plan.to_ref, plan.to_commit).dump().encode()
+    from vpatch.config import repin_text
+
+    yaml_path = project.path("vpatch.yaml")
+    current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()
+    writes[yaml_path] = repin_text(current_yaml.decode("utf-8"), plan.to_ref, plan.to_commit).encode()
     message = commit_message(plan, probes)
     tree = git.tree_with(top, old, writes, removes)
     _checkpoint("prepared")
