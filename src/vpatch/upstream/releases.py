@@ -35,7 +35,9 @@ BRANCH = "refs/heads/releases"
 # fast-import needs a branch to commit on; the stream resets it at the end so it is never written.
 _SCRATCH_REF = "refs/vpatch/release-build"
 _TAG_PREFIX = "refs/tags/v"
-PARALLEL_DOWNLOADS = 4
+# pip spends a download installing torch into a fresh build environment (vLLM's setup.py
+# imports it), which is disk-bound: three at once took 130 s each against about 65 s alone.
+PARALLEL_DOWNLOADS = 1
 # Where a plain `vpatch releases` starts. A commit's SHA depends on every release below it, so
 # histories only agree across machines when they share their oldest release: a fixed floor
 # (not, say, each project's pin) keeps v0.29.0 the same commit everywhere.
@@ -380,8 +382,7 @@ def build_history(
     wanted = _sorted([normalize(v) for v in versions] + list(existing))
     missing = [v for v in wanted if v not in existing]
 
-    # Fetch everything first, a few at a time (pip spends most of a download setting up its
-    # build environment, not on the network); report every failed download at once.
+    # Fetch everything before touching the repository; report every failed download at once.
     def fetch(version: str) -> _Sdist:
         return _Sdist(package, version, fetch_sdist(version, cache=cache, package=package, downloader=downloader,
                                                     progress=progress))
