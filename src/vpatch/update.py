@@ -16,7 +16,7 @@ import signal
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from vpatch import git, stack
 from vpatch.errors import ApplyError, ExitCode, VpatchError
@@ -87,7 +87,7 @@ class Plan:
                 "patches": [{**asdict(p), "action": p.action.value} for p in self.patches]}
 
     @classmethod
-    def from_dict(cls, data: dict[str, object]) -> Plan:
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
         rows = data["patches"]
         assert isinstance(rows, list)
         patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"])}) for r in rows)
@@ -445,10 +445,20 @@ def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str,
 
 
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str) -> ProbeCheck:
-    """The probes module's validation (issue 3): fail on `base`, pass on `patched`."""
-    from vpatch import probes  # type: ignore[attr-defined]
+    """The probes module's `validate_probe` (issue 3): the probe must fail on `base` and pass on `patched`.
 
-    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched)  # type: ignore[attr-defined]
+    Expected interface: validate_probe(repo, config, patch, base=<commit>, patched=<commit>) returning an
+    object with `ok` (bool) and `detail` (str), or raising VpatchError. Until that module exists the probe
+    is reported as not re-validated (in the result and the commit message) rather than blocking the update.
+    """
+    import importlib
+
+    try:
+        probes = importlib.import_module("vpatch.probes")
+        validate = getattr(probes, "validate_probe")
+    except (ImportError, AttributeError):
+        return ProbeCheck(patch.filename, patch.trailer("Probe"), True, "NOT re-validated: this vpatch has no probe runner")
+    outcome = validate(repo, config, patch, base=base, patched=patched)
     return ProbeCheck(patch.filename, patch.trailer("Probe"), bool(getattr(outcome, "ok", outcome)),
                       str(getattr(outcome, "detail", "")))
 
@@ -478,7 +488,7 @@ def _commit(project: _Project, series: Series, state: _State, plan: Plan, export
         _discard(project, Path(state.repo))
         return Result(Outcome.STAGED, plan, message=message, probes=probes)
     new = git.commit_tree(top, tree, [old], message)
-    journal = {"ref": state.head_ref, "old": old, "new": new, "repo": state.repo, "plan": plan.to_dict(),
+    journal: dict[str, Any] = {"ref": state.head_ref, "old": old, "new": new, "repo": state.repo, "plan": plan.to_dict(),
                "message": message}
     atomic_write(project.work / JOURNAL_FILE, (json.dumps(journal, indent=2) + "\n").encode())
     git.update_refs(top, [git.RefUpdate(state.head_ref, new, old)])
@@ -486,13 +496,13 @@ def _commit(project: _Project, series: Series, state: _State, plan: Plan, export
     return replace(_finish_commit(project, journal), probes=probes)
 
 
-def _finish_commit(project: _Project, journal: dict[str, object]) -> Result:
+def _finish_commit(project: _Project, journal: dict[str, Any]) -> Result:
     """After the ref moved: bring the index and files to the new commit, then forget the update."""
     old, new = str(journal["old"]), str(journal["new"])
     git.switch_tree(project.top, old, new)
     (project.work / JOURNAL_FILE).unlink()
     _discard(project, Path(str(journal["repo"])))
-    plan = Plan.from_dict(journal["plan"])  # type: ignore[arg-type]
+    plan = Plan.from_dict(journal["plan"])
     return Result(Outcome.COMMITTED, plan, commit=new, message=str(journal["message"]))
 
 
@@ -585,8 +595,8 @@ def _load_state(project: _Project) -> _State:
     return _State.from_json(path.read_text())
 
 
-def _read_json(path: Path) -> dict[str, object] | None:
-    return json.loads(path.read_text()) if path.is_file() else None  # type: ignore[no-any-return]
+def _read_json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _checkpoint(step: str) -> None:
