@@ -257,8 +257,15 @@ class _Marks:
 _UPSTREAM_RE = re.compile(rb"""commit_id\s*=\s*['"]g?([0-9a-f]{7,40})['"]""")
 
 
-def _sdist_stream(sdist: _Sdist, parent: str | None, marks: _Marks) -> Iterator[bytes | tuple[int, str, int]]:
-    """Blobs of one sdist, then its commit; the last item is (mark, version, date) of the commit."""
+def _commit_header(mark: int, who: str, message: str, parent: str | None) -> bytes:
+    # Reset first: a commit without `from` must be a root, not a child of the scratch branch.
+    out = b"reset %s\ncommit %s\nmark :%d\n" % (_SCRATCH_REF.encode(), _SCRATCH_REF.encode(), mark)
+    out += b"author %s\ncommitter %s\n" % (who.encode(), who.encode()) + _data(message.encode())
+    return out + (b"from %s\n" % parent.encode() if parent else b"") + b"deleteall\n"
+
+
+def _sdist_stream(sdist: _Sdist, parent: str | None, mark: int, marks: _Marks) -> Iterator[bytes]:
+    """The blobs of one sdist, then its commit as mark `mark` on `parent` (a SHA or ":mark")."""
     top = f"{sdist.package}-{sdist.version}/"
     entries: list[tuple[str, bytes, int]] = []  # (path, mode, blob mark)
     upstream: str | None = None
@@ -293,9 +300,9 @@ def _sdist_stream(sdist: _Sdist, parent: str | None, marks: _Marks) -> Iterator[
                         upstream = found.group(1).decode()
                 else:
                     continue  # devices and fifos have no place in a source tree
-                mark = marks.take()
-                yield b"blob\nmark :%d\n" % mark + _data(payload)
-                entries.append((path, mode, mark))
+                blob = marks.take()
+                yield b"blob\nmark :%d\n" % blob + _data(payload)
+                entries.append((path, mode, blob))
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise UpstreamError(
             f"cannot read {sdist.path}: {exc}", hint="delete it from the cache and fetch it again"
@@ -305,28 +312,19 @@ def _sdist_stream(sdist: _Sdist, parent: str | None, marks: _Marks) -> Iterator[
         f"Sdist: {sdist.path.name}\nSdist-SHA256: {digest.hexdigest()}\n"
         + (f"Upstream-Commit: {upstream}\n" if upstream else "")
     )
-    mark = marks.take()
-    header = b"reset %s\ncommit %s\nmark :%d\n" % (_SCRATCH_REF.encode(), _SCRATCH_REF.encode(), mark)
-    who = f"{IDENTITY} {date} +0000".encode()
-    header += b"author %s\ncommitter %s\n" % (who, who) + _data(message.encode())
-    if parent:
-        header += b"from %s\n" % parent.encode()
-    body = [b"deleteall\n"] + [b"M %s :%d %s\n" % (mode, m, _quote(p)) for p, mode, m in sorted(entries)]
-    yield header + b"".join(body) + b"\n"
-    yield (mark, sdist.version, date)
+    header = _commit_header(mark, f"{IDENTITY} {date} +0000", message, parent)
+    yield header + b"".join(b"M %s :%d %s\n" % (mode, m, _quote(p)) for p, mode, m in entries) + b"\n"
 
 
-def _rewrite_stream(repo: Path, commit: str, parent: str | None, marks: _Marks) -> tuple[bytes, int]:
+def _rewrite_stream(repo: Path, commit: str, parent: str | None, mark: int) -> bytes:
     """A commit with the tree, identity, date and message of `commit` on a new parent."""
     old = git.read_commit(repo, commit)
-    mark = marks.take()
-    out = b"reset %s\ncommit %s\nmark :%d\n" % (_SCRATCH_REF.encode(), _SCRATCH_REF.encode(), mark)
-    out += b"author %s\ncommitter %s\n" % (old.author.encode(), old.committer.encode())
-    out += _data(old.message.encode())
-    if parent:
-        out += b"from %s\n" % parent.encode()
-    out += b'deleteall\nM 040000 %s ""\n\n' % old.tree.encode()
-    return out, mark
+    assert old.author == old.committer, f"{commit} was not made by vpatch"
+    return _commit_header(mark, old.committer, old.message, parent) + b'M 040000 %s ""\n\n' % old.tree.encode()
+
+
+def _date(commit: git.CommitObject) -> int:
+    return int(commit.committer.rsplit(" ", 2)[1])
 
 
 # --- the history ------------------------------------------------------------------
@@ -359,8 +357,7 @@ def list_releases(cache: Path | None = None, *, package: str = PACKAGE) -> list[
     releases = []
     for version in _sorted(existing):
         obj = git.read_commit(repo, existing[version])
-        date = int(obj.committer.rsplit(" ", 2)[1])
-        releases.append(Release(version, f"v{version}", existing[version], obj.tree, date, State.PRESENT))
+        releases.append(Release(version, f"v{version}", existing[version], obj.tree, _date(obj), State.PRESENT))
     return releases
 
 
@@ -428,17 +425,14 @@ def build_history(
             if keep:
                 prev = keep
                 continue
+            mark_of[version] = mark = marks.take()
             if version in sdists:
                 progress(Progress(version, Stage.BUILDING, sdists[version].path.name))
-                for item in _sdist_stream(sdists[version], prev, marks):
-                    if isinstance(item, tuple):
-                        mark_of[version] = item[0]
-                    else:
-                        yield item
+                yield from _sdist_stream(sdists[version], prev, mark, marks)
             else:
-                chunk, mark_of[version] = _rewrite_stream(repo, existing[version], prev, marks)
-                yield chunk
-            prev = f":{mark_of[version]}"
+                yield _rewrite_stream(repo, existing[version], prev, mark)
+            prev = f":{mark}"
+        # Drop the scratch branch, so that fast-import writes no ref: tags move below, all at once.
         yield b"reset %s\n\ndone\n" % _SCRATCH_REF.encode()
 
     imported = git.fast_import(repo, stream()) if any(keep is None for _v, keep in plan) else {}
@@ -454,16 +448,14 @@ def build_history(
             continue
         results[version] = (sha, State.REWRITTEN if version in existing else State.ADDED)
         updates.append(git.RefUpdate(f"{_TAG_PREFIX}{version}", sha, existing.get(version, git.ZERO_SHA)))
-    if updates and plan:
-        tip = results[plan[-1][0]][0]
-        updates.append(git.RefUpdate(BRANCH, tip))
+    if updates:
+        updates.append(git.RefUpdate(BRANCH, results[wanted[-1]][0]))
         git.update_refs(repo, updates)
 
     releases = []
     for version, (sha, state) in results.items():
         obj = git.read_commit(repo, sha)
-        date = int(obj.committer.rsplit(" ", 2)[1])
-        releases.append(Release(version, f"v{version}", sha, obj.tree, date, state))
+        releases.append(Release(version, f"v{version}", sha, obj.tree, _date(obj), state))
     return releases
 
 
