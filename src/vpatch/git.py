@@ -146,11 +146,12 @@ def read_blobs(repo: Path, treeish: str, paths: Sequence[str]) -> dict[str, byte
         nl = out.index(b"\n", pos)
         header = out[pos:nl].split()
         pos = nl + 1
-        if header[-1] == b"missing" or len(header) != 3 or header[1] != b"blob":
+        if header[-1] == b"missing" or len(header) != 3:
             blobs[path] = None
             continue
         size = int(header[2])
-        blobs[path] = out[pos : pos + size]
+        # a tree at that path is no file, but its content is in the stream all the same
+        blobs[path] = out[pos : pos + size] if header[1] == b"blob" else None
         pos += size + 1
     return blobs
 
@@ -349,6 +350,29 @@ def commit_times(repo: Path, commits: Sequence[str]) -> dict[str, int]:
         return {}
     out = run(repo, ["log", "--no-walk=unsorted", "--format=%H %ct", *commits, "--"]).out
     return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
+
+
+def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, dict[str, bytes | None]]:
+    """`read_blobs` for several commits in one `cat-file --batch` call: commit -> path -> content."""
+    out: dict[str, dict[str, bytes | None]] = {c: {} for c in commits}
+    if not commits or not paths:
+        return out
+    request = "".join(f"{c}:{p}\n" for c in commits for p in paths).encode()
+    data = run(repo, ["cat-file", "--batch"], input=request).stdout
+    pos = 0
+    for c in commits:
+        for p in paths:
+            nl = data.index(b"\n", pos)
+            header = data[pos:nl].split()
+            pos = nl + 1
+            if header[-1] == b"missing" or len(header) != 3:
+                out[c][p] = None
+                continue
+            size = int(header[2])
+            # a tree or gitlink at that path is no file: skip its content too
+            out[c][p] = data[pos:pos + size] if header[1] == b"blob" else None
+            pos += size + 1
+    return out
 
 
 def reachable_count(repo: Path, commit: str) -> int:

@@ -110,9 +110,12 @@ def resolve_targets(repo: Path, config: "Config", against: Sequence[str] = ()) -
     seen: dict[str, Target] = {pin.commit: pin}
     for ref in refs:
         seen.setdefault(commits[ref] or "", Target(ref, commits[ref] or ""))
-    # Ancestry, not dates, orders them: an ancestor reaches fewer commits than its descendants.
-    depth = {commit: git.reachable_count(repo, commit) for commit in seen}
-    ordered = sorted(seen.values(), key=lambda t: (depth[t.commit], t is not pin))
+    # Oldest first by commit time; where times tie (scripted histories), ancestry decides: an ancestor
+    # reaches fewer commits than its descendants.
+    times = git.commit_times(repo, list(seen))
+    tied = {c for c in seen if list(times.values()).count(times.get(c, 0)) > 1}
+    depth = {c: git.reachable_count(repo, c) if c in tied else 0 for c in seen}
+    ordered = sorted(seen.values(), key=lambda t: (times.get(t.commit, 0), depth[t.commit], t is not pin))
     return pin, ordered
 
 
@@ -130,9 +133,11 @@ def compute(
 ) -> Status:
     """Judge every patch on every target, then find each landed patch's landing point."""
     counter = _CountingProbe(probe) if probe is not None else None
+    paths = sorted({path for patch in patches for path in patch.paths})
+    blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
-                     use_history_evidence=history_evidence)
+                     use_history_evidence=history_evidence, blobs=blobs[t.commit])
         for t in targets
     ]
     rows: list[PatchStatus] = []

@@ -23,19 +23,23 @@ and touch the same files (the tree `vpatch apply`/`update` would build), so a pa
 another is not called a conflict. Probes always run on the unpatched commit: the question they answer
 is "does upstream have this behaviour", and that keeps their cache key the upstream tree.
 
-Textual checks never check out a tree: a temporary index holds only the paths the patches touch
-(`ls-tree` -> `update-index --index-info`) and `git apply --cached --check` runs against it.
+Textual checks never check out a tree: the blobs the patches touch are read from the object database
+(one `cat-file --batch`) and checked in memory by git's own matching rules (applycheck.py); what that
+model does not cover (3-way merges, mode changes, binary diffs) goes to `git apply --cached --check`
+on a temporary index holding only those paths (`ls-tree` -> `update-index --index-info`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Callable, Collection, Mapping, Sequence
 
-from vpatch import git
+from vpatch import applycheck, git
+from vpatch.applycheck import Outcome
 from vpatch.series import FileDiff, Hunk, Patch
 
 
@@ -159,25 +163,26 @@ def judge_series(
     probe: ProbeFn | None = None,
     only: Collection[str] | None = None,
     use_history_evidence: bool = True,
+    blobs: Mapping[str, bytes | None] | None = None,
 ) -> tuple[Verdict, ...]:
     """Verdicts for `patches` on `commit`, in order, with stack semantics (see the module docstring).
 
     `history`: upstream has per-commit history (a git mirror), so patch-id and PR evidence can be read
     from pin..commit; False for the release history. `only`: judge just these patch files (the earlier
     patches they stack on are still evaluated, textually). `use_history_evidence=False` skips the
-    patch-id and PR look-ups altogether (the fast textual mode).
+    patch-id and PR look-ups altogether (the fast textual mode). `blobs`: the touched files of `commit`
+    already read (path -> content, None: absent), e.g. by one `git.read_blobs_at` for many commits.
     """
     wanted = _stack_closure(patches, only)
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
     verdicts: list[Verdict] = []
-    with git.temp_index(repo) as env:
-        git.load_index(repo, env, commit, paths)
+    with _Tree(repo, commit, paths, blobs) as tree:
         for i, patch in enumerate(patches):
             if patch.filename not in wanted:
                 continue
             is_target = only is None or patch.filename in only
             check = probe(patch, commit) if (probe is not None and is_target) else None
-            text = _textual(repo, env, patch)
+            text = _textual(tree, patch)
             evidence = _evidence(repo, patch, commit, pin=pin, history=history and use_history_evidence,
                                  text=text, probe=check, skip_history=not is_target)
             verdict = _decide(patch, commit, text, evidence, check)
@@ -185,8 +190,65 @@ def judge_series(
                 verdicts.append(verdict)
             later_overlap = any(set(p.paths) & set(patch.paths) for p in patches[i + 1:] if p.filename in wanted)
             if verdict.state is State.NEEDED and later_overlap:
-                git.apply_cached(repo, env, patch.diff, check=False, three_way=text.forward is Applies.THREE_WAY)
+                tree.apply(patch, three_way=text.forward is Applies.THREE_WAY)
     return tuple(verdicts)
+
+
+class _Tree:
+    """The files the patches touch on one commit: checked in memory, with a temporary index (built only
+    when first needed) for what memory cannot answer - 3-way merges, mode changes, binary diffs."""
+
+    def __init__(self, repo: Path, commit: str, paths: Sequence[str], blobs: Mapping[str, bytes | None] | None) -> None:
+        self.repo, self.commit, self.paths = repo, commit, list(paths)
+        if blobs is None or any(p not in blobs for p in self.paths):
+            blobs = git.read_blobs(repo, commit, self.paths)
+        self.blobs: dict[str, bytes | None] = dict(blobs)
+        self.stacked: list[tuple[Patch, bool]] = []
+        self.memory = True  # False once a stacked patch went in through git only
+        self._stack = ExitStack()
+        self._env: Mapping[str, str] | None = None
+
+    def __enter__(self) -> _Tree:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def index(self) -> Mapping[str, str]:
+        if self._env is None:
+            env = self._stack.enter_context(git.temp_index(self.repo))
+            git.load_index(self.repo, env, self.commit, self.paths)
+            for patch, three_way in self.stacked:
+                git.apply_cached(self.repo, env, patch.diff, check=False, three_way=three_way)
+            self._env = env
+        return self._env
+
+    def check(self, files: Sequence[FileDiff], diff: bytes, *, reverse: bool = False) -> tuple[bool, str]:
+        """Whether the diff applies, and where hunks moved ("" when they did not)."""
+        if self.memory:
+            found = applycheck.check(files, self.blobs, reverse=reverse)
+            if found.outcome is not Outcome.UNKNOWN:
+                moved = ", ".join(f"hunk {n} at line {line} ({off:+d})" for n, line, off in found.offsets)
+                return found.outcome is not Outcome.FAILS, moved
+        result = git.apply_cached(self.repo, self.index(), diff, reverse=reverse)
+        moved = ", ".join(f"hunk {m[1]} at line {m[2]}" + (f" ({int(m[3]):+d})" if m[3] else "")
+                          for m in _OFFSET.finditer(result.err))
+        return result.returncode == 0, moved
+
+    def three_way_clean(self, patch: Patch) -> tuple[bool, str]:
+        three = git.apply_cached(self.repo, self.index(), patch.diff, three_way=True)
+        return three.returncode == 0 and "with conflicts" not in three.err, three.err
+
+    def apply(self, patch: Patch, *, three_way: bool) -> None:
+        """Stack a needed patch under the later ones that share its files."""
+        found = applycheck.check(patch.files, self.blobs) if self.memory and not three_way else None
+        if found is not None and found.result is not None and found.outcome is not Outcome.FAILS:
+            self.blobs.update(found.result)
+        else:
+            self.memory = False
+        if self._env is not None:
+            git.apply_cached(self.repo, self._env, patch.diff, check=False, three_way=three_way)
+        self.stacked.append((patch, three_way))
 
 
 def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> set[str]:
@@ -202,33 +264,29 @@ def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> se
     return wanted
 
 
-def _textual(repo: Path, env: Mapping[str, str], patch: Patch) -> _Text:
-    fwd = git.apply_cached(repo, env, patch.diff)
-    rev = git.apply_cached(repo, env, patch.diff, reverse=True)
-    if fwd.returncode == 0:
-        offsets = [m for m in _OFFSET.finditer(fwd.err)]
-        if offsets:
-            where = ", ".join(f"hunk {m[1]} at line {m[2]}" + (f" ({int(m[3]):+d})" if m[3] else "") for m in offsets)
-            return _Text(Applies.OFFSETS, where, rev.returncode == 0)
-        return _Text(Applies.CLEAN, "", rev.returncode == 0)
-    if rev.returncode == 0:
+def _textual(tree: _Tree, patch: Patch) -> _Text:
+    forward, moved = tree.check(patch.files, patch.diff)
+    reverse, _ = tree.check(patch.files, patch.diff, reverse=True)
+    if forward:
+        return _Text(Applies.OFFSETS if moved else Applies.CLEAN, moved, reverse)
+    if reverse:
         return _Text(Applies.NO, "", True)
     # Neither direction works whole: look hunk by hunk, and whether a 3-way merge would be clean.
     landed, needed, conflict = [], [], []
     for fd in patch.files:
         for n, hunk in enumerate(fd.hunks, 1):
             name = hunk_name(fd, n, hunk)
+            one = (replace(fd, hunks=(hunk,)),)
             mini = fd.header + hunk.text
-            if git.apply_cached(repo, env, mini, reverse=True).returncode == 0:
+            if tree.check(one, mini, reverse=True)[0]:
                 landed.append(name)
-            elif git.apply_cached(repo, env, mini).returncode == 0:
+            elif tree.check(one, mini)[0]:
                 needed.append(name)
             else:
                 conflict.append(name)
-    three = git.apply_cached(repo, env, patch.diff, three_way=True)
-    clean_3way = three.returncode == 0 and "with conflicts" not in three.err
+    clean_3way, output = tree.three_way_clean(patch)
     return _Text(Applies.THREE_WAY if clean_3way else Applies.NO, "", False,
-                 tuple(landed), tuple(needed), tuple(conflict), three.err)
+                 tuple(landed), tuple(needed), tuple(conflict), output)
 
 
 def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
