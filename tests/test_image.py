@@ -99,6 +99,7 @@ def test_build_overlays_the_series_onto_the_base(image_project: Path, bases: dic
                                                  flash_series: SeriesFiles) -> None:
     code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"])
     assert code == 0, out
+    assert "Step 1/" in out and "COPY overlay/" in out  # the build's progress is streamed
     d = definition(image_project)
     content_tag = content_tag_of(out)
     assert content_tag.startswith(f"{d.full_repository}:0.29.0-vp")
