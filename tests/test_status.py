@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import KV_V1, PARSER_V1, Project
@@ -168,3 +169,47 @@ def test_default_targets_are_pin_newest_release_and_branch(project: Project) -> 
     assert pin.ref == "v1.0"
     assert [t.ref for t in targets] == ["v1.0", "v1.1", "main"]
     assert all(isinstance(t, Target) and len(t.commit) == 40 for t in targets)
+
+
+# --- the real release history with the shipped series ----------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _first_landed(patch: dict, targets: list[str]) -> str | None:  # type: ignore[type-arg]
+    return next((ref for ref in targets if patch["results"][ref]["state"] == "landed"), None)
+
+
+@pytest.mark.releases
+def test_shipped_series_on_the_real_release_history(release_history: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import REAL_CACHE
+
+    if not list((ROOT / "patches").glob("*.patch")):
+        pytest.skip("the shipped series (issue 3) is not in patches/ yet")
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))  # the real history and the probe environment
+    against = ["v0.30.0", "v0.31.0", "v0.32.0", "v0.33.0"]
+    result = CliRunner().invoke(app, ["--project", str(ROOT), "status", "--json",
+                                      *[a for ref in against for a in ("--against", ref)]])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    targets = doc["targets"]
+    assert targets == ["v0.29.0", *against] and doc["pin"]["ref"] == "v0.29.0"
+    by_number = {p["number"]: p for p in doc["patches"]}
+    expected_first = {1: "v0.31.0", 2: "v0.30.0", 3: "v0.33.0"}
+    for number, first in expected_first.items():
+        patch = by_number[number]
+        assert _first_landed(patch, targets) == first, patch["results"]
+        assert patch["landed_in"]["ref"] == first and patch["landed_in"]["release"] == first
+        for ref in targets[targets.index(first):]:
+            assert patch["results"][ref]["state"] == "landed", (number, ref, patch["results"][ref])
+        for ref in targets[:targets.index(first)]:
+            before = patch["results"][ref]
+            assert before["state"] in ("needed", "partial", "conflict"), (number, ref, before)
+            assert before["evidence"], "a verdict without reasons"
+    # The Mamba case: the probe decides on v0.30.0 although the old diff still applies there.
+    mamba = by_number[2]["results"]["v0.30.0"]
+    assert mamba["decided_by"] == "probe"
+    assert mamba["applies"] in ("clean", "offsets")
+    assert "diff still applies" in mamba["summary"]
+    patch_id = next(ev for ev in mamba["evidence"] if ev["kind"] == "patch-id")
+    assert patch_id["says"] == "unavailable" and "release history has no per-commit diffs" in patch_id["detail"]
