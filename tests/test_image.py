@@ -97,11 +97,19 @@ def definition(root: Path) -> ImageDefinition:
 
 def test_build_overlays_the_series_onto_the_base(image_project: Path, bases: dict[str, str], docker: Docker,
                                                  flash_series: SeriesFiles) -> None:
+    d = definition(image_project)
+    # The plan names the tags; drop an image a previous run left so that this one really builds.
+    code, out = vpatch(image_project, "build", "flash-next", "--plan", "--base", bases["0.29.0"])
+    assert code == 0, out
+    planned = content_tag_of(out)
+    docker.remove_image(planned)
+
     code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"])
     assert code == 0, out
+    assert out.splitlines()[-3].startswith("built in ")
     assert "Step 1/" in out and "COPY overlay/" in out  # the build's progress is streamed
-    d = definition(image_project)
     content_tag = content_tag_of(out)
+    assert content_tag == planned
     assert content_tag.startswith(f"{d.full_repository}:0.29.0-vp")
     built = docker.image(content_tag)
     assert f"{d.full_repository}:{d.tag}" in built.tags
