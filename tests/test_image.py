@@ -436,3 +436,42 @@ def test_source_build_runs_vllms_dockerfile_from_the_patched_tree(project, toy_u
     finally:
         docker.remove_image(tag)
         docker.remove_image("vpatch-test/toy-source:next")
+
+
+def test_shipped_series_builds_and_verifies_on_the_test_base(bases: dict[str, str], docker: Docker,
+                                                             monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                             release_history: Path) -> None:
+    """`vpatch build flash-next` for this repository's own vpatch.yaml and patches/, on the v0.29.0 test base."""
+    from vpatch.config import Config
+    from vpatch.series import Series
+
+    if not (REPO_ROOT / "vpatch.yaml").is_file() or not list((REPO_ROOT / "patches").glob("*.patch")):
+        pytest.skip("the shipped series (vpatch.yaml, patches/) is not in this checkout")
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    config = Config.load(REPO_ROOT)
+    if config.pin.ref != PIN:
+        pytest.skip(f"the shipped pin moved to {config.pin.ref}; the test base is {PIN}")
+    series = Series.load(config.patches_dir)
+
+    code, out = vpatch(REPO_ROOT, "build", "flash-next", "--base", bases["0.29.0"])
+    assert code == 0, out
+    assert "(overlay:" in out
+    tag = content_tag_of(out)
+    labels = docker.image(tag).labels
+    assert labels["io.vpatch.patches"] == ",".join(p.name for p in series)
+
+    # The image's files are what plain `git apply` of the series onto v0.29.0 gives.
+    tree = tmp_path / "tree"
+    vgit.run(release_history, ["worktree", "add", "--detach", "--quiet", str(tree), PIN])
+    try:
+        for p in series:
+            vgit.run(tree, ["apply", "--index"], input=p.diff)
+        touched = sorted({path for p in series for path in p.paths if path.startswith("vllm/")})
+        in_image = docker.read_files(tag, [f"{PACKAGE_DIR}/{path.removeprefix('vllm/')}" for path in touched])
+        for path in touched:
+            want = (tree / path).read_bytes() if (tree / path).exists() else None
+            assert in_image[f"{PACKAGE_DIR}/{path.removeprefix('vllm/')}"] == want, path
+    finally:
+        vgit.remove_worktree(release_history, tree)
+    code, out = vpatch(REPO_ROOT, "verify", tag)
+    assert code == 0, out
