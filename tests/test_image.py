@@ -7,10 +7,8 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import REAL_CACHE
-from imagebase import FLASH_MODULE, PACKAGE_DIR, PIN, PROBE, SeriesFiles, ensure_base, make_flash_series, write_project
+from imagebase import FLASH_MODULE, PACKAGE_DIR, PIN, SeriesFiles, ensure_base, make_flash_series, write_project
 from vpatch import git as vgit
 from vpatch.cli import app
 from vpatch.errors import ConfigError, VpatchError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
