@@ -75,6 +75,22 @@ def load_inputs(config: Config, name: str) -> Inputs:
     return Inputs(config, definition, series, repo, pin_commit)
 
 
+@dataclass(frozen=True)
+class _Recipe:
+    """The strategy-specific half of a plan."""
+
+    buildargs: dict[str, str]
+    dockerfile: str
+    context: str
+    target: str | None
+    recipe: dict[str, str]  # what, besides pin and patches, decides the content
+    identity: str | None  # the base's digest or id (overlay); None where the pin's Dockerfile is the base
+    base_name: str | None = None
+    base_digest: str | None = None
+    package_dir: str | None = None
+    facts: BaseFacts | None = None
+
+
 def make_plan(
     inputs: Inputs,
     *,
@@ -85,54 +101,23 @@ def make_plan(
 ) -> Plan:
     """The build that `vpatch build` would run. Without a daemon (or base) the overlay plan says so in its notes;
     `require_base` turns that into an error, for real builds."""
-    definition, pin_commit = inputs.definition, inputs.pin_commit
-    pin_ref = inputs.config.pin.ref
+    definition, pin_commit, pin_ref = inputs.definition, inputs.pin_commit, inputs.config.pin.ref
     patches = tuple(inputs.series.patches)
     chosen_base = Base(image=base) if base else definition.base_for(pin_ref, pin_commit)
     chosen, reason = choose(definition, patches, override=strategy, base_available=chosen_base.image is not None)
     version = version_of(pin_ref, pin_commit)
-    changes = Changes.of(patches)
     notes: list[str] = []
-    facts: BaseFacts | None = None
-    target: str | None = None
+    changes = Changes.of(patches)
     if chosen is Strategy.OVERLAY:
         changes = changes.within(PACKAGE)  # tests and docs a patch may also touch are not in the image
-        reference = chosen_base.reference()
-        assert reference is not None
-        facts = _base_facts(docker, reference, definition, chosen_base, notes, require=require_base)
-        package_dir = facts.package_dir if facts else (definition.package_dir or "<discovered in the base>")
-        buildargs = {
-            "BASE_IMAGE": facts.image_id if facts else reference,
-            "VLLM_PACKAGE_DIR": package_dir,
-            "VPATCH_DELETE": " ".join(in_package(p) for p in changes.deleted),
-            "VPATCH_STALE_MODULES": " ".join(in_package(p) for p in changes.paths if p.endswith(".py")),
-        }
-        recipe_path = inputs.config.root / OVERLAY_DOCKERFILE
-        if not recipe_path.is_file():
-            raise ConfigError(
-                f"no overlay recipe {OVERLAY_DOCKERFILE} in {inputs.config.root}",
-                hint="the project's top-level Dockerfile is the overlay recipe; restore it from vpatch's repository",
-            )
-        recipe = {"dockerfile": hashlib.sha256(recipe_path.read_bytes()).hexdigest(), "package_dir": package_dir}
-        identity = chosen_base.digest or (facts.digest or facts.image_id if facts else None)
-        dockerfile, context = OVERLAY_DOCKERFILE, f"<context: {OVERLAY_DOCKERFILE} + overlay/ with {len(changes.written)} file(s)>"
-        notes.append("vpatch runs this build through the docker SDK (classic builder), with the labels as one LABEL step")
-        base_name, base_digest = chosen_base.image, chosen_base.digest or (facts.digest if facts else None)
+        r = _overlay_recipe(inputs, chosen_base, changes, docker, notes, require_base=require_base)
     else:
-        dockerfile_text = _pin_dockerfile(inputs)
-        buildargs, arg_notes = vllm_buildargs(
-            definition, chosen, pin_commit=pin_commit, declared=declared_args(dockerfile_text)
-        )
-        notes += arg_notes
-        notes.append("vLLM's Dockerfile bind-mounts .git: the context is a git work tree of the pin with the series applied")
-        worktree = _worktree_dir(inputs.config, definition)
-        dockerfile, context, target = str(worktree / definition.source_build.dockerfile), str(worktree), definition.source_build.target
-        recipe = dict(buildargs) | {"target": target, "dockerfile": hashlib.sha256(dockerfile_text.encode()).hexdigest()}
-        identity, base_name, base_digest, package_dir = None, None, None, None
-    content = content_hash(
-        strategy=chosen, base_identity=identity, pin_commit=pin_commit, patches=patches, recipe=recipe
-    ) if identity or chosen is not Strategy.OVERLAY else "?" * 12
-    if content.startswith("?"):
+        r = _vllm_recipe(inputs, chosen, notes)
+    if r.identity or chosen is not Strategy.OVERLAY:
+        content = content_hash(strategy=chosen, base_identity=r.identity, pin_commit=pin_commit, patches=patches,
+                               recipe=r.recipe)
+    else:
+        content = "?" * 12
         notes.append("the content tag needs the base image on the daemon (or base.digest in the definition)")
     repo = definition.full_repository
     return Plan(
@@ -147,25 +132,70 @@ def make_plan(
         content_hash=content,
         tags=(f"{repo}:{version}-vp{content}", f"{repo}:{definition.tag}"),
         labels=labels(
-            definition,
-            strategy=chosen,
-            version=version,
-            pin_ref=pin_ref,
-            pin_commit=pin_commit,
-            source=inputs.config.upstream.git,
-            patches=patches,
-            base_name=base_name,
-            base_digest=base_digest,
-            content=content,
-            package_dir=package_dir if chosen is Strategy.OVERLAY else None,
+            definition, strategy=chosen, version=version, pin_ref=pin_ref, pin_commit=pin_commit,
+            source=inputs.config.upstream.git, patches=patches, base_name=r.base_name, base_digest=r.base_digest,
+            content=content, package_dir=r.package_dir,
         ),
-        buildargs=buildargs,
-        dockerfile=dockerfile,
-        context=context,
-        target=target,
+        buildargs=r.buildargs,
+        dockerfile=r.dockerfile,
+        context=r.context,
+        target=r.target,
         base=chosen_base.reference() if chosen is Strategy.OVERLAY else None,
-        base_facts=facts,
+        base_facts=r.facts,
         notes=tuple(notes),
+    )
+
+
+def _overlay_recipe(
+    inputs: Inputs, base: Base, changes: Changes, docker: Docker | None, notes: list[str], *, require_base: bool
+) -> _Recipe:
+    reference = base.reference()
+    assert reference is not None
+    facts = _base_facts(docker, reference, inputs.definition, base, notes, require=require_base)
+    package_dir = facts.package_dir if facts else (inputs.definition.package_dir or "<discovered in the base>")
+    recipe_path = inputs.config.root / OVERLAY_DOCKERFILE
+    if not recipe_path.is_file():
+        raise ConfigError(
+            f"no overlay recipe {OVERLAY_DOCKERFILE} in {inputs.config.root}",
+            hint="the project's top-level Dockerfile is the overlay recipe; restore it from vpatch's repository",
+        )
+    notes.append("vpatch runs this build through the docker SDK (classic builder), with the labels as one LABEL step")
+    return _Recipe(
+        buildargs={
+            "BASE_IMAGE": facts.image_id if facts else reference,
+            "VLLM_PACKAGE_DIR": package_dir,
+            "VPATCH_DELETE": " ".join(in_package(p) for p in changes.deleted),
+            "VPATCH_STALE_MODULES": " ".join(in_package(p) for p in changes.paths if p.endswith(".py")),
+        },
+        dockerfile=OVERLAY_DOCKERFILE,
+        context=f"<context: {OVERLAY_DOCKERFILE} + overlay/ with {len(changes.written)} file(s)>",
+        target=None,
+        recipe={"dockerfile": hashlib.sha256(recipe_path.read_bytes()).hexdigest(), "package_dir": package_dir},
+        identity=base.digest or ((facts.digest or facts.image_id) if facts else None),
+        base_name=base.image,
+        base_digest=base.digest or (facts.digest if facts else None),
+        package_dir=package_dir,
+        facts=facts,
+    )
+
+
+def _vllm_recipe(inputs: Inputs, strategy: Strategy, notes: list[str]) -> _Recipe:
+    """precompiled / source: vLLM's own Dockerfile from a work tree of the pin with the series applied."""
+    dockerfile_text = _pin_dockerfile(inputs)
+    sb = inputs.definition.source_build
+    buildargs, arg_notes = vllm_buildargs(
+        inputs.definition, strategy, pin_commit=inputs.pin_commit, declared=declared_args(dockerfile_text)
+    )
+    notes += arg_notes
+    notes.append("vLLM's Dockerfile bind-mounts .git: the context is a git work tree of the pin with the series applied")
+    worktree = _worktree_dir(inputs.config, inputs.definition)
+    return _Recipe(
+        buildargs=buildargs,
+        dockerfile=str(worktree / sb.dockerfile),
+        context=str(worktree),
+        target=sb.target,
+        recipe=dict(buildargs) | {"target": sb.target, "dockerfile": hashlib.sha256(dockerfile_text.encode()).hexdigest()},
+        identity=None,
     )
 
 
