@@ -176,7 +176,7 @@ def judge_series(
     wanted = _stack_closure(patches, only)
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
     verdicts: list[Verdict] = []
-    with _Tree(repo, commit, paths, blobs) as tree:
+    with _Tree(repo, commit, patches, paths, blobs) as tree:
         for i, patch in enumerate(patches):
             if patch.filename not in wanted:
                 continue
@@ -194,15 +194,28 @@ def judge_series(
     return tuple(verdicts)
 
 
+_INDEX_MODE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+ (\d{6})$", re.M)
+
+
+def _blob_id(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 class _Tree:
     """The files the patches touch on one commit: checked in memory, with a temporary index (built only
     when first needed) for what memory cannot answer - 3-way merges, mode changes, binary diffs."""
 
-    def __init__(self, repo: Path, commit: str, paths: Sequence[str], blobs: Mapping[str, bytes | None] | None) -> None:
+    def __init__(self, repo: Path, commit: str, patches: Sequence[Patch], paths: Sequence[str],
+                 blobs: Mapping[str, bytes | None] | None) -> None:
         self.repo, self.commit, self.paths = repo, commit, list(paths)
+        self.modes = {fd.path: m[1].decode() for patch in patches for fd in patch.files
+                      if (m := _INDEX_MODE.search(fd.header))}
         if blobs is None or any(p not in blobs for p in self.paths):
             blobs = git.read_blobs(repo, commit, self.paths)
         self.blobs: dict[str, bytes | None] = dict(blobs)
+        self.original = dict(blobs)
         self.stacked: list[tuple[Patch, bool]] = []
         self.memory = True  # False once a stacked patch went in through git only
         self._stack = ExitStack()
@@ -217,7 +230,14 @@ class _Tree:
     def index(self) -> Mapping[str, str]:
         if self._env is None:
             env = self._stack.enter_context(git.temp_index(self.repo))
-            git.load_index(self.repo, env, self.commit, self.paths)
+            if len(self.commit) == 40:
+                # The blobs are in hand, so their ids are too (SHA-1 repositories): no ls-tree. The mode
+                # only feeds git's "has type" warning, so the patch's own index line (or 644) is enough.
+                info = "".join(f"{self.modes.get(path, '100644')} {_blob_id(data)}\t{path}\n"
+                               for path, data in self.original.items() if data is not None)
+                git.run(self.repo, ["update-index", "--index-info"], input=info.encode(), env=env)
+            else:
+                git.load_index(self.repo, env, self.commit, self.paths)
             for patch, three_way in self.stacked:
                 git.apply_cached(self.repo, env, patch.diff, check=False, three_way=three_way)
             self._env = env
