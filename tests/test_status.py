@@ -213,3 +213,18 @@ def test_shipped_series_on_the_real_release_history(release_history: Path, monke
     assert "diff still applies" in mamba["summary"]
     patch_id = next(ev for ev in mamba["evidence"] if ev["kind"] == "patch-id")
     assert patch_id["says"] == "unavailable" and "release history has no per-commit diffs" in patch_id["detail"]
+
+
+def test_targets_older_than_the_pin_do_not_set_the_exit_code(project: Project) -> None:
+    project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    old = project.upstream.commit({"vllm/parser.py": PARSER_V1.replace("line 20\n", "line 20 old\n")}, "Old")
+    project.upstream.commit({"vllm/parser.py": PARSER_V1}, "Back", tag="v1.1")
+    from conftest import write_config
+
+    write_config(project.root, project.upstream.url, ref="v1.1")
+    refresh(project)
+    code, out = run(project, "status", "--against", old, "--json", "--exit-code", "--no-probes")
+    doc = json.loads(out)
+    assert doc["targets"] == [old, "v1.1"]
+    assert doc["patches"][0]["results"][old]["state"] == "conflict"
+    assert code == 0

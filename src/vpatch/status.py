@@ -73,8 +73,10 @@ class Status:
     bisect_checks: int = 0
 
     def exit_code(self) -> ExitCode:
-        """ATTENTION when any patch is partial or conflicts somewhere, else LANDED when any landed, else OK."""
-        states = {v.state for p in self.patches for v in p.results}
+        """ATTENTION when any patch is partial or conflicts on the pin or a later target, else LANDED when
+        any landed there, else OK. Targets older than the pin say nothing about what to do next."""
+        start = self.targets.index(self.pin) if self.pin in self.targets else 0
+        states = {v.state for p in self.patches for v in p.results[start:]}
         if states & {State.PARTIAL, State.CONFLICT}:
             return ExitCode.ATTENTION
         if State.LANDED in states:
