@@ -12,7 +12,8 @@ ARG VLLM_PACKAGE_DIR
 COPY overlay/ ${VLLM_PACKAGE_DIR}/
 
 # Files the series deletes, and the bytecode of every changed or deleted module: a stale .pyc whose
-# header still matches would be loaded instead of the patched source. Paths relative to the package.
+# header still matches would be loaded instead of the patched source. A folder the series empties
+# goes too, or python would still import it as a namespace package. Paths relative to the package.
 ARG VPATCH_DELETE=""
 ARG VPATCH_STALE_MODULES=""
 RUN set -eu; cd "${VLLM_PACKAGE_DIR}"; \
@@ -20,4 +21,8 @@ RUN set -eu; cd "${VLLM_PACKAGE_DIR}"; \
     for module in ${VPATCH_STALE_MODULES}; do \
         dir=$(dirname -- "$module"); stem=$(basename -- "$module" .py); \
         rm -f -- "$dir/__pycache__/$stem".*.pyc; \
+    done; \
+    for path in ${VPATCH_DELETE}; do \
+        dir=$(dirname -- "$path"); \
+        if [ "$dir" != . ] && [ -d "$dir" ] && [ -z "$(ls -A "$dir" | grep -vx __pycache__)" ]; then rm -rf -- "$dir"; fi; \
     done

@@ -473,3 +473,27 @@ def test_shipped_series_builds_and_verifies_on_the_test_base(bases: dict[str, st
         vgit.remove_worktree(release_history, tree)
     code, out = vpatch(REPO_ROOT, "verify", tag)
     assert code == 0, out
+
+
+def test_a_folder_the_series_empties_is_gone_from_the_image(image_project: Path, bases: dict[str, str],
+                                                            docker: Docker, release_history: Path,
+                                                            tmp_path: Path) -> None:
+    """Deleting every file of a subpackage must not leave an importable (namespace) package behind."""
+    folder = "vllm/v1/kv_offload/tiering/example"
+    tree = tmp_path / "tree"
+    vgit.run(release_history, ["worktree", "add", "--detach", "--quiet", str(tree), PIN])
+    try:
+        vgit.run(tree, ["rm", "-r", "-q", folder])
+        vgit.run(tree, ["commit", "-q", "-m", "Drop the tiering example\n\nNot shipped."])
+        raw = vgit.run(tree, ["format-patch", "-1", "--stdout", "--zero-commit", "--full-index", "--no-signature",
+                              "--no-stat", "-k", "--binary", "HEAD"]).stdout
+    finally:
+        vgit.remove_worktree(release_history, tree)
+    (image_project / "patches" / "0004-drop-tiering-example.patch").write_bytes(raw)
+    code, out = vpatch(image_project, "build", "flash-next", "--base", bases["0.29.0"])
+    assert code == 0, out
+    tag = content_tag_of(out)
+    assert "example" not in docker.list_dir(tag, f"{PACKAGE_DIR}/v1/kv_offload/tiering")
+    assert "tiering" in docker.list_dir(tag, f"{PACKAGE_DIR}/v1/kv_offload")
+    code, out = vpatch(image_project, "verify", tag)
+    assert code == 0, out
