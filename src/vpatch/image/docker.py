@@ -63,6 +63,14 @@ class BuildKitInvocation:
         return (prefix + " " if prefix else "") + shlex.join(self.argv)
 
 
+def split_ref(ref: str) -> tuple[str, str]:
+    """registry:5000/repo/name:tag -> (registry:5000/repo/name, tag); no tag means latest."""
+    if ":" in ref.rsplit("/", 1)[-1]:
+        repository, _, tag = ref.rpartition(":")
+        return repository, tag
+    return ref, "latest"
+
+
 def _tail(lines: Iterable[str]) -> str:
     return "\n".join(deque((ln.rstrip("\n") for ln in lines), maxlen=_TAIL_LINES))
 
@@ -126,7 +134,7 @@ class Docker:
         return [Layer(h.get("CreatedBy", ""), int(h.get("Size", 0))) for h in self.client.api.history(ref)]
 
     def tag(self, image: str, ref: str) -> None:
-        repository, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
+        repository, tag = split_ref(ref)
         self.client.api.tag(image, repository, tag, force=True)
 
     def remove_image(self, ref: str) -> None:
@@ -139,7 +147,7 @@ class Docker:
 
     def import_rootfs(self, rootfs_tar: IO[bytes], ref: str, changes: Sequence[str] = ()) -> str:
         """Make an image of one layer from a root filesystem tarball (as `docker import`); returns its id."""
-        repository, _, tag = ref.rpartition(":")
+        repository, tag = split_ref(ref)
         self.client.api.import_image_from_data(
             rootfs_tar.read(), repository=repository, tag=tag, changes=list(changes) or None
         )
@@ -285,7 +293,7 @@ class Docker:
         """Push `ref` to its registry; returns the pushed manifest digest."""
         import docker as dockersdk
 
-        repository, _, tag = ref.rpartition(":")
+        repository, tag = split_ref(ref)
         digest: str | None = None
         try:
             for chunk in self.client.api.push(repository, tag=tag, stream=True, decode=True):
