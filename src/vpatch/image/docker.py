@@ -304,7 +304,8 @@ class Docker:
                     )
                 if "aux" in chunk and "Digest" in chunk["aux"]:
                     digest = chunk["aux"]["Digest"]
-                if progress and "status" in chunk:
+                # Byte-count updates ("Pushing [==>  ]") would flood a log; their start and end lines say enough.
+                if progress and "status" in chunk and not chunk.get("progressDetail"):
                     progress(f"{chunk.get('id', '')} {chunk['status']}".strip())
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"push of {ref} failed: {exc.explanation or exc}") from exc
