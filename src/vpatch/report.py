@@ -97,17 +97,31 @@ def _short(ev: Evidence, v: Verdict) -> str:
     if ev.kind is Kind.FORWARD:
         return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
-    total = len(v.landed_hunks) + len(v.needed_hunks) + len(v.conflict_hunks)
+    every = v.landed_hunks + v.needed_hunks + v.conflict_hunks
     if v.state is State.PARTIAL:
-        return f"{len(v.landed_hunks)}/{total} hunks upstream: " + ", ".join(_hunk_short(h) for h in v.landed_hunks)
+        return f"{len(v.landed_hunks)}/{len(every)} hunks upstream: " + _hunks_short(v.landed_hunks, every)
     if v.conflict_hunks:
-        return f"{len(v.conflict_hunks)}/{total} hunks do not apply: " + ", ".join(_hunk_short(h) for h in v.conflict_hunks)
+        return f"{len(v.conflict_hunks)}/{len(every)} hunks do not apply: " + _hunks_short(v.conflict_hunks, every)
     return ev.detail
 
 
-def _hunk_short(name: str) -> str:
-    path, _, rest = name.partition(" hunk ")
-    return f"{path.rsplit('/', 1)[-1]}#{rest.split()[0]}"
+def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 4) -> str:
+    """"ops/qsa.py#2, qsa.py#1, ...": the shortest path tail that tells the patch's files apart."""
+    paths = {name.partition(" hunk ")[0] for name in every}
+
+    def tail(path: str) -> str:
+        parts = path.split("/")
+        for n in range(1, len(parts) + 1):
+            short = "/".join(parts[-n:])
+            if sum(1 for p in paths if p == short or p.endswith("/" + short)) == 1:
+                return short
+        return path
+
+    shown = []
+    for name in names[:limit]:
+        path, _, rest = name.partition(" hunk ")
+        shown.append(f"{tail(path)}#{rest.split()[0]}")
+    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def landing_line(p: "PatchStatus", branch: str) -> str:
