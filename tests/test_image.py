@@ -292,14 +292,22 @@ def test_plan_for_a_csrc_patch_is_a_source_build_for_sm120(image_project: Path, 
     assert code == 1 and "cannot ship native code" in out
 
 
-def test_plan_for_precompiled_uses_the_pin_as_wheel_commit(image_project: Path) -> None:
+def test_plan_for_precompiled_needs_vllms_own_commit(image_project: Path) -> None:
+    # The release history's commits are vpatch's own: wheels.vllm.ai cannot know them.
+    code, out = vpatch(image_project, "build", "flash-next", "--plan", "--strategy", "precompiled")
+    assert code == 1
+    assert "the precompiled wheel commit is unknown" in out and "source_build.wheel_commit" in out
+
+    wheel_commit = "d" * 40
+    path = image_project / "images" / "flash-next.yaml"
+    path.write_text(path.read_text().replace("source_build:\n", f"source_build:\n  wheel_commit: {wheel_commit}\n"))
     code, out = vpatch(image_project, "build", "flash-next", "--plan", "--strategy", "precompiled")
     assert code == 0, out
     assert "strategy:  precompiled" in out
     command = command_of(out)
-    commit = out.split("pin:       v0.29.0 (", 1)[1][:12]
     assert "--build-arg VLLM_USE_PRECOMPILED=1" in command
-    assert f"--build-arg VLLM_MERGE_BASE_COMMIT={commit}" in command
+    assert f"--build-arg VLLM_MERGE_BASE_COMMIT={wheel_commit}" in command
+    assert "--build-arg RUN_WHEEL_CHECK=false" in command
     assert "torch_cuda_arch_list" not in command
 
 
@@ -406,19 +414,25 @@ def test_source_build_runs_vllms_dockerfile_from_the_patched_tree(project, toy_u
             "ARG torch_cuda_arch_list='7.5 8.0 8.6 8.9 9.0 10.0 11.0 12.0'\nARG max_jobs=2\nARG nvcc_threads=8\n"
             "ARG VLLM_USE_PRECOMPILED=\"\"\nARG VLLM_MERGE_BASE_COMMIT=\"\"\nARG RUN_WHEEL_CHECK=true\n"
             "WORKDIR /workspace\nCOPY . .\n"
-            "RUN --mount=type=bind,source=.git,target=/workspace/.git test -e /workspace/.git && "
+            "RUN --mount=type=bind,source=.git,target=/workspace/.git test -d /workspace/.git/objects && "
             "echo \"$torch_cuda_arch_list $max_jobs $nvcc_threads $RUN_WHEEL_CHECK\" > /build-args\n"
             "FROM base AS vllm-openai\nRUN cp /workspace/csrc/cache.h /built-cache.h\n"
         ),
     }, "v1.1", tag="v1.1")
     write_config(project.root, toy_upstream.url, ref="v1.1")
     mirror.fetch(cache_dir(), toy_upstream.url)
-    project.make_patch(1, "block-32", {"csrc/cache.h": "#pragma once\n#define BLOCK 32\n"}, "Blocks of 32", base="v1.1")
     (project.root / "images").mkdir()
     (project.root / "images" / "toy.yaml").write_text(
         "image: {repository: vpatch-test/toy-source, tag: next}\n"
         "source_build: {torch_cuda_arch_list: '12.0', max_jobs: 3, nvcc_threads: 1}\n"
     )
+    # Upstream is git here, so a precompiled plan can use the pin itself as the wheel commit.
+    code, plan = vpatch(project.root, "build", "toy", "--plan", "--strategy", "precompiled")
+    assert code == 0, plan
+    pin = vgit.run(project.upstream.path, ["rev-parse", "v1.1"]).out.strip()
+    assert f"--build-arg VLLM_MERGE_BASE_COMMIT={pin}" in command_of(plan)
+
+    project.make_patch(1, "block-32", {"csrc/cache.h": "#pragma once\n#define BLOCK 32\n"}, "Blocks of 32", base="v1.1")
     code, out = vpatch(project.root, "build", "toy")
     assert code == 0, out
     assert "(source: the series changes native code (0001-block-32: csrc/cache.h)" in out

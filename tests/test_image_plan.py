@@ -98,20 +98,23 @@ def test_buildargs_follow_the_args_the_pins_dockerfile_declares(release_history:
     assert {"VLLM_USE_PRECOMPILED", "VLLM_MERGE_BASE_COMMIT", "torch_cuda_arch_list", "max_jobs", "nvcc_threads",
             "RUN_WHEEL_CHECK"} <= declared
 
-    args, notes = vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, pin_commit="c" * 40, declared=declared)
+    args, notes = vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, wheel_commit="c" * 40, declared=declared)
     assert args == {"VLLM_USE_PRECOMPILED": "1", "VLLM_MERGE_BASE_COMMIT": "c" * 40, "RUN_WHEEL_CHECK": "false"}
-    args, notes = vllm_buildargs(DEFINITION, Strategy.SOURCE, pin_commit="c" * 40, declared=declared)
+    args, notes = vllm_buildargs(DEFINITION, Strategy.SOURCE, wheel_commit="c" * 40, declared=declared)
     assert args == {"torch_cuda_arch_list": "12.0", "RUN_WHEEL_CHECK": "false"}
 
     # An older Dockerfile that knew only the other name of the wheel-commit arg, and no wheel check.
     old = declared_args("ARG VLLM_USE_PRECOMPILED\nARG VLLM_PRECOMPILED_WHEEL_COMMIT=\nARG torch_cuda_arch_list='8.0'\n")
-    args, notes = vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, pin_commit="c" * 40, declared=old)
+    args, notes = vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, wheel_commit="c" * 40, declared=old)
     assert args == {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_COMMIT": "c" * 40}
     assert notes == ["docker/Dockerfile at the pin declares no RUN_WHEEL_CHECK; not passed"]
+    with pytest.raises(VpatchError, match="the precompiled wheel commit is unknown") as unknown:
+        vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, wheel_commit=None, declared=declared)
+    assert unknown.value.hint and "source_build.wheel_commit" in unknown.value.hint
     with pytest.raises(VpatchError, match="declares none of VLLM_USE_PRECOMPILED"):
-        vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, pin_commit="c" * 40, declared={"torch_cuda_arch_list"})
+        vllm_buildargs(DEFINITION, Strategy.PRECOMPILED, wheel_commit="c" * 40, declared={"torch_cuda_arch_list"})
     with pytest.raises(VpatchError, match="declares no torch_cuda_arch_list"):
-        vllm_buildargs(DEFINITION, Strategy.SOURCE, pin_commit="c" * 40, declared={"max_jobs"})
+        vllm_buildargs(DEFINITION, Strategy.SOURCE, wheel_commit="c" * 40, declared={"max_jobs"})
 
 
 def test_content_hash_changes_with_each_input_and_only_then() -> None:

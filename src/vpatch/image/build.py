@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -183,16 +184,19 @@ def _vllm_recipe(inputs: Inputs, strategy: Strategy, notes: list[str]) -> _Recip
     """precompiled / source: vLLM's own Dockerfile from a work tree of the pin with the series applied."""
     dockerfile_text = _pin_dockerfile(inputs)
     sb = inputs.definition.source_build
+    # wheels.vllm.ai knows vLLM's commits: the pin is one only when upstream is vLLM's git.
+    wheel_commit = sb.wheel_commit or (inputs.pin_commit if inputs.config.upstream.source == "git" else None)
     buildargs, arg_notes = vllm_buildargs(
-        inputs.definition, strategy, pin_commit=inputs.pin_commit, declared=declared_args(dockerfile_text)
+        inputs.definition, strategy, wheel_commit=wheel_commit, declared=declared_args(dockerfile_text)
     )
     notes += arg_notes
-    notes.append("vLLM's Dockerfile bind-mounts .git: the context is a git work tree of the pin with the series applied")
-    worktree = _worktree_dir(inputs.config, inputs.definition)
+    notes.append("the context is a local clone of upstream at the pin plus one commit per patch "
+                 "(vLLM's Dockerfile bind-mounts its .git)")
+    context = _context_dir(inputs.config, inputs.definition)
     return _Recipe(
         buildargs=buildargs,
-        dockerfile=str(worktree / sb.dockerfile),
-        context=str(worktree),
+        dockerfile=str(context / sb.dockerfile),
+        context=str(context),
         target=sb.target,
         recipe=dict(buildargs) | {"target": sb.target, "dockerfile": hashlib.sha256(dockerfile_text.encode()).hexdigest()},
         identity=None,
@@ -308,11 +312,17 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
 def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
     from vpatch import stack
 
-    state = _worktree_dir(inputs.config, plan.image)
-    stack.apply_series(
+    context = _context_dir(inputs.config, plan.image)
+    tree = context.with_name(f"{context.name}.tree")
+    applied = stack.apply_series(
         inputs.upstream, inputs.series, ref=inputs.config.pin.ref, base=inputs.pin_commit,
-        out=state, state_dir=state.parent / f"{state.name}.state", force=True,
+        out=tree, state_dir=context.with_name(f"{context.name}.state"), force=True,
     )
+    # A linked work tree's .git is a file naming a folder on this machine, useless inside the build:
+    # the context is a standalone clone (objects hard-linked) checked out at the applied series.
+    shutil.rmtree(context, ignore_errors=True)
+    git.run(inputs.upstream, ["clone", "--quiet", "--local", "--no-checkout", str(inputs.upstream), str(context)])
+    git.run(context, ["checkout", "--quiet", "--detach", applied.tip])
     docker.run_buildkit(_invocation(plan, created=_now()), progress)
     return docker.image(plan.content_tag).id
 
@@ -411,7 +421,7 @@ def _pin_dockerfile(inputs: Inputs) -> str:
     return blob.decode("utf-8", "replace")
 
 
-def _worktree_dir(config: Config, definition: ImageDefinition) -> Path:
+def _context_dir(config: Config, definition: ImageDefinition) -> Path:
     return config.state_dir / "image" / definition.name
 
 

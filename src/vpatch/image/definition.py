@@ -46,6 +46,8 @@ class SourceBuild:
     nvcc_threads: int | None = None
     target: str = "vllm-openai"
     dockerfile: str = "docker/Dockerfile"
+    # vLLM's own commit whose wheels precompiled builds use; default: the pin, when upstream is vLLM's git.
+    wheel_commit: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class ImageDefinition:
         sb = doc.mapping(
             top.get("source_build") or {},
             "source_build",
-            optional={"torch_cuda_arch_list", "max_jobs", "nvcc_threads", "target", "dockerfile"},
+            optional={"torch_cuda_arch_list", "max_jobs", "nvcc_threads", "target", "dockerfile", "wheel_commit"},
         )
         arch = sb.get("torch_cuda_arch_list", "12.0")
         if isinstance(arch, (int, float)):
@@ -142,12 +144,16 @@ class ImageDefinition:
             arch = str(arch)
         if not isinstance(arch, str) or not re.fullmatch(r"\d+\.\d+a?(\+PTX)?(\s+\d+\.\d+a?(\+PTX)?)*", arch.strip()):
             doc.fail("source_build.torch_cuda_arch_list", f"must be compute capabilities like \"12.0\" or \"9.0 12.0\", not {arch!r}")
+        wheel_commit = doc.optional_string(sb, "source_build.wheel_commit")
+        if wheel_commit is not None and not re.fullmatch(r"[0-9a-f]{40}", wheel_commit):
+            doc.fail("source_build.wheel_commit", f"must be a full 40-hex vLLM commit, not {wheel_commit!r}")
         source_build = SourceBuild(
             torch_cuda_arch_list=arch.strip(),
             max_jobs=_positive(doc, sb, "source_build.max_jobs"),
             nvcc_threads=_positive(doc, sb, "source_build.nvcc_threads"),
             target=doc.string(sb, "source_build.target", "vllm-openai"),
             dockerfile=doc.string(sb, "source_build.dockerfile", "docker/Dockerfile"),
+            wheel_commit=wheel_commit,
         )
         return cls(
             name=name,

@@ -204,17 +204,24 @@ def declared_args(dockerfile_text: str) -> set[str]:
 
 
 def vllm_buildargs(
-    definition: ImageDefinition, strategy: Strategy, *, pin_commit: str, declared: set[str]
+    definition: ImageDefinition, strategy: Strategy, *, wheel_commit: str | None, declared: set[str]
 ) -> tuple[dict[str, str], list[str]]:
-    """Build args for vLLM's docker/Dockerfile, checked against what the pin's Dockerfile declares."""
+    """Build args for vLLM's docker/Dockerfile, checked against what the pin's Dockerfile declares.
+    `wheel_commit`: vLLM's commit whose precompiled wheels to use (None: unknown)."""
     sb = definition.source_build
     wanted: dict[str, str] = {}
     notes: list[str] = []
     if strategy is Strategy.PRECOMPILED:
         flag = _first_declared(PRECOMPILED_ARGS, declared, what="the precompiled switch")
         commit = _first_declared(WHEEL_COMMIT_ARGS, declared, what="the precompiled wheel commit")
+        if wheel_commit is None:
+            raise VpatchError(
+                "the precompiled wheel commit is unknown: the pin comes from the release history, whose "
+                "commits are vpatch's own, not vLLM's",
+                hint="set source_build.wheel_commit to vLLM's commit of the pinned release, or use --strategy source",
+            )
         wanted[flag] = "1"
-        wanted[commit] = pin_commit
+        wanted[commit] = wheel_commit
     else:
         wanted["torch_cuda_arch_list"] = sb.torch_cuda_arch_list
         if sb.max_jobs is not None:
