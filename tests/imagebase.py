@@ -139,11 +139,18 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
 PIN = "v0.29.0"
 SAMPLING_ADDITION = "\n\n# vpatch test: guard against negative top_k from the router.\nVPATCH_TOP_K_GUARD = True\n"
 FLASH_MODULE = '"""Flash-attention selection for sm_120 (vpatch test module)."""\n\nSM120_BACKEND = "FLASH_ATTN"\n'
-PROBE = (
-    "import importlib.util, pathlib, sys\n"
-    "pkg = pathlib.Path(list(importlib.util.find_spec('vllm').submodule_search_locations)[0])\n"
-    "sys.exit(0 if 'SM120_BACKEND' in (pkg / 'vpatch_flash.py').read_text() else 1)\n"
-)
+# Landing probes in the shipped series' format (patches/probes/): one declarative, one command.
+PROBES = {
+    "0001-top-k-guard.yaml": (
+        "kind: files\nfiles:\n  vllm/sampling_params.py:\n    contains: [VPATCH_TOP_K_GUARD]\n"
+    ),
+    "0002-flash-sm120.yaml": 'kind: command\nrun: ["{python}", "{probe_dir}/0002-flash-sm120.py"]\ntimeout: 60\n',
+    # Run with cwd = the folder holding vllm/ (a tree root, or the image's dist-packages).
+    "0002-flash-sm120.py": (
+        "import pathlib, sys\n"
+        "sys.exit(0 if 'FLASH_ATTN' in pathlib.Path('vllm/vpatch_flash.py').read_text() else 1)\n"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -168,9 +175,10 @@ def make_flash_series(history: Path, workdir: Path, *, flash_module: str = FLASH
     try:
         sampling = (scratch / "vllm/sampling_params.py").read_text() + SAMPLING_ADDITION
         steps = [
-            ("0001-top-k-guard", "Guard top_k", {"vllm/sampling_params.py": sampling}, ""),
+            ("0001-top-k-guard", "Guard top_k", {"vllm/sampling_params.py": sampling},
+             "Probe: probes/0001-top-k-guard.yaml\n"),
             ("0002-flash-sm120", "Pick flash attention on sm_120", {"vllm/vpatch_flash.py": flash_module},
-             "Probe: 0002-flash-sm120.probe.py\n"),
+             "Probe: probes/0002-flash-sm120.yaml\n"),
             ("0003-drop-scripts-shim", "Drop the vllm.scripts shim", {"vllm/scripts.py": None}, ""),
         ]
         patches: dict[str, bytes] = {}
@@ -205,7 +213,9 @@ def write_project(root: Path, series: SeriesFiles, repo_root: Path) -> Path:
         old.unlink()
     for name, raw in series.patches.items():
         (root / "patches" / f"{name}.patch").write_bytes(raw)
-    (root / "patches" / "0002-flash-sm120.probe.py").write_text(PROBE)
+    (root / "patches" / "probes").mkdir(exist_ok=True)
+    for name, text in PROBES.items():
+        (root / "patches" / "probes" / name).write_text(text)
     shutil.copyfile(repo_root / "images" / "flash-next.yaml", root / "images" / "flash-next.yaml")
     shutil.copyfile(repo_root / "Dockerfile", root / "Dockerfile")
     return root

@@ -142,7 +142,8 @@ def test_build_overlays_the_series_onto_the_base(image_project: Path, bases: dic
     # verify passes on it, probes included.
     code, out = vpatch(image_project, "verify", content_tag, "--probes")
     assert code == 0, out
-    assert "probe of 0002-flash-sm120: 0002-flash-sm120.probe.py" in out
+    assert "ok   probe of 0001-top-k-guard: 1 file(s) as the fix leaves them" in out
+    assert "ok   probe of 0002-flash-sm120: 0002-flash-sm120.yaml: exit 0" in out
 
 
 def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dict[str, str], docker: Docker,
@@ -157,10 +158,12 @@ def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dic
     altered = "vpatch-test/altered:1"
     docker.build(context, tag=altered, buildargs={}, labels={})
     try:
-        code, out = vpatch(image_project, "verify", altered)
+        code, out = vpatch(image_project, "verify", altered, "--probes")
         assert code == 1, out
         assert "FAIL vllm/vpatch_flash.py: differs from the pin plus the series" in out
         assert "ok   vllm/sampling_params.py" in out
+        assert "FAIL probe of 0002-flash-sm120: 0002-flash-sm120.yaml: exit 1" in out
+        assert "ok   probe of 0001-top-k-guard" in out
     finally:
         docker.remove_image(altered)
 

@@ -44,6 +44,21 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class RunResult:
+    code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
 class Layer:
     created_by: str
     size: int
@@ -157,28 +172,51 @@ class Docker:
 
     def run(self, image: str, argv: Sequence[str], *, network: str = "none") -> bytes:
         """Run `argv` in a throwaway container of `image` (entrypoint replaced); its stdout, or DockerError."""
+        result = self.execute(image, argv, network=network)
+        if result.code != 0:
+            raise DockerError(
+                f"{' '.join(argv)} exited with {result.code} in {image}\n"
+                + _tail(result.err.splitlines() or result.out.splitlines())
+            )
+        return result.stdout
+
+    def execute(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        network: str = "none",
+        files: Mapping[str, bytes] | None = None,
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> RunResult:
+        """Run `argv` in a throwaway container of `image`, with `files` (absolute path -> bytes) put in first;
+        returns its exit code and output (code 124 when it ran past `timeout`)."""
         import docker as dockersdk
+        import requests
 
         self.image(image)
         container = self.client.containers.create(
-            image, entrypoint=list(argv[:1]), command=list(argv[1:]), network_mode=network, user="0"
+            image, entrypoint=list(argv[:1]), command=list(argv[1:]), network_mode=network, user="0",
+            working_dir=workdir, environment=dict(env or {}),
         )
         try:
+            if files:
+                container.put_archive("/", _tar_of(files))
             container.start()
-            status = container.wait()
-            stdout = container.logs(stdout=True, stderr=False)
-            stderr = container.logs(stdout=False, stderr=True)
+            try:
+                code = int(container.wait(timeout=timeout).get("StatusCode", 1))
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):  # past `timeout`
+                container.kill()
+                code = 124
+            stdout = bytes(container.logs(stdout=True, stderr=False))
+            stderr = bytes(container.logs(stdout=False, stderr=True))
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot run {' '.join(argv)} in {image}: {exc.explanation or exc}") from exc
         finally:
             container.remove(force=True)
-        code = int(status.get("StatusCode", 1))
-        if code != 0:
-            raise DockerError(
-                f"{' '.join(argv)} exited with {code} in {image}\n"
-                + _tail(stderr.decode("utf-8", "replace").splitlines() or stdout.decode("utf-8", "replace").splitlines())
-            )
-        return bytes(stdout)
+        return RunResult(code, stdout, stderr)
 
     def read_files(self, image: str, paths: Sequence[str]) -> dict[str, bytes | None]:
         """Contents of absolute `paths` inside `image` (None: absent), read without starting a container."""
@@ -335,6 +373,16 @@ def buildkit_invocation(
         argv += ["-t", t]
     argv.append(str(context))
     return BuildKitInvocation(tuple(argv), env)
+
+
+def _tar_of(files: Mapping[str, bytes]) -> bytes:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for path, content in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(content), 0o644
+            tar.addfile(info, io.BytesIO(content))
+    return data.getvalue()
 
 
 def _single_file(archive: bytes, path: str) -> bytes | None:

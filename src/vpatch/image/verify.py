@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping
 
 from vpatch.config import Config
 from vpatch.errors import VpatchError
@@ -68,7 +68,7 @@ def verify_image(config: Config, image: str, *, probes: bool = False, docker: Do
     if labels.get(f"{LABEL_PREFIX}.strategy") == Strategy.OVERLAY.value:
         checks += _bytecode_checks(docker, info.id, package_dir, changes)
     if probes:
-        checks += _probe_checks(docker, info.id, patches)
+        checks += _probe_checks(docker, info.id, package_dir, patches)
     return Report(image, tuple(checks))
 
 
@@ -106,25 +106,79 @@ def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: C
     return checks
 
 
-def _probe_checks(docker: Docker, image_id: str, patches: tuple[Patch, ...]) -> list[Check]:
-    """Run each patch's probe with the image's python: exit 0 means the patched behaviour is there."""
-    from vpatch.image.docker import DockerError
-
+def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
+    """Each patch's landing probe, run against the image instead of a tree: it must pass (the fix is in)."""
     checks: list[Check] = []
     for patch in patches:
         probe = patch.probe_path
         if probe is None:
             continue
-        if not probe.is_file():
-            checks.append(Check(f"probe of {patch.name}", False, f"{probe.name} not found next to the patch"))
-            continue
+        what = f"probe of {patch.name}"
         try:
-            docker.run(image_id, ["python3", "-c", probe.read_text(encoding="utf-8")])
-        except DockerError as exc:
-            checks.append(Check(f"probe of {patch.name}", False, exc.message.splitlines()[-1]))
-        else:
-            checks.append(Check(f"probe of {patch.name}", True, probe.name))
+            spec = _load_probe(probe)
+            kind = spec.get("kind")
+            if kind == "files":
+                ok, detail = _files_probe(docker, image_id, package_dir, spec)
+            elif kind == "command":
+                ok, detail = _command_probe(docker, image_id, package_dir, probe, spec)
+            else:
+                ok, detail = False, f"{probe.name}: unknown probe kind {kind!r}"
+        except VpatchError as exc:
+            ok, detail = False, exc.message
+        checks.append(Check(what, ok, detail))
     return checks
+
+
+def _load_probe(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise VpatchError(f"{path.name}: cannot read the probe: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise VpatchError(f"{path.name}: a probe is a mapping with a 'kind'")
+    return spec
+
+
+def _files_probe(docker: Docker, image_id: str, package_dir: str, spec: dict[str, Any]) -> tuple[bool, str]:
+    """kind: files — must-contain / must-not-contain per file, read from the installed package."""
+    rules: dict[str, Any] = spec.get("files") or {}
+    outside = [p for p in rules if not p.startswith(f"{PACKAGE}/")]
+    if outside:
+        return False, f"{outside[0]} is not part of the installed package; the probe cannot run on an image"
+    found = docker.read_files(image_id, [f"{package_dir}/{in_package(p)}" for p in rules])
+    for path, rule in rules.items():
+        content = found[f"{package_dir}/{in_package(path)}"]
+        text = content.decode("utf-8", "replace") if content is not None else None
+        for needle in rule.get("contains", []) or []:
+            if text is None or needle not in text:
+                return False, f"{path} lacks {needle!r}"
+        for needle in rule.get("not_contains", []) or []:
+            if text is not None and needle in text:
+                return False, f"{path} still has {needle!r}"
+    return True, f"{len(rules)} file(s) as the fix leaves them"
+
+
+def _command_probe(
+    docker: Docker, image_id: str, package_dir: str, probe: Path, spec: dict[str, Any]
+) -> tuple[bool, str]:
+    """kind: command — run with the image's python, cwd and PYTHONPATH at the folder holding vllm/; exit 0 passes."""
+    tree = str(PurePosixPath(package_dir).parent)
+    probe_dir = "/tmp/vpatch-probes"
+    files = {f"{probe_dir}/{p.name}": p.read_bytes() for p in sorted(probe.parent.iterdir()) if p.is_file()}
+    try:
+        argv = [str(a).format(python="python3", probe_dir=probe_dir, tree=tree) for a in spec.get("run") or []]
+    except (KeyError, IndexError) as exc:
+        raise VpatchError(f"{probe.name}: unknown placeholder {exc} in run") from exc
+    if not argv:
+        raise VpatchError(f"{probe.name}: a command probe needs run: [...]")
+    result = docker.execute(image_id, argv, files=files, workdir=tree, env={"PYTHONPATH": tree},
+                            timeout=float(spec.get("timeout", 600)))
+    last = (result.err.strip().splitlines() or result.out.strip().splitlines() or [""])[-1]
+    if result.code == 0:
+        return True, f"{probe.name}: exit 0"
+    return False, f"{probe.name}: exit {result.code}" + (f" ({last})" if last else "")
 
 
 def _discover(docker: Docker, image_id: str) -> str:
