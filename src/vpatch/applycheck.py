@@ -10,6 +10,7 @@ mode changes, renames, files without hunks - answers UNKNOWN and the caller asks
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -62,7 +63,7 @@ def check(files: Sequence[FileDiff], blobs: Mapping[str, bytes | None], *, rever
         if path in seen or path not in blobs:
             return Check(Outcome.UNKNOWN)
         seen.add(path)
-        frags = [_fragment(h, reverse) for h in fd.hunks]
+        frags = [_fragment(h, reverse) for h in fd.hunks]  # cached: the same hunks are asked about per target
         if any(f is None for f in frags):
             return Check(Outcome.UNKNOWN)
         current = blobs[path]
@@ -73,7 +74,7 @@ def check(files: Sequence[FileDiff], blobs: Mapping[str, bytes | None], *, rever
         else:
             if current is None:
                 return Check(Outcome.FAILS)
-            image = _LINES.findall(current)
+            image = list(_split(current))
         for n, frag in enumerate(frags, 1):
             assert frag is not None
             at = _apply(image, frag)
@@ -91,6 +92,12 @@ def check(files: Sequence[FileDiff], blobs: Mapping[str, bytes | None], *, rever
     return Check(Outcome.OFFSETS if offsets else Outcome.CLEAN, tuple(offsets), result)
 
 
+@functools.lru_cache(maxsize=64)
+def _split(blob: bytes) -> tuple[bytes, ...]:
+    return tuple(_LINES.findall(blob))
+
+
+@functools.lru_cache(maxsize=1024)
 def _fragment(hunk: Hunk, reverse: bool) -> _Fragment | None:
     lines = _LINES.findall(hunk.text)
     m = _HUNK.match(lines[0])
@@ -141,31 +148,26 @@ def _apply(image: list[bytes], frag: _Fragment) -> int | None:
         return None
     line = frag.newpos - 1 if frag.newpos else 0
     if match_beginning:
-        line = 0
+        candidates = [0]
     elif match_end:
-        line = len(image) - size
-    line = min(line, len(image))
-    backwards = forwards = current = line
-    i = 0
-    while True:
-        if ((not match_beginning or current == 0) and (not match_end or current + size == len(image))
-                and image[current:current + size] == pre):
+        candidates = [len(image) - size]
+    elif size == 0:
+        candidates = [min(line, len(image))]
+    else:
+        # Only where the first preimage line occurs, tried in find_pos's order: the named line, then
+        # one further, one back, two further, two back, ...
+        candidates, at = [], -1
+        try:
+            while True:
+                at = image.index(pre[0], at + 1)
+                candidates.append(at)
+        except ValueError:
+            pass
+        candidates.sort(key=lambda c: (abs(c - line), c < line))
+    for current in candidates:
+        if current < 0 or (match_beginning and current != 0) or (match_end and current + size != len(image)):
+            continue
+        if image[current:current + size] == pre:
             image[current:current + size] = frag.post
             return current
-        while True:
-            if backwards == 0 and forwards == len(image):
-                return None
-            if i & 1:
-                if backwards == 0:
-                    i += 1
-                    continue
-                backwards -= 1
-                current = backwards
-            else:
-                if forwards == len(image):
-                    i += 1
-                    continue
-                forwards += 1
-                current = forwards
-            break
-        i += 1
+    return None
