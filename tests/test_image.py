@@ -357,6 +357,17 @@ def test_buildkit_runs_a_dockerfile_with_the_same_mechanism(docker: Docker, base
     finally:
         docker.remove_image(tag)
 
+    # A failing stage: the error carries the command line and the failing step's output.
+    failing = buildkit_invocation(context=context, dockerfile=context / "docker" / "Dockerfile", tags=[tag],
+                                  buildargs={}, labels={}, target="other")
+    (context / "docker" / "Dockerfile").write_text(
+        (context / "docker" / "Dockerfile").read_text().replace("RUN false", "RUN echo kernel-build-broke && false"))
+    with pytest.raises(DockerError) as failed:
+        docker.run_buildkit(failing)
+    assert "BuildKit build failed with exit code" in failed.value.message
+    assert "--target other" in failed.value.message
+    assert "kernel-build-broke" in failed.value.message
+
 
 # --- image definitions -----------------------------------------------------------------
 
