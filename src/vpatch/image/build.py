@@ -161,6 +161,9 @@ def _overlay_recipe(
             hint="the project's top-level Dockerfile is the overlay recipe; restore it from vpatch's repository",
         )
     notes.append("vpatch runs this build through the docker SDK (classic builder), with the labels as one LABEL step")
+    if facts and facts.digest and not base.digest:
+        notes.append(f"record the base's digest in {inputs.definition.path.name} (base.digest: {facts.digest}): "
+                     "tags move and nightly tags are pruned")
     return _Recipe(
         buildargs={
             "BASE_IMAGE": facts.image_id if facts else reference,
