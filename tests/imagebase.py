@@ -53,7 +53,11 @@ def debs() -> list[Path]:
     have = {p.name.split("_", 1)[0]: p for p in target.glob("*.deb")}
     missing = [name for name in DEBS if name not in have]
     if missing:
-        subprocess.run(["apt-get", "download", "-q", *missing], cwd=target, check=True, capture_output=True)
+        download = ["apt-get", "download", "-q", *missing]
+        if subprocess.run(download, cwd=target, capture_output=True).returncode != 0:
+            # A machine whose package lists were never fetched (or are stale) knows no such versions yet.
+            subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+            subprocess.run(download, cwd=target, check=True, capture_output=True)
         have = {p.name.split("_", 1)[0]: p for p in target.glob("*.deb")}
     return [have[name] for name in DEBS]
 
