@@ -141,6 +141,7 @@ class _Text:
     landed: tuple[str, ...] = ()
     needed: tuple[str, ...] = ()
     conflict: tuple[str, ...] = ()
+    three_way_tried: bool = False
     three_way_output: str = ""
 
 
@@ -183,8 +184,11 @@ def judge_series(
             is_target = only is None or patch.filename in only
             check = probe(patch, commit) if (probe is not None and is_target) else None
             text = _textual(tree, patch)
-            evidence = _evidence(repo, patch, commit, pin=pin, history=history and use_history_evidence,
-                                 text=text, probe=check, skip_history=not is_target)
+            hist = [] if not is_target else _history_evidence(
+                repo, patch, commit, pin=pin, history=history and use_history_evidence)
+            if _three_way_decides(text, check, hist):
+                text = _with_three_way(tree, patch, text)
+            evidence = _evidence(patch, text=text, probe=check, history=hist)
             verdict = _decide(patch, commit, text, evidence, check)
             if is_target:
                 verdicts.append(verdict)
@@ -304,19 +308,32 @@ def _textual(tree: _Tree, patch: Patch) -> _Text:
                 needed.append(name)
             else:
                 conflict.append(name)
-    clean_3way, output = tree.three_way_clean(patch)
-    return _Text(Applies.THREE_WAY if clean_3way else Applies.NO, "", False,
-                 tuple(landed), tuple(needed), tuple(conflict), output)
+    return _Text(Applies.NO, "", False, tuple(landed), tuple(needed), tuple(conflict))
+
+
+def _three_way_decides(text: _Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> bool:
+    """Whether needed-vs-conflict hangs on a 3-way merge (a git process): not when the patch does not
+    reach that question - its probe passes, other evidence says landed, or it is partial."""
+    if text.forward is not Applies.NO or text.reverse:
+        return False
+    if probe is not None and probe.outcome is ProbeOutcome.PASS:
+        return False
+    if (probe is None or probe.outcome is not ProbeOutcome.FAIL) and any(ev.says is Says.LANDED for ev in history):
+        return False
+    return not (text.landed and (text.needed or text.conflict))
+
+
+def _with_three_way(tree: _Tree, patch: Patch, text: _Text) -> _Text:
+    clean, output = tree.three_way_clean(patch)
+    return replace(text, forward=Applies.THREE_WAY if clean else Applies.NO, three_way_tried=True,
+                   three_way_output=output)
 
 
 def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
     return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"
 
 
-def _evidence(
-    repo: Path, patch: Patch, commit: str, *, pin: str, history: bool, text: _Text, probe: ProbeCheck | None,
-    skip_history: bool,
-) -> tuple[Evidence, ...]:
+def _evidence(patch: Patch, *, text: _Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> tuple[Evidence, ...]:
     out: list[Evidence] = []
     if probe is not None:
         probe_name = patch.trailer("Probe") or "probe"
@@ -331,8 +348,7 @@ def _evidence(
         out.append(Evidence(Kind.REVERSE, Says.LANDED, "the whole diff reverse-applies: the change is there verbatim"))
     else:
         out.append(Evidence(Kind.REVERSE, Says.NOT_LANDED, "the diff does not reverse-apply"))
-    if not skip_history:
-        out += _history_evidence(repo, patch, commit, pin=pin, history=history)
+    out += history
     if text.forward is Applies.CLEAN:
         out.append(Evidence(Kind.FORWARD, Says.NOT_LANDED, "the diff applies cleanly"))
     elif text.forward is Applies.OFFSETS:
@@ -341,7 +357,7 @@ def _evidence(
         out.append(Evidence(Kind.FORWARD, Says.NOT_LANDED, "the diff applies only with a (clean) 3-way merge"))
     else:
         out.append(Evidence(Kind.FORWARD, Says.UNAVAILABLE, "the diff does not apply"
-                            + ("" if text.reverse else ", not even 3-way")))
+                            + (", not even 3-way" if text.three_way_tried else "")))
     if text.landed or text.conflict:
         parts = []
         if text.landed:
