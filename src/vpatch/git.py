@@ -574,3 +574,27 @@ def unmerged_paths(worktree: Path) -> list[str]:
 def index_tree(worktree: Path) -> str:
     """The tree the index of a work tree holds now (written to the object database)."""
     return run(worktree, ["write-tree"]).out.strip()
+
+
+# --- trees as files: probes run commands against a tree ----------------------
+
+
+def extract_tree(repo: Path, treeish: str, dest: Path) -> None:
+    """Write every file of `treeish` under `dest`, straight from the object database.
+
+    A throwaway index and checkout-index rather than `git archive`: archive would apply the
+    tree's own export-ignore/export-subst attributes, and a probe must see the tree as it is.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    with temp_index(repo) as env:
+        run(repo, ["read-tree", treeish], env=env)
+        run(repo, ["--work-tree", str(dest), "checkout-index", "--all", "--force"], env=env)
+
+
+def tree_with_patch(repo: Path, treeish: str, patch: bytes) -> str | None:
+    """The tree `treeish` becomes with `patch` applied (no checkout), or None when it does not apply."""
+    with temp_index(repo) as env:
+        load_index(repo, env, treeish)
+        if apply_cached(repo, env, patch, check=False).returncode != 0:
+            return None
+        return write_tree(repo, env)

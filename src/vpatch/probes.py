@@ -1,0 +1,438 @@
+"""Landing probes: the evidence that a tree has a patch's fix, even when upstream wrote it differently.
+
+A probe is a YAML file next to the series (a patch names it in its ``Probe:`` trailer, relative to
+the patches folder). Two kinds::
+
+    # declarative: every listed file must contain / must not contain each literal string
+    kind: files
+    files:
+      vllm/path/x.py:
+        contains: ["..."]        # a file missing from the tree fails these
+        not_contains: ["..."]    # ... and satisfies these
+    ---
+    # behavioural: a command run against the materialised tree, cwd = the tree root
+    kind: command
+    run: ["{python}", "{probe_dir}/0002-mamba-null-gap-free.py"]
+    requirements: ["torch==2.13.0", "..."]   # pip requirements of the probe venv (default: none)
+    timeout: 900                              # seconds (default 900)
+
+In ``run``, ``{python}`` is the probe venv's python, ``{probe_dir}`` the folder of the YAML file and
+``{tree}`` the tree root; the tree root is also first on PYTHONPATH. Exit code 0 = PASS (the fix is
+there), 1 = FAIL (the bug is there), anything else or a timeout = ERROR: the probe could not decide,
+which is never read as pass or fail.
+
+The probe venv is built once per set of requirements (keyed by their hash) under
+``$VPATCH_CACHE/probe-venvs/``, in a temporary folder renamed into place. Results are cached as small
+JSON files under ``$VPATCH_CACHE/probe-results/``, keyed by the probe's content (the YAML and every
+``{probe_dir}`` file it runs) and the tree id; ERROR is never cached. ``validate_probe`` refuses a
+probe that does not FAIL on the pin and PASS on the pin plus its patch: a probe that passes
+everywhere would drop a needed patch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import yaml
+
+from vpatch import git
+from vpatch.errors import VpatchError
+from vpatch.fs import atomic_write
+from vpatch.upstream import cache_dir
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+    from vpatch.series import Patch
+
+PASS_CODE, FAIL_CODE = 0, 1
+DEFAULT_TIMEOUT = 900.0
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+_PLACEHOLDERS = ("python", "probe_dir", "tree")
+_KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "timeout"}}
+_FILE_KEYS = {"contains", "not_contains"}
+# How much of a command's output a result keeps: the tail is where probes print their verdict.
+_OUTPUT_CHARS = 6000
+
+
+class ProbeError(VpatchError):
+    """A probe file is invalid, or a probe does not tell the patched tree from the unpatched one."""
+
+
+class ProbeOutcome(str, Enum):
+    PASS = "pass"  # the tree has the fix
+    FAIL = "fail"  # the tree has the bug
+    ERROR = "error"  # the probe could not decide: never read as pass or fail
+
+
+class ProbeKind(str, Enum):
+    FILES = "files"
+    COMMAND = "command"
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    path: str
+    contains: tuple[str, ...] = ()
+    not_contains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Probe:
+    path: Path
+    kind: ProbeKind
+    raw: bytes
+    files: tuple[FileCheck, ...] = ()
+    run: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()
+    timeout: float = DEFAULT_TIMEOUT
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @classmethod
+    def load(cls, path: Path) -> Probe:
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ProbeError(f"{path}: cannot read the probe: {exc}",
+                             hint="a patch's Probe: trailer is relative to the patches folder") from exc
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ProbeError(f"{path}: not valid YAML: {exc}") from exc
+        return cls.parse(data, path=path, raw=raw)
+
+    @classmethod
+    def parse(cls, data: object, *, path: Path, raw: bytes) -> Probe:
+        if not isinstance(data, dict):
+            raise ProbeError(f"{path}: a probe is a mapping with a 'kind' key", hint=_KIND_HINT)
+        kind_value = data.get("kind")
+        if kind_value not in _KEYS:
+            raise ProbeError(f"{path}: kind: must be 'files' or 'command', not {kind_value!r}", hint=_KIND_HINT)
+        kind = ProbeKind(kind_value)
+        unknown = sorted(str(k) for k in data if k not in _KEYS[kind.value])
+        if unknown:
+            raise ProbeError(f"{path}: {unknown[0]}: not a key of a '{kind.value}' probe",
+                             hint=f"a '{kind.value}' probe has the keys: {', '.join(sorted(_KEYS[kind.value]))}")
+        if kind is ProbeKind.FILES:
+            return cls(path=path, kind=kind, raw=raw, files=_parse_files(path, data.get("files")))
+        return cls(
+            path=path, kind=kind, raw=raw,
+            run=_parse_run(path, data.get("run")),
+            requirements=_strings(path, "requirements", data.get("requirements", []), allow_empty=True),
+            timeout=_parse_timeout(path, data.get("timeout", DEFAULT_TIMEOUT)),
+        )
+
+    def referenced_files(self) -> tuple[Path, ...]:
+        """The files next to the probe that its command runs (part of its content hash)."""
+        found: dict[Path, None] = {}
+        for arg in self.run:
+            for match in re.finditer(r"\{probe_dir\}/([^\s{}]+)", arg):
+                found[self.path.parent / match.group(1)] = None
+        return tuple(found)
+
+    def content_hash(self) -> str:
+        """Changes whenever the probe or a script it runs changes: the result cache's first key."""
+        digest = hashlib.sha256(b"vpatch-probe-1\0" + self.raw)
+        for ref in self.referenced_files():
+            digest.update(b"\0" + ref.name.encode() + b"\0")
+            try:
+                digest.update(ref.read_bytes())
+            except OSError as exc:
+                raise ProbeError(f"{self.path}: run: cannot read {ref.name}: {exc}",
+                                 hint="scripts a probe runs live next to it, named as {probe_dir}/NAME") from exc
+        return digest.hexdigest()
+
+
+_KIND_HINT = "kind: files (must contain / must not contain, per file) or kind: command (run: [...], exit code)"
+
+
+def _strings(path: Path, key: str, value: object, *, allow_empty: bool = False) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ProbeError(f"{path}: {key}: must be a list of non-empty strings")
+    if not value and not allow_empty:
+        raise ProbeError(f"{path}: {key}: must not be empty")
+    return tuple(value)
+
+
+def _parse_files(path: Path, value: object) -> tuple[FileCheck, ...]:
+    if not isinstance(value, dict) or not value:
+        raise ProbeError(f"{path}: files: must map tree paths to their checks",
+                         hint="files:\n  vllm/x.py:\n    contains: [\"...\"]\n    not_contains: [\"...\"]")
+    checks = []
+    for name, spec in value.items():
+        where = f"files: {name}"
+        if not isinstance(name, str) or not name or name.startswith("/"):
+            raise ProbeError(f"{path}: {where}: must be a path relative to the tree root")
+        if not isinstance(spec, dict) or not spec:
+            raise ProbeError(f"{path}: {where}: must have contains and/or not_contains")
+        unknown = sorted(str(k) for k in spec if k not in _FILE_KEYS)
+        if unknown:
+            raise ProbeError(f"{path}: {where}: {unknown[0]}: not a file check",
+                             hint="a file has the checks: contains, not_contains")
+        checks.append(FileCheck(
+            path=name,
+            contains=_strings(path, f"{where}: contains", spec.get("contains", []), allow_empty=True),
+            not_contains=_strings(path, f"{where}: not_contains", spec.get("not_contains", []), allow_empty=True),
+        ))
+    return tuple(checks)
+
+
+def _parse_run(path: Path, value: object) -> tuple[str, ...]:
+    run = _strings(path, "run", value)
+    for arg in run:
+        for match in _PLACEHOLDER.finditer(arg):
+            if match.group(1) not in _PLACEHOLDERS:
+                raise ProbeError(f"{path}: run: unknown placeholder {match.group(0)}",
+                                 hint="placeholders: {python}, {probe_dir}, {tree}")
+    return run
+
+
+def _parse_timeout(path: Path, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ProbeError(f"{path}: timeout: must be a positive number of seconds")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe's answer on one tree."""
+
+    outcome: ProbeOutcome
+    tree: str
+    detail: str = ""  # what decided it: the failed checks, or the tail of the command's output
+    seconds: float = 0.0
+    cached: bool = False  # answered from the result cache, nothing ran
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["outcome"] = self.outcome.value
+        del data["cached"]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProbeResult:
+        return cls(outcome=ProbeOutcome(data["outcome"]), tree=str(data["tree"]), detail=str(data["detail"]),
+                   seconds=float(data["seconds"]), cached=True)
+
+
+def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = None,
+              use_cache: bool = True) -> ProbeResult:
+    """Run `probe` against `treeish` of `repo` (a commit or tree id), or answer from the result cache."""
+    cache = cache_dir() if cache is None else cache
+    tree = git.tree_of(repo, treeish)
+    entry = cache / "probe-results" / probe.content_hash() / f"{tree}.json"
+    if use_cache:
+        cached = _read_result(entry)
+        if cached is not None:
+            return cached
+    started = time.monotonic()
+    if probe.kind is ProbeKind.FILES:
+        outcome, detail = _run_files(repo, probe, tree)
+    else:
+        outcome, detail = _run_command(repo, probe, tree, cache)
+    result = ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3))
+    # An ERROR may be passing trouble (a timeout, a failed venv build): ask again next time.
+    if outcome is not ProbeOutcome.ERROR:
+        atomic_write(entry, json.dumps(result.to_json(), indent=1).encode() + b"\n")
+    return result
+
+
+def _read_result(entry: Path) -> ProbeResult | None:
+    try:
+        return ProbeResult.from_json(json.loads(entry.read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _run_files(repo: Path, probe: Probe, tree: str) -> tuple[ProbeOutcome, str]:
+    blobs = git.read_blobs(repo, tree, [check.path for check in probe.files])
+    problems = []
+    for check in probe.files:
+        blob = blobs.get(check.path)
+        text = "" if blob is None else blob.decode("utf-8", "surrogateescape")
+        if blob is None and check.contains:
+            problems.append(f"{check.path}: missing")
+            continue
+        problems += [f"{check.path}: lacks {s!r}" for s in check.contains if s not in text]
+        problems += [f"{check.path}: still has {s!r}" for s in check.not_contains if s in text]
+    if problems:
+        return ProbeOutcome.FAIL, "; ".join(problems)
+    return ProbeOutcome.PASS, f"all {len(probe.files)} file checks hold"
+
+
+def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[ProbeOutcome, str]:
+    try:
+        python = probe_venv(probe.requirements, cache=cache)
+    except ProbeError as exc:
+        return ProbeOutcome.ERROR, exc.message
+    with tempfile.TemporaryDirectory(prefix="vpatch-probe-") as tmp:
+        root = Path(tmp) / "tree"
+        git.extract_tree(repo, tree, root)
+        values = {"python": str(python), "probe_dir": str(probe.path.parent.resolve()), "tree": str(root)}
+        argv = [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in probe.run]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        try:
+            proc = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=probe.timeout)
+        except subprocess.TimeoutExpired as exc:
+            return ProbeOutcome.ERROR, f"timed out after {probe.timeout:g}s\n" + _tail(exc.stdout or b"")
+        except OSError as exc:
+            return ProbeOutcome.ERROR, f"cannot run {argv[0]}: {exc}"
+    output = _tail(proc.stdout)
+    if proc.returncode == PASS_CODE:
+        return ProbeOutcome.PASS, output
+    if proc.returncode == FAIL_CODE:
+        return ProbeOutcome.FAIL, output
+    return ProbeOutcome.ERROR, f"exit code {proc.returncode} (only 0 and 1 decide)\n{output}"
+
+
+def _tail(output: bytes | str) -> str:
+    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else output
+    return text[-_OUTPUT_CHARS:].strip()
+
+
+def requirements_hash(requirements: Sequence[str]) -> str:
+    """The probe venv's key: the requirements in order, and the interpreter that builds it."""
+    text = f"{sys.version_info.major}.{sys.version_info.minor}\n" + "\n".join(requirements)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def probe_venv(requirements: Sequence[str], *, cache: Path | None = None) -> Path:
+    """The python of the venv for `requirements`, built once (in a temporary folder, then renamed)."""
+    root = (cache_dir() if cache is None else cache) / "probe-venvs"
+    final = root / requirements_hash(requirements)
+    python = final / "bin" / "python"
+    if python.exists():
+        return python
+    root.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+    try:
+        _build_venv(building, requirements)
+        try:
+            building.rename(final)
+        except OSError:
+            # Another vpatch built it first; theirs is as good as ours.
+            if not python.exists():
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return python
+
+
+def _build_venv(dest: Path, requirements: Sequence[str]) -> None:
+    args = [sys.executable, "-m", "venv", str(dest)]
+    if not requirements:
+        args.insert(3, "--without-pip")
+    _pip_step(args, "create the probe venv")
+    if not requirements:
+        return
+    pip = [str(dest / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
+    _refuse_cuda_torch(pip, requirements)
+    _pip_step([*pip, *requirements], "install the probe requirements")
+
+
+def _refuse_cuda_torch(pip: Sequence[str], requirements: Sequence[str]) -> None:
+    """Probes run on the CPU: never let pip pull a CUDA torch (gigabytes of nvidia-* wheels)."""
+    if not any(re.match(r"torch\b", r.strip()) for r in requirements):
+        return
+    with tempfile.TemporaryDirectory(prefix="vpatch-pip-report-") as tmp:
+        report = Path(tmp) / "report.json"
+        _pip_step([*pip, "--dry-run", "--ignore-installed", "--report", str(report), *requirements],
+                  "resolve the probe requirements")
+        install = json.loads(report.read_bytes()).get("install", [])
+    for item in install:
+        meta = item.get("metadata", {})
+        name, version = str(meta.get("name", "")).lower(), str(meta.get("version", ""))
+        if name.startswith("nvidia-") or (name == "torch" and not version.endswith("+cpu")):
+            raise ProbeError(
+                f"the probe venv would install a CUDA build of torch ({name} {version})",
+                hint="make a CPU torch wheel visible to pip, e.g. PIP_FIND_LINKS=<folder with torch-*+cpu*.whl>"
+                     " or PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index>",
+            )
+
+
+def _pip_step(args: Sequence[str], what: str) -> None:
+    proc = subprocess.run(list(args), stdin=subprocess.DEVNULL, capture_output=True)
+    if proc.returncode != 0:
+        raise ProbeError(
+            f"cannot {what}: {' '.join(args[:6])} ... exited with {proc.returncode}\n"
+            + _tail(proc.stdout + proc.stderr),
+            hint="check that pip reaches the package index, then run the command again",
+        )
+
+
+@dataclass(frozen=True)
+class Validation:
+    """A probe that discriminates: FAIL on the base tree and PASS with the patch."""
+
+    ok: bool
+    detail: str
+    base: ProbeResult
+    patched: ProbeResult
+
+
+def probe_for(patch: Patch) -> Probe | None:
+    """The probe a patch names in its Probe: trailer (None when it names none)."""
+    path = patch.probe_path
+    return None if path is None else Probe.load(path)
+
+
+def check_patch(repo: Path, patch: Patch, commit: str, *, cache: Path | None = None) -> ProbeResult | None:
+    """The patch's probe on the unpatched `commit`: PASS means upstream has the fix there."""
+    probe = probe_for(patch)
+    return None if probe is None else run_probe(repo, probe, commit, cache=cache)
+
+
+def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str, patched: str | None = None,
+                   cache: Path | None = None) -> Validation:
+    """Check that the patch's probe FAILs on `base` and PASSes on `patched` (default: `base` + the patch).
+
+    Raises ProbeError when the patch has no probe or the probe does not tell the two apart.
+    """
+    del config  # the probe and both trees say all there is to say
+    probe = probe_for(patch)
+    if probe is None:
+        raise ProbeError(f"{patch.filename} names no probe", hint="add a Probe: trailer naming a file under probes/")
+    if patched is None:
+        patched = git.tree_with_patch(repo, base, patch.raw)
+        if patched is None:
+            raise ProbeError(f"{patch.filename} does not apply to {base}, so its probe cannot be validated there",
+                             hint=f"vpatch apply --ref {base} to see the conflict")
+    before = run_probe(repo, probe, base, cache=cache)
+    after = run_probe(repo, probe, patched, cache=cache)
+    if before.outcome is ProbeOutcome.FAIL and after.outcome is ProbeOutcome.PASS:
+        return Validation(True, f"{probe.name} fails without the patch and passes with it", before, after)
+    raise ProbeError(
+        f"probe {probe.name} does not discriminate for {patch.filename}: it {_says(before)} on {base} without the"
+        f" patch and {_says(after)} with it (it must fail, then pass)",
+        hint=_validation_hint(before, after),
+    )
+
+
+def _says(result: ProbeResult) -> str:
+    return {ProbeOutcome.PASS: "passes", ProbeOutcome.FAIL: "fails", ProbeOutcome.ERROR: "errors"}[result.outcome]
+
+
+def _validation_hint(before: ProbeResult, after: ProbeResult) -> str:
+    if ProbeOutcome.ERROR in (before.outcome, after.outcome):
+        broken = before if before.outcome is ProbeOutcome.ERROR else after
+        return "the probe could not decide: " + (broken.detail.splitlines() or ["no output"])[-1]
+    if before.outcome is ProbeOutcome.PASS:
+        return "a probe that passes without the patch would drop a needed patch: make it test the bug itself"
+    return "the probe still fails with the patch: make it test what the patch changes"
