@@ -61,6 +61,7 @@ def _landing_json(landing: "Landing | None", branch: str) -> dict[str, Any] | No
         "release": landing.release,
         "in_release": landing.release or f"on {branch}, in no release yet",
         "bisected": landing.bisected,
+        "since": landing.since,
         "checks": landing.checks,
         "candidates": landing.candidates,
     }
@@ -72,6 +73,10 @@ def cell_summary(v: Verdict) -> str:
     decided = v.decided_by
     if decided is not None:
         parts.append(_short(decided, v))
+    if v.state is not State.LANDED and decided is not None and decided.kind is Kind.PROBE:
+        forward = next((ev for ev in v.evidence if ev.kind is Kind.FORWARD), None)
+        if forward is not None:
+            parts.append(_short(forward, v))
     probe = next((ev for ev in v.evidence if ev.kind is Kind.PROBE), None)
     if probe is not None and probe is not decided:
         parts.append({Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails",
@@ -129,10 +134,12 @@ def landing_line(p: "PatchStatus", branch: str) -> str:
     if landing is None:
         return f"{p.file}: not landed in any target"
     release = f"first release {landing.release}" if landing.release else f"on {branch}, in no release yet"
-    if landing.bisected:
-        how = f"first commit {landing.commit[:12]} ({landing.checks} checks over {landing.candidates} commits)"
+    if landing.bisected and landing.candidates > 1:
+        how = f"first commit {landing.commit[:12]} (bisected: {landing.checks} checks over {landing.candidates} commits)"
+    elif landing.bisected:
+        how = f"commit {landing.commit[:12]} (the only commit after {landing.since})"
     else:
-        how = f"at or before {landing.commit[:12]}"
+        how = f"at or before commit {landing.commit[:12]}"
     return f"{p.file}: landed in {landing.ref}, {how}, {release}"
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from vpatch import git
 from vpatch.errors import ExitCode, VpatchError
-from vpatch.verdict import ProbeCheck, ProbeFn, State, Verdict, judge_series
+from vpatch.verdict import ProbeCheck, ProbeFn, ProbeOutcome, State, Verdict, judge_series
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -46,6 +46,7 @@ class Landing:
     bisected: bool  # False: no earlier not-landed target to bisect from, `commit` is only an upper bound
     checks: int = 0  # verdicts the bisection evaluated
     candidates: int = 0  # first-parent commits it searched
+    since: str | None = None  # the target below, where the patch is not landed
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,8 @@ def _landing(
         return verdict.state is State.LANDED
 
     found, checks = bisect_first(line, landed)
-    return Landing(top.ref, found, first_release(repo, found), bisected=True, checks=checks, candidates=len(line))
+    return Landing(top.ref, found, first_release(repo, found), bisected=True, checks=checks, candidates=len(line),
+                   since=targets[first - 1].ref)
 
 
 def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[str, int]:
@@ -236,12 +238,32 @@ def _release_tags(tags: Sequence[str]) -> list[str]:
 
 
 
-def probe_fn(repo: Path, config: "Config") -> ProbeFn | None:
-    """The probe runner for this project, as the verdict wants it: (patch, commit) -> ProbeCheck or None.
+def probe_fn(repo: Path, config: "Config | None" = None, *, cache: Path | None = None) -> ProbeFn:
+    """The probe runner the verdict wants: (patch, commit) -> its probe's answer on that unpatched commit.
 
-    Until vpatch.probes exists this returns None (textual evidence only)."""
-    try:
-        from vpatch import probes  # noqa: F401
-    except ImportError:
-        return None
-    return None
+    Results come from probes.run_probe, cached by (probe content, tree id), so a second status runs no
+    probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way."""
+    loaded: dict[Path, object] = {}
+
+    def run(patch: "Patch", commit: str) -> ProbeCheck | None:
+        if patch.probe_path is None:
+            return None
+        from vpatch import probes
+
+        try:
+            if patch.probe_path not in loaded:
+                loaded[patch.probe_path] = probes.Probe.load(patch.probe_path)
+            probe = loaded[patch.probe_path]
+            assert isinstance(probe, probes.Probe)
+            result = probes.run_probe(repo, probe, commit, cache=cache)
+        except VpatchError as exc:
+            return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
+        return ProbeCheck(ProbeOutcome(result.outcome.value), _last_lines(result.detail), ran=not result.cached)
+
+    return run
+
+
+def _last_lines(text: str, lines: int = 2, chars: int = 240) -> str:
+    """The end of a probe's output: where a probe prints its conclusion."""
+    tail = " | ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
+    return tail if len(tail) <= chars else "..." + tail[-chars:]
