@@ -171,6 +171,37 @@ def test_default_targets_are_pin_newest_release_and_branch(project: Project) -> 
     assert all(isinstance(t, Target) and len(t.commit) == 40 for t in targets)
 
 
+def test_a_second_status_runs_no_probe(project: Project) -> None:
+    (project.patches / "probes").mkdir()
+    (project.patches / "probes" / "kv.yaml").write_text(
+        "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [continue]\n")
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
+                       trailers="Origin: vendor\nProbe: probes/kv.yaml")
+    project.upstream.commit({"vllm/kv.py": KV_V1.replace("break", "continue") + "# upstream's own way\n"},
+                            "Fix kv upstream", tag="v1.1")
+    refresh(project)
+    first = json.loads(run(project, "status", "--against", "v1.1", "--json")[1])
+    assert first["probes"] == {"run": 2, "cached": 0}
+    assert first["patches"][0]["results"]["v1.1"]["decided_by"] == "probe"
+    second = json.loads(run(project, "status", "--against", "v1.1", "--json")[1])
+    assert second["probes"] == {"run": 0, "cached": 2}
+    assert second["patches"][0]["results"] == first["patches"][0]["results"]
+    code, out = run(project, "status", "--against", "v1.1")
+    assert code == 0 and "probes: 0 run, 2 from the cache" in out
+
+
+def test_a_broken_probe_is_an_error_and_the_text_decides(project: Project) -> None:
+    (project.patches / "probes").mkdir()
+    (project.patches / "probes" / "kv.yaml").write_text("kind: nonsense\n")
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
+                       trailers="Origin: vendor\nProbe: probes/kv.yaml")
+    code, out = run(project, "status", "--json")
+    assert code == 0, out
+    result = json.loads(out)["patches"][0]["results"]["v1.0"]
+    assert result["state"] == "needed" and result["decided_by"] == "forward-apply"
+    assert [ev["says"] for ev in result["evidence"] if ev["kind"] == "probe"] == ["unavailable"]
+
+
 # --- the real release history with the shipped series ----------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,6 +244,15 @@ def test_shipped_series_on_the_real_release_history(release_history: Path, monke
     assert "diff still applies" in mamba["summary"]
     patch_id = next(ev for ev in mamba["evidence"] if ev["kind"] == "patch-id")
     assert patch_id["says"] == "unavailable" and "release history has no per-commit diffs" in patch_id["detail"]
+
+    # Asked only about v0.33.0, the landing points are bisected over the release commits in between.
+    result = CliRunner().invoke(app, ["--project", str(ROOT), "status", "--json", "--against", "v0.33.0"])
+    assert result.exit_code == 0, result.output
+    jumped = {p["number"]: p["landed_in"] for p in json.loads(result.stdout)["patches"]}
+    for number, first in expected_first.items():
+        assert jumped[number]["commit"] == doc["commits"][first], (number, jumped[number])
+        assert jumped[number]["release"] == first and jumped[number]["candidates"] == 4
+        assert jumped[number]["checks"] <= 3
 
 
 def test_targets_older_than_the_pin_do_not_set_the_exit_code(project: Project) -> None:
