@@ -19,7 +19,8 @@ the patches folder). Two kinds::
 In ``run``, ``{python}`` is the probe venv's python, ``{probe_dir}`` the folder of the YAML file and
 ``{tree}`` the tree root; the tree root is also first on PYTHONPATH. Exit code 0 = PASS (the fix is
 there), 1 = FAIL (the bug is there), anything else or a timeout = ERROR: the probe could not decide,
-which is never read as pass or fail.
+which is never read as pass or fail. Python exits 1 on an uncaught exception, so exit 1 with a Python
+traceback in the output is an ERROR too; a probe script should still catch its own errors and exit 2.
 
 The probe venv is built once per set of requirements (keyed by their hash) under
 ``$VPATCH_CACHE/probe-venvs/``, in a temporary folder renamed into place. Results are cached as small
@@ -64,6 +65,7 @@ _KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", 
 _FILE_KEYS = {"contains", "not_contains"}
 # How much of a command's output a result keeps: the tail is where probes print their verdict.
 _OUTPUT_CHARS = 6000
+_TRACEBACK = b"Traceback (most recent call last):"
 
 
 class ProbeError(VpatchError):
@@ -297,8 +299,11 @@ def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[Prob
     output = _tail(proc.stdout)
     if proc.returncode == PASS_CODE:
         return ProbeOutcome.PASS, output
-    if proc.returncode == FAIL_CODE:
+    # Python exits 1 on an uncaught exception too: that is a probe that broke, not a bug found.
+    if proc.returncode == FAIL_CODE and _TRACEBACK not in proc.stdout:
         return ProbeOutcome.FAIL, output
+    if proc.returncode == FAIL_CODE:
+        return ProbeOutcome.ERROR, f"exit code 1 with a Python traceback: the probe crashed\n{output}"
     return ProbeOutcome.ERROR, f"exit code {proc.returncode} (only 0 and 1 decide)\n{output}"
 
 

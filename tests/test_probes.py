@@ -1,0 +1,219 @@
+"""Probes on small real repositories: each kind, each outcome, the result cache, validation, bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import KV_V1, Project, ToyUpstream
+from vpatch import probes
+from vpatch.probes import Probe, ProbeError, ProbeOutcome
+from vpatch.series import Patch
+from vpatch.upstream import cache_dir
+
+KV_FIXED = KV_V1.replace("break", "continue")
+
+FILES_PROBE = """\
+kind: files
+files:
+  vllm/kv.py:
+    contains: ["continue"]
+    not_contains: ["break"]
+"""
+
+# Exit 0 when the tree skips null blocks, 1 when it stops at them; counts its runs next to itself.
+SCRIPT = """\
+import pathlib, sys
+with open(pathlib.Path(__file__).with_name("runs.log"), "a") as log:
+    log.write("run\\n")
+text = pathlib.Path("vllm/kv.py").read_text()
+print("kv.py says", "continue" if "continue" in text else "break")
+sys.exit(0 if "continue" in text else 1)
+"""
+
+COMMAND_PROBE = """\
+kind: command
+run: ["{python}", "{probe_dir}/check.py"]
+timeout: 60
+"""
+
+
+def write_probe(folder: Path, yaml_text: str, script: str | None = None, name: str = "probe.yaml") -> Probe:
+    folder.mkdir(parents=True, exist_ok=True)
+    if script is not None:
+        (folder / "check.py").write_text(script)
+    (folder / name).write_text(yaml_text)
+    return Probe.load(folder / name)
+
+
+def runs(folder: Path) -> int:
+    log = folder / "runs.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+@pytest.fixture
+def fixed(toy_upstream: ToyUpstream) -> str:
+    """v1.1 of the toy upstream: the free loop skips null blocks instead of stopping."""
+    return toy_upstream.commit({"vllm/kv.py": KV_FIXED}, "kv: skip null blocks", tag="v1.1")
+
+
+def test_files_probe_reads_the_tree_without_a_checkout(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:
+    probe = write_probe(tmp_path / "probes", FILES_PROBE)
+    assert probes.run_probe(toy_upstream.path, probe, "v1.1").outcome is ProbeOutcome.PASS
+    failed = probes.run_probe(toy_upstream.path, probe, "v1.0")
+    assert failed.outcome is ProbeOutcome.FAIL
+    assert "vllm/kv.py: lacks 'continue'" in failed.detail and "still has 'break'" in failed.detail
+    # The probe read git's objects: the checkout of the upstream still holds v1.1.
+    assert (toy_upstream.path / "vllm/kv.py").read_text() == KV_FIXED
+
+
+def test_a_missing_file_fails_contains_and_satisfies_not_contains(toy_upstream: ToyUpstream, tmp_path: Path) -> None:
+    gone = write_probe(tmp_path / "a", "kind: files\nfiles:\n  vllm/gone.py:\n    not_contains: [x]\n")
+    needed = write_probe(tmp_path / "b", "kind: files\nfiles:\n  vllm/gone.py:\n    contains: [x]\n")
+    assert probes.run_probe(toy_upstream.path, gone, "v1.0").outcome is ProbeOutcome.PASS
+    result = probes.run_probe(toy_upstream.path, needed, "v1.0")
+    assert (result.outcome, result.detail) == (ProbeOutcome.FAIL, "vllm/gone.py: missing")
+
+
+def test_command_probe_runs_in_the_materialised_tree(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:
+    folder = tmp_path / "probes"
+    probe = write_probe(folder, COMMAND_PROBE, SCRIPT)
+    passed = probes.run_probe(toy_upstream.path, probe, "v1.1")
+    failed = probes.run_probe(toy_upstream.path, probe, "v1.0")
+    assert (passed.outcome, failed.outcome) == (ProbeOutcome.PASS, ProbeOutcome.FAIL)
+    assert passed.detail == "kv.py says continue" and failed.detail == "kv.py says break"
+    assert runs(folder) == 2
+
+
+def test_command_probe_runs_against_a_bare_tree_id(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:
+    probe = write_probe(tmp_path / "probes", COMMAND_PROBE, SCRIPT)
+    tree = probes.git.tree_of(toy_upstream.path, "v1.1")
+    result = probes.run_probe(toy_upstream.path, probe, tree)
+    assert (result.outcome, result.tree) == (ProbeOutcome.PASS, tree)
+
+
+@pytest.mark.parametrize(
+    ("script", "timeout", "says"),
+    [
+        ("import sys\nsys.exit(3)\n", 60, "exit code 3"),
+        ("import torch_that_is_not_there\n", 60, "the probe crashed"),
+        ("import time\ntime.sleep(30)\n", 1, "timed out after 1s"),
+    ],
+    ids=["other-exit-code", "crash", "timeout"],
+)
+def test_anything_but_exit_0_or_1_is_an_error_and_never_cached(
+    toy_upstream: ToyUpstream, tmp_path: Path, script: str, timeout: int, says: str
+) -> None:
+    folder = tmp_path / "probes"
+    probe = write_probe(folder, COMMAND_PROBE.replace("timeout: 60", f"timeout: {timeout}"),
+                        "import pathlib\npathlib.Path(__file__).with_name('runs.log').open('a').write('run\\n')\n"
+                        + script)
+    first = probes.run_probe(toy_upstream.path, probe, "v1.0")
+    assert first.outcome is ProbeOutcome.ERROR and says in first.detail
+    assert probes.run_probe(toy_upstream.path, probe, "v1.0").cached is False
+    assert runs(folder) == 2
+
+
+def test_second_run_is_answered_from_the_cache(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:
+    folder = tmp_path / "probes"
+    probe = write_probe(folder, COMMAND_PROBE, SCRIPT)
+    first = probes.run_probe(toy_upstream.path, probe, "v1.0")
+    again = Probe.load(folder / "probe.yaml")
+    second = probes.run_probe(toy_upstream.path, again, "v1.0")
+    assert (first.cached, second.cached) == (False, True)
+    assert (second.outcome, second.detail) == (first.outcome, first.detail)
+    assert runs(folder) == 1
+    entries = list((cache_dir() / "probe-results").rglob("*.json"))
+    assert [e.name for e in entries] == [f"{second.tree}.json"]
+
+
+def test_changing_the_script_invalidates_the_cache(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:
+    folder = tmp_path / "probes"
+    probe = write_probe(folder, COMMAND_PROBE, SCRIPT)
+    assert probes.run_probe(toy_upstream.path, probe, "v1.1").outcome is ProbeOutcome.PASS
+    (folder / "check.py").write_text(SCRIPT.replace('"continue" in text else 1', '"nothing" in text else 1'))
+    rerun = probes.run_probe(toy_upstream.path, Probe.load(folder / "probe.yaml"), "v1.1")
+    assert (rerun.outcome, rerun.cached) == (ProbeOutcome.FAIL, False)
+    assert runs(folder) == 2
+
+
+def test_probe_venv_is_built_once_and_atomically(tmp_path: Path) -> None:
+    python = probes.probe_venv([], cache=tmp_path)
+    marker = python.parent.parent / "pyvenv.cfg"
+    built = marker.stat().st_mtime_ns
+    assert probes.probe_venv([], cache=tmp_path) == python
+    assert marker.stat().st_mtime_ns == built
+    # Only the finished venv is left: the temporary build folder was renamed into place.
+    assert [p.name for p in (tmp_path / "probe-venvs").iterdir()] == [probes.requirements_hash([])]
+    assert probes.requirements_hash(["a"]) != probes.requirements_hash(["b"])
+
+
+def _project_patch(project: Project, probe_yaml: str, script: str | None = None) -> Patch:
+    path = project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "kv: skip null blocks",
+                              trailers="Origin: vendor\nProbe: probes/0001-kv-skip-null.yaml\nLast-Update: 2026-09-01")
+    write_probe(project.patches / "probes", probe_yaml, script, name="0001-kv-skip-null.yaml")
+    return Patch.load(path)
+
+
+def test_validate_accepts_a_probe_that_fails_on_the_pin_and_passes_with_the_patch(
+    project: Project, tmp_path: Path
+) -> None:
+    patch = _project_patch(project, COMMAND_PROBE, SCRIPT)
+    validation = probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
+    assert validation.ok
+    assert (validation.base.outcome, validation.patched.outcome) == (ProbeOutcome.FAIL, ProbeOutcome.PASS)
+    assert validation.patched.detail == "kv.py says continue"
+
+
+def test_validate_refuses_a_probe_that_passes_everywhere(project: Project) -> None:
+    patch = _project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [release]\n")
+    with pytest.raises(ProbeError) as caught:
+        probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
+    assert "does not discriminate" in caught.value.message and "passes on v1.0" in caught.value.message
+    assert caught.value.hint and "would drop a needed patch" in caught.value.hint
+
+
+def test_validate_refuses_a_probe_that_still_fails_with_the_patch(project: Project) -> None:
+    patch = _project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [never-there]\n")
+    with pytest.raises(ProbeError, match="fails on v1.0 without the patch and fails with it"):
+        probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
+
+
+def test_validate_refuses_a_probe_that_cannot_decide(project: Project) -> None:
+    patch = _project_patch(project, COMMAND_PROBE, "import sys\nprint('cannot import torch')\nsys.exit(2)\n")
+    with pytest.raises(ProbeError) as caught:
+        probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
+    assert "errors on v1.0" in caught.value.message
+    assert caught.value.hint == "the probe could not decide: cannot import torch"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("kind: file\n", "kind: must be 'files' or 'command', not 'file'"),
+        ("- kind: files\n", "a probe is a mapping"),
+        ("kind: files\nfiles: {a.py: {contains: [x]}}\nrun: [x]\n", "run: not a key of a 'files' probe"),
+        ("kind: files\nfiles: {a.py: {contain: [x]}}\n", "files: a.py: contain: not a file check"),
+        ("kind: files\nfiles: {a.py: {contains: x}}\n", "files: a.py: contains: must be a list"),
+        ("kind: files\nfiles: {}\n", "files: must map tree paths"),
+        ("kind: command\nrun: []\n", "run: must not be empty"),
+        ("kind: command\nrun: ['{pyhton}']\n", "run: unknown placeholder {pyhton}"),
+        ("kind: command\nrun: [x]\ntimeout: -1\n", "timeout: must be a positive number"),
+        ("kind: command\nrun: [x]\nrequirement: [torch]\n", "requirement: not a key of a 'command' probe"),
+        ("kind: [", "not valid YAML"),
+    ],
+)
+def test_a_bad_probe_file_names_the_file_and_the_key(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "0007-x.yaml"
+    path.write_text(text)
+    with pytest.raises(ProbeError) as caught:
+        Probe.load(path)
+    assert caught.value.message.startswith(f"{path}: ")
+    assert says in caught.value.message
+
+
+def test_a_missing_probe_file_says_where_the_trailer_points(tmp_path: Path) -> None:
+    with pytest.raises(ProbeError) as caught:
+        Probe.load(tmp_path / "probes" / "nope.yaml")
+    assert "nope.yaml" in caught.value.message and "relative to the patches folder" in (caught.value.hint or "")
