@@ -1,0 +1,70 @@
+"""The shipped series on the real vLLM release history: every probe is validated on v0.29.0 and
+tells the releases that have the fix from those that do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import REAL_CACHE
+from vpatch import probes
+from vpatch.probes import ProbeOutcome
+from vpatch.series import Patch, Series
+
+pytestmark = pytest.mark.releases
+
+PATCHES = Path(__file__).resolve().parent.parent / "patches"
+PIN = "v0.29.0"
+RELEASES = ["v0.28.0", "v0.29.0", "v0.30.0", "v0.31.0", "v0.32.0", "v0.33.0"]
+# The first release whose unpatched tree has each fix (upstream wrote 0002 differently).
+LANDS_IN = {
+    "0001-qsa-fp8-kv": "v0.31.0",
+    "0002-mamba-null-gap-free": "v0.30.0",
+    "0003-qwen3-tool-call-unclosed-function": "v0.33.0",
+}
+
+
+def shipped() -> list[Patch]:
+    return list(Series.load(PATCHES))
+
+
+def test_the_shipped_series_is_the_three_production_patches_each_with_a_probe() -> None:
+    patches = shipped()
+    assert [p.name for p in patches] == list(LANDS_IN)
+    assert all(p.probe_path is not None and p.probe_path.is_file() for p in patches)
+
+
+@pytest.mark.parametrize("name", list(LANDS_IN))
+def test_probe_fails_on_the_pin_and_passes_with_its_patch(release_history: Path, name: str) -> None:
+    # The real cache: the probe venv (CPU torch) and the results are built once per machine.
+    patch = next(p for p in shipped() if p.name == name)
+    validation = probes.validate_probe(release_history, None, patch, base=PIN, cache=REAL_CACHE)
+    assert validation.ok
+    assert (validation.base.outcome, validation.patched.outcome) == (ProbeOutcome.FAIL, ProbeOutcome.PASS)
+
+
+@pytest.mark.parametrize("name", list(LANDS_IN))
+def test_probe_passes_exactly_on_the_releases_that_have_the_fix(release_history: Path, name: str) -> None:
+    patch = next(p for p in shipped() if p.name == name)
+    probe = probes.probe_for(patch)
+    assert probe is not None
+    got = {tag: probes.run_probe(release_history, probe, tag, cache=REAL_CACHE).outcome for tag in RELEASES}
+    first = RELEASES.index(LANDS_IN[name])
+    want = {tag: ProbeOutcome.PASS if i >= first else ProbeOutcome.FAIL for i, tag in enumerate(RELEASES)}
+    assert got == want
+
+
+def test_mamba_probe_prints_the_held_blocks_per_prefill_step(release_history: Path) -> None:
+    probe = probes.probe_for(next(p for p in shipped() if p.name == "0002-mamba-null-gap-free"))
+    assert probe is not None
+
+    def held(tag: str) -> list[int]:
+        detail = probes.run_probe(release_history, probe, tag, cache=REAL_CACHE).detail
+        line = next(x for x in detail.splitlines() if x.startswith("held mamba blocks per prefill step:"))
+        return [int(n) for n in line.split(":", 1)[1].split()]
+
+    # 65,536 tokens in block-aligned chunks of 1,632: 40 prefill steps. The bug holds one more block
+    # per step; the fix (ours on v0.29.0, upstream's from v0.30.0) stays at 3.
+    assert held(PIN) == list(range(1, 41))
+    assert held("v0.30.0") == [1, 2] + [3] * 38
