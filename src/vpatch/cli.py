@@ -289,9 +289,12 @@ def verify(
     for check in report.checks:
         echo(f"{'ok  ' if check.ok else 'FAIL'} {check.what}" + (f": {check.detail}" if check.detail else ""))
     if not report.ok:
-        failed = sum(1 for c in report.checks if not c.ok)
-        raise VpatchError(f"image {image} does not match its labels: {failed} check(s) failed",
-                          hint="rebuild it with `vpatch build`")
+        failed = [c for c in report.checks if not c.ok]
+        only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
+        raise VpatchError(f"image {image} does not match its labels: {len(failed)} check(s) failed",
+                          hint="exit 1: the fix is not in the image; 'could not decide': the probe needs vLLM's "
+                          "dependencies (torch), which an official image has" if only_probes
+                          else "rebuild it with `vpatch build`")
     echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
 
 

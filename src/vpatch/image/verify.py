@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from enum import Enum
+import re
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Mapping
 
 from vpatch.config import Config
 from vpatch.errors import VpatchError
@@ -14,9 +16,20 @@ from vpatch.image.docker import Docker
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
 from vpatch.series import Patch, Series
 
+if TYPE_CHECKING:
+    from vpatch.probes import Probe
+
+
+class CheckKind(str, Enum):
+    PATCH = "patch"  # the labelled patch file is the project's
+    FILE = "file"  # a touched file holds the pin plus the series
+    BYTECODE = "bytecode"  # no stale .pyc of a changed module
+    PROBE = "probe"  # the patch's landing probe passes on the image
+
 
 @dataclass(frozen=True)
 class Check:
+    kind: CheckKind
     what: str
     ok: bool
     detail: str = ""
@@ -58,13 +71,13 @@ def verify_image(config: Config, image: str, *, probes: bool = False, docker: Do
     for path in changes.paths:
         actual, wanted = found[in_image[path]], post[path]
         if actual == wanted:
-            checks.append(Check(path, True, "deleted as the series says" if wanted is None else ""))
+            checks.append(Check(CheckKind.FILE, path, True, "deleted as the series says" if wanted is None else ""))
         elif wanted is None:
-            checks.append(Check(path, False, "the series deletes it, but the image has it"))
+            checks.append(Check(CheckKind.FILE, path, False, "the series deletes it, but the image has it"))
         elif actual is None:
-            checks.append(Check(path, False, "missing from the image"))
+            checks.append(Check(CheckKind.FILE, path, False, "missing from the image"))
         else:
-            checks.append(Check(path, False, "differs from the pin plus the series"))
+            checks.append(Check(CheckKind.FILE, path, False, "differs from the pin plus the series"))
     if labels.get(f"{LABEL_PREFIX}.strategy") == Strategy.OVERLAY.value:
         checks += _bytecode_checks(docker, info.id, package_dir, changes)
     if probes:
@@ -84,12 +97,12 @@ def _labelled_patches(labels: Mapping[str, str], series: Series) -> tuple[tuple[
         digest = recorded.rsplit("sha256:", 1)[-1]
         patch = by_name.get(name)
         if patch is None:
-            checks.append(Check(f"patch {name}", False, "not in the project's series any more"))
+            checks.append(Check(CheckKind.PATCH, f"patch {name}", False, "not in the project's series any more"))
         elif patch.sha256 != digest:
-            checks.append(Check(f"patch {name}", False, "the patch file changed since the image was built"))
+            checks.append(Check(CheckKind.PATCH, f"patch {name}", False, "the patch file changed since the image was built"))
         else:
             patches.append(patch)
-            checks.append(Check(f"patch {name}", True, f"sha256:{digest[:12]}"))
+            checks.append(Check(CheckKind.PATCH, f"patch {name}", True, f"sha256:{digest[:12]}"))
     return tuple(patches), checks
 
 
@@ -102,83 +115,66 @@ def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: C
         rel = PurePosixPath(in_package(path))
         cache = f"{package_dir}/{rel.parent}/__pycache__" if str(rel.parent) != "." else f"{package_dir}/__pycache__"
         stale = [n for n in docker.list_dir(image_id, cache) if n.startswith(f"{rel.stem}.") and n.endswith(".pyc")]
-        checks.append(Check(f"{path} bytecode", not stale, f"stale {', '.join(stale)}" if stale else "none stale"))
+        checks.append(Check(CheckKind.BYTECODE, f"{path} bytecode", not stale,
+                            f"stale {', '.join(stale)}" if stale else "none stale"))
     return checks
 
 
 def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
     """Each patch's landing probe, run against the image instead of a tree: it must pass (the fix is in)."""
+    from vpatch.probes import ProbeKind, probe_for
+
     checks: list[Check] = []
     for patch in patches:
-        probe = patch.probe_path
-        if probe is None:
-            continue
         what = f"probe of {patch.name}"
         try:
-            spec = _load_probe(probe)
-            kind = spec.get("kind")
-            if kind == "files":
-                ok, detail = _files_probe(docker, image_id, package_dir, spec)
-            elif kind == "command":
-                ok, detail = _command_probe(docker, image_id, package_dir, probe, spec)
-            else:
-                ok, detail = False, f"{probe.name}: unknown probe kind {kind!r}"
+            probe = probe_for(patch)
         except VpatchError as exc:
-            ok, detail = False, exc.message
-        checks.append(Check(what, ok, detail))
+            checks.append(Check(CheckKind.PROBE, what, False, exc.message))
+            continue
+        if probe is None:
+            continue
+        if probe.kind is ProbeKind.FILES:
+            ok, detail = _files_probe(docker, image_id, package_dir, probe)
+        else:
+            ok, detail = _command_probe(docker, image_id, package_dir, probe)
+        checks.append(Check(CheckKind.PROBE, what, ok, f"{probe.name}: {detail}"))
     return checks
 
 
-def _load_probe(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise VpatchError(f"{path.name}: cannot read the probe: {exc}") from exc
-    if not isinstance(spec, dict):
-        raise VpatchError(f"{path.name}: a probe is a mapping with a 'kind'")
-    return spec
-
-
-def _files_probe(docker: Docker, image_id: str, package_dir: str, spec: dict[str, Any]) -> tuple[bool, str]:
-    """kind: files — must-contain / must-not-contain per file, read from the installed package."""
-    rules: dict[str, Any] = spec.get("files") or {}
-    outside = [p for p in rules if not p.startswith(f"{PACKAGE}/")]
+def _files_probe(docker: Docker, image_id: str, package_dir: str, probe: Probe) -> tuple[bool, str]:
+    """kind: files, read from the installed package (a file outside vllm/ is not in the image)."""
+    outside = [c.path for c in probe.files if not c.path.startswith(f"{PACKAGE}/")]
     if outside:
-        return False, f"{outside[0]} is not part of the installed package; the probe cannot run on an image"
-    found = docker.read_files(image_id, [f"{package_dir}/{in_package(p)}" for p in rules])
-    for path, rule in rules.items():
-        content = found[f"{package_dir}/{in_package(path)}"]
-        text = content.decode("utf-8", "replace") if content is not None else None
-        for needle in rule.get("contains", []) or []:
-            if text is None or needle not in text:
-                return False, f"{path} lacks {needle!r}"
-        for needle in rule.get("not_contains", []) or []:
-            if text is not None and needle in text:
-                return False, f"{path} still has {needle!r}"
-    return True, f"{len(rules)} file(s) as the fix leaves them"
+        return False, f"{outside[0]} is not part of the installed package; this probe cannot run on an image"
+    found = docker.read_files(image_id, [f"{package_dir}/{in_package(c.path)}" for c in probe.files])
+    problems: list[str] = []
+    for check in probe.files:
+        blob = found[f"{package_dir}/{in_package(check.path)}"]
+        if blob is None and check.contains:
+            problems.append(f"{check.path}: missing")
+            continue
+        text = "" if blob is None else blob.decode("utf-8", "surrogateescape")
+        problems += [f"{check.path}: lacks {s!r}" for s in check.contains if s not in text]
+        problems += [f"{check.path}: still has {s!r}" for s in check.not_contains if s in text]
+    return (False, "; ".join(problems)) if problems else (True, f"all {len(probe.files)} file checks hold")
 
 
-def _command_probe(
-    docker: Docker, image_id: str, package_dir: str, probe: Path, spec: dict[str, Any]
-) -> tuple[bool, str]:
-    """kind: command — run with the image's python, cwd and PYTHONPATH at the folder holding vllm/; exit 0 passes."""
+def _command_probe(docker: Docker, image_id: str, package_dir: str, probe: Probe) -> tuple[bool, str]:
+    """kind: command, with the image's python3 and the folder holding vllm/ as the tree (cwd, PYTHONPATH).
+    The probe's requirements are not installed: the image has vLLM's own dependencies."""
     tree = str(PurePosixPath(package_dir).parent)
     probe_dir = "/tmp/vpatch-probes"
-    files = {f"{probe_dir}/{p.name}": p.read_bytes() for p in sorted(probe.parent.iterdir()) if p.is_file()}
-    try:
-        argv = [str(a).format(python="python3", probe_dir=probe_dir, tree=tree) for a in spec.get("run") or []]
-    except (KeyError, IndexError) as exc:
-        raise VpatchError(f"{probe.name}: unknown placeholder {exc} in run") from exc
-    if not argv:
-        raise VpatchError(f"{probe.name}: a command probe needs run: [...]")
-    result = docker.execute(image_id, argv, files=files, workdir=tree, env={"PYTHONPATH": tree},
-                            timeout=float(spec.get("timeout", 600)))
+    files = {f"{probe_dir}/{p.name}": p.read_bytes() for p in (probe.path, *probe.referenced_files())}
+    values = {"python": "python3", "probe_dir": probe_dir, "tree": tree}
+    argv = [re.sub(r"\{([a-z_]+)\}", lambda m: values[m.group(1)], arg) for arg in probe.run]
+    result = docker.execute(image_id, argv, files=files, workdir=tree, timeout=probe.timeout,
+                            env={"PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"})
     last = (result.err.strip().splitlines() or result.out.strip().splitlines() or [""])[-1]
     if result.code == 0:
-        return True, f"{probe.name}: exit 0"
-    return False, f"{probe.name}: exit {result.code}" + (f" ({last})" if last else "")
+        return True, "exit 0"
+    verdict = "the bug is there" if result.code == 1 else "could not decide"
+    return False, f"exit {result.code}, {verdict}" + (f" ({last})" if last else "")
 
 
 def _discover(docker: Docker, image_id: str) -> str:
