@@ -40,6 +40,7 @@ from typing import Callable, Collection, Mapping, Sequence
 
 from vpatch import applycheck, git
 from vpatch.applycheck import Outcome
+from vpatch.probes import ProbeOutcome as ProbeOutcome  # re-exported: the verdict speaks of probe outcomes
 from vpatch.series import FileDiff, Hunk, Patch
 
 
@@ -72,12 +73,6 @@ class Applies(str, Enum):
     OFFSETS = "offsets"  # every hunk found its place, some at other line numbers
     THREE_WAY = "3-way"  # only with a 3-way merge, and that merge is clean
     NO = "no"
-
-
-class ProbeOutcome(str, Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    ERROR = "error"
 
 
 @dataclass(frozen=True)
