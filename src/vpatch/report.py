@@ -81,12 +81,17 @@ def cell_summary(v: Verdict) -> str:
     if probe is not None and probe is not decided:
         parts.append({Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails",
                       Says.UNAVAILABLE: "probe error"}[probe.says])
-    if v.state is State.LANDED and v.applies is not Applies.NO:
-        parts.append("diff still applies" + ("" if v.applies is Applies.CLEAN else f" ({v.applies.value})"))
-    elif v.state is State.LANDED and decided is not None and decided.kind is not Kind.REVERSE and any(
-        ev.kind is Kind.REVERSE and ev.says is Says.LANDED for ev in v.evidence
-    ):
-        parts.append("reverse-applies")
+    if v.state is State.LANDED and decided is not None:
+        # the textual fact beside whatever decided it, agreeing or not
+        every = len(v.landed_hunks) + len(v.needed_hunks) + len(v.conflict_hunks)
+        if v.applies is not Applies.NO:
+            parts.append("diff still applies" + ("" if v.applies is Applies.CLEAN else f" ({v.applies.value})"))
+        elif any(ev.kind is Kind.REVERSE and ev.says is Says.LANDED for ev in v.evidence):
+            parts.append("reverse-applies")
+        elif v.landed_hunks and every > len(v.landed_hunks):
+            parts.append(f"diff partly upstream ({len(v.landed_hunks)}/{every} hunks)")
+        elif decided.kind is not Kind.HUNKS:
+            parts.append("old diff does not apply")
     return "; ".join(dict.fromkeys(parts))
 
 
@@ -110,8 +115,9 @@ def _short(ev: Evidence, v: Verdict) -> str:
     return ev.detail
 
 
-def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 4) -> str:
-    """"ops/qsa.py#2, qsa.py#1, ...": the shortest path tail that tells the patch's files apart."""
+def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 6) -> str:
+    """"ops/qsa.py #1 #3, qsa.py #5 (+2 more)": hunk numbers grouped by file, each file named by the
+    shortest path tail that tells the patch's files apart."""
     paths = {name.partition(" hunk ")[0] for name in every}
 
     def tail(path: str) -> str:
@@ -122,11 +128,12 @@ def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 4)
                 return short
         return path
 
-    shown = []
+    groups: dict[str, list[str]] = {}
     for name in names[:limit]:
         path, _, rest = name.partition(" hunk ")
-        shown.append(f"{tail(path)}#{rest.split()[0]}")
-    return ", ".join(shown) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+        groups.setdefault(tail(path), []).append("#" + rest.split()[0])
+    text = ", ".join(f"{path} {' '.join(numbers)}" for path, numbers in groups.items())
+    return text + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
 def landing_line(p: "PatchStatus", branch: str) -> str:
