@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import KV_V1, Project, ToyUpstream
+
 from vpatch import probes
 from vpatch.probes import Probe, ProbeError, ProbeOutcome
 from vpatch.series import Patch

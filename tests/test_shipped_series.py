@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import REAL_CACHE
+
 from vpatch import probes
 from vpatch.probes import ProbeOutcome
 from vpatch.series import Patch, Series

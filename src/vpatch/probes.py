@@ -41,10 +41,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -290,7 +291,7 @@ def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[Prob
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         try:
-            proc = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, check=False,
                                   stderr=subprocess.STDOUT, timeout=probe.timeout)
         except subprocess.TimeoutExpired as exc:
             return ProbeOutcome.ERROR, f"timed out after {probe.timeout:g}s\n" + _tail(exc.stdout or b"")
@@ -373,7 +374,7 @@ def _refuse_cuda_torch(pip: Sequence[str], requirements: Sequence[str]) -> None:
 
 
 def _pip_step(args: Sequence[str], what: str) -> None:
-    proc = subprocess.run(list(args), stdin=subprocess.DEVNULL, capture_output=True)
+    proc = subprocess.run(list(args), stdin=subprocess.DEVNULL, capture_output=True, check=False)
     if proc.returncode != 0:
         raise ProbeError(
             f"cannot {what}: {' '.join(args[:6])} ... exited with {proc.returncode}\n"
