@@ -30,7 +30,6 @@ ERROR = 2
 
 def _build_manager():
     import torch
-
     from vllm.v1.core.kv_cache_manager import KVCacheManager
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -73,12 +72,12 @@ def _build_manager():
             ),
         ],
     )
-    kwargs = dict(
-        max_model_len=PROMPT_TOKENS + 1_024,
-        scheduler_block_size=BLOCK_SIZE,
-        hash_block_size=BLOCK_SIZE,
-        enable_caching=True,
-    )
+    kwargs = {
+        "max_model_len": PROMPT_TOKENS + 1_024,
+        "scheduler_block_size": BLOCK_SIZE,
+        "hash_block_size": BLOCK_SIZE,
+        "enable_caching": True,
+    }
     accepted = inspect.signature(KVCacheManager.__init__).parameters
     return KVCacheManager(
         config, **{k: v for k, v in kwargs.items() if k in accepted}

@@ -30,31 +30,39 @@ CASES = [
     ),
     (
         "function name left open before the next <tool_call>",
-        "<tool_call>\n<function=get_weather\n<tool_call>\n<function=get_time>\n"
-        "<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\nDone.",
+        (
+            "<tool_call>\n<function=get_weather\n<tool_call>\n<function=get_time>\n"
+            "<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\nDone."
+        ),
         [("get_weather", {}), ("get_time", {"zone": "UTC"})],
         "Done.",
     ),
     (
         "function name left open before the next <function=",
-        "<tool_call>\n<function=get_weather\n<function=get_time>\n"
-        "<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\nDone.",
+        (
+            "<tool_call>\n<function=get_weather\n<function=get_time>\n"
+            "<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\nDone."
+        ),
         [("get_weather", {}), ("get_time", {"zone": "UTC"})],
         "Done.",
     ),
     (
         "function body left open before the next <function=",
-        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-        "<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n"
-        "</tool_call>\nDone.",
+        (
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n"
+            "</tool_call>\nDone."
+        ),
         [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "UTC"})],
         "Done.",
     ),
     (
         "function body left open before the next <tool_call>",
-        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-        "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n"
-        "</function>\n</tool_call>\nDone.",
+        (
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+            "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n"
+            "</function>\n</tool_call>\nDone."
+        ),
         [("get_weather", {"city": "Paris"}), ("get_time", {"zone": "UTC"})],
         "Done.",
     ),
