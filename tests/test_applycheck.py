@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 from conftest import git as sh
+
 from vpatch import applycheck, git
 from vpatch.applycheck import Outcome
 from vpatch.series import parse_diff

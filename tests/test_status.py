@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import KV_V1, PARSER_V1, Project
 from typer.testing import CliRunner
 
-from conftest import KV_V1, PARSER_V1, Project
 from vpatch import git
 from vpatch.cli import app
 from vpatch.config import Config
@@ -130,7 +130,7 @@ def test_bisect_first_counts_its_checks() -> None:
     for first in (0, 1, 50, 98, 99):
         asked: list[str] = []
 
-        def landed(c: str) -> bool:
+        def landed(c: str, asked: list[str] = asked, first: int = first) -> bool:
             asked.append(c)
             return int(c[1:]) >= first
 

@@ -5,11 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import KV_V1, PARSER_V1, Project
+
 from vpatch.series import Patch, Series
 from vpatch.upstream import cache_dir, mirror
-from vpatch.verdict import Applies, Kind, ProbeCheck, ProbeOutcome, Says, State, Verdict, judge, judge_series
+from vpatch.verdict import (
+    Applies,
+    Kind,
+    ProbeCheck,
+    ProbeOutcome,
+    Says,
+    State,
+    Verdict,
+    judge,
+    judge_series,
+)
 
 
 def mirror_of(project: Project) -> Path:

@@ -15,7 +15,7 @@ JSON_VERSION = 1
 _STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow", State.CONFLICT: "red"}
 
 
-def status_json(status: "Status") -> dict[str, Any]:
+def status_json(status: Status) -> dict[str, Any]:
     """The --json document: pin, targets, one entry per patch with a result per target and its landing."""
     return {
         "version": JSON_VERSION,
@@ -52,7 +52,7 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
     }
 
 
-def _landing_json(landing: "Landing | None", branch: str) -> dict[str, Any] | None:
+def _landing_json(landing: Landing | None, branch: str) -> dict[str, Any] | None:
     if landing is None:
         return None
     return {
@@ -136,7 +136,7 @@ def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 6)
     return text + (f" (+{len(names) - limit} more)" if len(names) > limit else "")
 
 
-def landing_line(p: "PatchStatus", branch: str) -> str:
+def landing_line(p: PatchStatus, branch: str) -> str:
     landing = p.landed_in
     if landing is None:
         return f"{p.file}: not landed in any target"
@@ -150,7 +150,7 @@ def landing_line(p: "PatchStatus", branch: str) -> str:
     return f"{p.file}: landed in {landing.ref}, {how}, {release}"
 
 
-def status_table(status: "Status") -> "RenderableType":
+def status_table(status: Status) -> RenderableType:
     """The table people read: one row per patch, one column per target, then a landing line per patch."""
     from rich.console import Group
     from rich.table import Table

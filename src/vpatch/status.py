@@ -19,13 +19,21 @@ commit, or None ("on <branch>, in no release yet").
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.errors import ExitCode, VpatchError
-from vpatch.verdict import ProbeCheck, ProbeFn, ProbeOutcome, State, Verdict, judge_series
+from vpatch.verdict import (
+    ProbeCheck,
+    ProbeFn,
+    ProbeOutcome,
+    State,
+    Verdict,
+    judge_series,
+)
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -91,7 +99,7 @@ def newest_release(repo: Path) -> str | None:
     return versions[-1] if versions else None
 
 
-def resolve_targets(repo: Path, config: "Config", against: Sequence[str] = ()) -> tuple[Target, list[Target]]:
+def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> tuple[Target, list[Target]]:
     """The pin and the targets to judge on: the pin plus `against`, or by default the pin, the newest
     release and (with a git upstream) the branch tip. Oldest first; one column per commit."""
     refs = list(against)
@@ -124,7 +132,7 @@ def resolve_targets(repo: Path, config: "Config", against: Sequence[str] = ()) -
 
 def compute(
     repo: Path,
-    patches: Sequence["Patch"],
+    patches: Sequence[Patch],
     *,
     pin: Target,
     targets: Sequence[Target],
@@ -166,7 +174,7 @@ class _CountingProbe:
         self.ran = 0
         self.cached = 0
 
-    def __call__(self, patch: "Patch", commit: str) -> ProbeCheck | None:
+    def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
         check = self.inner(patch, commit)
         if check is not None:
             if check.ran:
@@ -177,7 +185,7 @@ class _CountingProbe:
 
 
 def _landing(
-    repo: Path, patches: Sequence["Patch"], patch: "Patch", targets: Sequence[Target], results: Sequence[Verdict],
+    repo: Path, patches: Sequence[Patch], patch: Patch, targets: Sequence[Target], results: Sequence[Verdict],
     *, pin: str, history: bool, probe: ProbeFn | None, branch: str, history_evidence: bool,
 ) -> Landing | None:
     first = next((j for j, v in enumerate(results) if v.state is State.LANDED), None)
@@ -238,14 +246,14 @@ def _release_tags(tags: Sequence[str]) -> list[str]:
 
 
 
-def probe_fn(repo: Path, config: "Config | None" = None, *, cache: Path | None = None) -> ProbeFn:
+def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None) -> ProbeFn:
     """The probe runner the verdict wants: (patch, commit) -> its probe's answer on that unpatched commit.
 
     Results come from probes.run_probe, cached by (probe content, tree id), so a second status runs no
     probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way."""
     loaded: dict[Path, object] = {}
 
-    def run(patch: "Patch", commit: str) -> ProbeCheck | None:
+    def run(patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.probe_path is None:
             return None
         from vpatch import probes

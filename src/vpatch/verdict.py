@@ -32,15 +32,16 @@ on a temporary index holding only those paths (`ls-tree` -> `update-index --inde
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Collection, Mapping, Sequence
+from typing import Self
 
 from vpatch import applycheck, git
 from vpatch.applycheck import Outcome
-from vpatch.probes import ProbeOutcome as ProbeOutcome  # re-exported: the verdict speaks of probe outcomes
+from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
 from vpatch.series import FileDiff, Hunk, Patch
 
 
@@ -193,7 +194,7 @@ def judge_series(
     return tuple(verdicts)
 
 
-_INDEX_MODE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+ (\d{6})$", re.M)
+_INDEX_MODE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+ (\d{6})$", re.MULTILINE)
 
 
 def _blob_id(data: bytes) -> str:
@@ -220,7 +221,7 @@ class _Tree:
         self._stack = ExitStack()
         self._env: Mapping[str, str] | None = None
 
-    def __enter__(self) -> _Tree:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
