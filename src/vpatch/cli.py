@@ -21,6 +21,7 @@ def _skip_pydantic_for_plain_options() -> None:
     (enums, bounded numbers, checked paths) still goes through typer's own coercion.
     """
     try:
+        from types import UnionType
         from typing import Any, Union, get_args, get_origin
 
         import typer.core as typer_core
@@ -46,7 +47,7 @@ def _skip_pydantic_for_plain_options() -> None:
             return self._convert(value)
 
     def plain(annotation: Any) -> tuple[Any, bool] | None:
-        if get_origin(annotation) is Union:
+        if get_origin(annotation) in (Union, UnionType):  # Optional[X] and X | None
             rest = [a for a in get_args(annotation) if a is not type(None)]
             return plain(rest[0]) if len(rest) == 1 else None
         if get_origin(annotation) is list:
