@@ -168,3 +168,10 @@ def test_export_crash_leaves_old_files_intact(project: Project, monkeypatch: pyt
     assert code != 0
     assert snapshot(project.root) == before
     assert not [p for p in project.patches.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_git_signature_after_the_diff_is_not_part_of_it(tmp_path: Path) -> None:
+    (tmp_path / "0001-signed.patch").write_text(GOOD + "-- \n2.39.5\n\n")
+    patch = Series.load(tmp_path).patches[0]
+    assert [f.path for f in patch.files] == ["vllm/kv.py"]
+    assert len(patch.files[0].hunks) == 1

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from typer.core import TyperGroup
 
 from vpatch.errors import ExitCode, VpatchError
 from vpatch.image.definition import Strategy
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+    from vpatch.series import Series
+    from vpatch.update import Result as UpdateResult
+
 
 def _skip_pydantic_for_plain_options() -> None:
     """Coerce plain str/Path/int options without pydantic.
@@ -78,7 +84,7 @@ _skip_pydantic_for_plain_options()
 class _Group(TyperGroup):
     """Turns VpatchError into 'error:'/'hint:' lines and its exit code, for the CLI and CliRunner alike."""
 
-    def invoke(self, ctx: typer.Context) -> object:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except VpatchError as exc:
@@ -126,13 +132,23 @@ def echo(text: str = "", *, err: bool = False) -> None:
     typer.echo(text, err=err)
 
 
-def _config():  # type: ignore[no-untyped-def]
+def _console() -> Any:
+    """A rich console; when output is not a terminal (CI logs, pipes) tables get room instead of 80 columns."""
+    import os
+
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160)
+    return Console(soft_wrap=False, width=width)
+
+
+def _config() -> Config:
     from vpatch.config import Config, find_root
 
     return Config.load(find_root(state.project.resolve()))
 
 
-def _series(config):  # type: ignore[no-untyped-def]
+def _series(config: Config) -> Series:
     from vpatch.series import Series
 
     return Series.load(config.patches_dir)
@@ -326,9 +342,8 @@ def status(
 
         echo(json.dumps(report.status_json(result), indent=2))
     else:
-        from rich.console import Console
 
-        Console(soft_wrap=False).print(report.status_table(result))
+        _console().print(report.status_table(result))
     if exit_code:
         raise typer.Exit(int(result.exit_code()))
 
@@ -368,7 +383,7 @@ def update(
         raise typer.Exit(int(ExitCode.CONFLICT))
 
 
-def _update_lines(result):  # type: ignore[no-untyped-def]
+def _update_lines(result: UpdateResult) -> list[str]:
     from vpatch.update import Action, Outcome
 
     plan = result.plan
@@ -376,11 +391,11 @@ def _update_lines(result):  # type: ignore[no-untyped-def]
     if result.outcome is Outcome.ABORTED:
         return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})"]
     if result.outcome is Outcome.PLANNED and plan.report is not None:
-        from rich.console import Console
-
         from vpatch import report
+        from vpatch.status import Status
 
-        Console(soft_wrap=False).print(report.status_table(plan.report))
+        assert isinstance(plan.report, Status)
+        _console().print(report.status_table(plan.report))
     head = "plan" if result.outcome is Outcome.PLANNED else "update"
     lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
     verbs = {Action.DROP: "drop", Action.REFRESH: "refresh", Action.KEEP: "keep", Action.STOP: "stop at"}
@@ -395,12 +410,13 @@ def _update_lines(result):  # type: ignore[no-untyped-def]
         if check.probe:
             lines.append(f"  probe {check.probe} re-validated on {plan.to_ref}" + (f": {check.detail}" if check.detail else ""))
     if result.outcome is Outcome.COMMITTED:
-        lines.append(f"committed {result.commit[:12]}: {result.message.splitlines()[0]}")
+        lines.append(f"committed {(result.commit or '')[:12]}: {result.message.splitlines()[0]}")
     elif result.outcome is Outcome.STAGED:
         lines.append("staged in the project, not committed; the message vpatch would use:")
         lines += ["    " + line for line in result.message.splitlines()]
     elif result.outcome is Outcome.STOPPED:
         stop = result.stop
+        assert stop is not None
         lines.append(f"stopped at {stop.file}: {stop.reason}")
         if stop.conflicts:
             lines.append("conflicts in: " + ", ".join(stop.conflicts))

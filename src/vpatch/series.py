@@ -204,9 +204,10 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
         line = lines[i]
         m = _DIFF_GIT.match(line.rstrip(b"\n"))
         if not m:
-            if line.startswith(b"-- ") or not line.strip():
-                # a trailing signature or blank lines after the last hunk
-                i += 1
+            if line == b"-- \n":
+                break  # git's mail signature ("-- " then its version) ends the diff
+            if not line.strip():
+                i += 1  # blank lines after the last hunk
                 continue
             raise SeriesError(f"{where}: unexpected line {i + 1} of the diff: {line[:60]!r}",
                               hint="regenerate the patch with vpatch export or git format-patch")
