@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from vpatch.errors import GitError
+from vpatch.process import Output as Result
 
 if TYPE_CHECKING:
     import git as gitpython
@@ -30,21 +31,6 @@ _STABLE_CONFIG = (
 )
 
 ZERO_SHA = "0" * 40
-
-
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)

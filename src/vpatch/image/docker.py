@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from vpatch.errors import VpatchError
+from vpatch.process import Output as RunResult
 
 if TYPE_CHECKING:
     import docker as dockersdk
@@ -41,21 +42,6 @@ class ImageInfo:
             if "@" in ref:
                 return ref.split("@", 1)[1]
         return None
-
-
-@dataclass(frozen=True)
-class RunResult:
-    code: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -173,9 +159,9 @@ class Docker:
     def run(self, image: str, argv: Sequence[str], *, network: str = "none") -> bytes:
         """Run `argv` in a throwaway container of `image` (entrypoint replaced); its stdout, or DockerError."""
         result = self.execute(image, argv, network=network)
-        if result.code != 0:
+        if result.returncode != 0:
             raise DockerError(
-                f"{' '.join(argv)} exited with {result.code} in {image}\n"
+                f"{' '.join(argv)} exited with {result.returncode} in {image}\n"
                 + _tail(result.err.splitlines() or result.out.splitlines())
             )
         return result.stdout

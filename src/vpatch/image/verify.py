@@ -171,10 +171,10 @@ def _command_probe(docker: Docker, image_id: str, package_dir: str, probe: Probe
     result = docker.execute(image_id, argv, files=files, workdir=tree, timeout=probe.timeout,
                             env={"PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"})
     last = (result.err.strip().splitlines() or result.out.strip().splitlines() or [""])[-1]
-    if result.code == 0:
+    if result.returncode == 0:
         return True, "exit 0"
-    verdict = "the bug is there" if result.code == 1 else "could not decide"
-    return False, f"exit {result.code}, {verdict}" + (f" ({last})" if last else "")
+    verdict = "the bug is there" if result.returncode == 1 else "could not decide"
+    return False, f"exit {result.returncode}, {verdict}" + (f" ({last})" if last else "")
 
 
 def _discover(docker: Docker, image_id: str) -> str:
