@@ -47,8 +47,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from vpatch import git
 from vpatch.errors import VpatchError
 from vpatch.fs import atomic_write
@@ -112,6 +110,8 @@ class Probe:
         except OSError as exc:
             raise ProbeError(f"{path}: cannot read the probe: {exc}",
                              hint="a patch's Probe: trailer is relative to the patches folder") from exc
+        import yaml  # imported here: status imports this module and rarely needs YAML
+
         try:
             data = yaml.safe_load(raw)
         except yaml.YAMLError as exc:

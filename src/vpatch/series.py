@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from email.header import decode_header, make_header
 from pathlib import Path, PurePosixPath
 
 from vpatch.errors import SeriesError
@@ -312,7 +311,10 @@ def _split_mail(head: str) -> tuple[dict[str, str], str]:
         i += 1
     for k, v in headers.items():
         try:
-            headers[k] = str(make_header(decode_header(v)))
+            if "=?" in v:  # RFC 2047 encoded words; the email package is only loaded for them
+                from email.header import decode_header, make_header
+
+                headers[k] = str(make_header(decode_header(v)))
         except Exception:
             pass
     body = "\n".join(lines[i + 1:])

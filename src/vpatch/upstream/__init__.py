@@ -20,15 +20,18 @@ def cache_dir() -> Path:
     return base / "vpatch"
 
 
+def history_path(cache: Path | None = None, package: str = "vllm") -> Path:
+    """The bare repository holding the release history of `package` (built by upstream.releases)."""
+    return (cache or cache_dir()) / "releases" / f"{package}.git"
+
+
 def open_upstream(config: "Config") -> Path:
     """The bare repository that answers refs for this project; an error with a hint when it is missing."""
     from vpatch import git
     from vpatch.errors import VpatchError
 
     if config.upstream.source == "releases":
-        from vpatch.upstream import releases
-
-        path = releases.history_path(cache_dir(), config.upstream.releases or "vllm")
+        path = history_path(cache_dir(), config.upstream.releases or "vllm")
         what, hint = "release history", "run `vpatch releases` to build it from PyPI"
     else:
         from vpatch.upstream.mirror import mirror_path

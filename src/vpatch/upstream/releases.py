@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 from vpatch import git
 from vpatch.errors import UpstreamError
 from vpatch.upstream import cache_dir
+from vpatch.upstream import history_path as history_path  # re-exported: where the history lives
 
 PACKAGE = "vllm"
 IDENTITY = "vpatch release history <releases@vpatch.invalid>"
@@ -86,11 +87,6 @@ class _Sdist:
     package: str
     version: str
     path: Path
-
-
-def history_path(cache: Path | None = None, package: str = PACKAGE) -> Path:
-    """The bare repository holding the release history of `package`."""
-    return (cache or cache_dir()) / "releases" / f"{package}.git"
 
 
 def sdist_dir(cache: Path | None = None) -> Path:
