@@ -175,3 +175,13 @@ def test_git_signature_after_the_diff_is_not_part_of_it(tmp_path: Path) -> None:
     patch = Series.load(tmp_path).patches[0]
     assert [f.path for f in patch.files] == ["vllm/kv.py"]
     assert len(patch.files[0].hunks) == 1
+
+
+def test_encoded_subject_is_decoded_and_a_broken_one_kept(tmp_path: Path) -> None:
+    encoded = GOOD.replace("Subject: Skip null blocks when freeing a range", "Subject: =?UTF-8?q?Fix=20na=C3=AFve=20parser?=")
+    broken = GOOD.replace("Subject: Skip null blocks when freeing a range", "Subject: =?no-such-charset?q?x?=")
+    (tmp_path / "0001-encoded.patch").write_text(encoded)
+    (tmp_path / "0002-broken.patch").write_text(broken)
+    first, second = Series.load(tmp_path).patches
+    assert first.subject == "Fix naïve parser"
+    assert second.subject == "=?no-such-charset?q?x?="

@@ -310,13 +310,16 @@ def _split_mail(head: str) -> tuple[dict[str, str], str]:
             break
         i += 1
     for k, v in headers.items():
-        try:
-            if "=?" in v:  # RFC 2047 encoded words; the email package is only loaded for them
-                from email.header import decode_header, make_header
+        if "=?" not in v:
+            continue
+        # RFC 2047 encoded words; the email package is only loaded for them
+        from email.errors import HeaderParseError
+        from email.header import decode_header, make_header
 
-                headers[k] = str(make_header(decode_header(v)))
-        except Exception:
-            pass
+        try:
+            headers[k] = str(make_header(decode_header(v)))
+        except (HeaderParseError, LookupError, UnicodeError, ValueError):
+            pass  # a malformed encoded word stays as written
     body = "\n".join(lines[i + 1:])
     # format-patch ends the message with a "---" line before the diff (and stat, when present)
     cut = body.rfind("\n---\n")
