@@ -1,0 +1,15 @@
+"""Move the pin (`vpatch update`): plan the move, apply the kept patches on the new pin, commit once.
+
+plan.py decides what happens to each patch; run.py does the work in an update tree; journal.py keeps
+the state that makes a stop or a kill resumable; commit.py builds and moves the project commit.
+"""
+
+from vpatch.errors import ExitCode, VpatchError
+from vpatch.update.journal import KILL_ENV, STEPS
+from vpatch.update.plan import (
+    Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, commit_message, judge_with_status,
+)
+from vpatch.update.run import abort, resume, update, validate_with_probes
+
+__all__ = ["Action", "ExitCode", "KILL_ENV", "Outcome", "Plan", "PatchPlan", "ProbeCheck", "Result", "Stop", "STEPS",
+           "abort", "commit_message", "judge_with_status", "resume", "update", "validate_with_probes", "VpatchError"]

@@ -1,0 +1,206 @@
+"""The plan of a pin move: each patch's verdict on the new pin and what the update does with it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from vpatch.retired import RETIRED_FILE
+from vpatch.series import Patch, Series
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+
+
+class Action(str, Enum):
+    DROP = "drop"  # landed upstream: the file goes, RETIRED.md records why
+    REFRESH = "refresh"  # needed: re-applied on the new pin, the file re-exported (and it changed)
+    KEEP = "keep"  # needed: re-applied on the new pin, the file is byte-identical
+    STOP = "stop"  # partial or conflict: a person must resolve it in the update tree
+
+
+class Outcome(str, Enum):
+    PLANNED = "planned"  # --dry-run: nothing changed
+    COMMITTED = "committed"
+    STAGED = "staged"  # --no-commit: the changes are in the index and work tree
+    STOPPED = "stopped"  # on a conflict; state kept for --continue / --abort
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True)
+class PatchPlan:
+    file: str
+    subject: str
+    state: str  # the verdict on the new pin: landed / needed / partial / conflict
+    action: Action
+    decided_by: str  # the evidence that set the state
+    evidence: tuple[str, ...]  # every fact, strongest first
+    landed_in: str | None = None  # Applied-Upstream: "v0.30.0 (commit 1a2b3c4d5e6f, release v0.30.0)"
+    upstream_pr: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    from_ref: str
+    from_commit: str
+    to_ref: str
+    to_commit: str
+    patches: tuple[PatchPlan, ...]
+    report: object = field(default=None, compare=False, repr=False)  # status.Status of the judging, for display
+
+    def with_action(self, file: str, action: Action) -> Plan:
+        return replace(self, patches=tuple(replace(p, action=action) if p.file == file else p for p in self.patches))
+
+    def files(self, *actions: Action) -> list[str]:
+        return [p.file for p in self.patches if p.action in actions]
+
+    @property
+    def all_landed(self) -> bool:
+        return all(p.action is Action.DROP for p in self.patches)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"from_ref": self.from_ref, "from_commit": self.from_commit, "to_ref": self.to_ref,
+                "to_commit": self.to_commit,
+                "patches": [{**asdict(p), "action": p.action.value} for p in self.patches]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        rows = data["patches"]
+        assert isinstance(rows, list)
+        patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"])}) for r in rows)
+        return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches)
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    """A remaining patch's probe re-validated on the new pin: fails without the patch, passes with it."""
+
+    file: str
+    probe: str | None  # None: the patch has no probe
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    file: str
+    state: str
+    worktree: Path
+    conflicts: tuple[str, ...]  # unmerged paths left by the 3-way apply
+    reason: str
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    plan: Plan
+    commit: str | None = None  # the project commit (COMMITTED)
+    message: str = ""  # the commit message (COMMITTED / STAGED)
+    probes: tuple[ProbeCheck, ...] = ()
+    stop: Stop | None = None
+
+    @property
+    def all_landed(self) -> bool:
+        return self.plan.all_landed
+
+    def to_json(self) -> dict[str, object]:
+        """The result for CI: outcome, pin move, every patch's action and evidence, probes, the commit."""
+        plan = self.plan.to_dict()
+        return {
+            "outcome": self.outcome.value,
+            "pin": {"from": {"ref": self.plan.from_ref, "commit": self.plan.from_commit},
+                    "to": {"ref": self.plan.to_ref, "commit": self.plan.to_commit}},
+            "patches": plan["patches"],
+            "dropped": self.plan.files(Action.DROP),
+            "refreshed": self.plan.files(Action.REFRESH),
+            "kept": self.plan.files(Action.KEEP),
+            "probes": [asdict(p) for p in self.probes],
+            "commit": self.commit,
+            "message": self.message or None,
+            "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
+            "no_local_patch_remains": self.all_landed and self.outcome is not Outcome.STOPPED,
+        }
+
+
+# (repo, config, series, pin commit, target ref, target commit) -> one PatchPlan per patch, in series order,
+# and the status report they came from (shown by --dry-run; None when there is none).
+Judge = Callable[[Path, "Config", Series, str, str, str], "tuple[list[PatchPlan], object | None]"]
+# (repo, config, patch, base commit, patched commit) -> the probe re-validated on the new pin.
+Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
+
+
+
+# --- judging: the verdict of each patch on the new pin -------------------------------------------
+
+
+def judge_with_status(
+    repo: Path, config: Config, series: Series, current: str, to: str, target: str,
+) -> tuple[list[PatchPlan], object | None]:
+    """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides."""
+    from vpatch import status
+
+    pin = status.Target(config.pin.ref, current)
+    targets = [pin] if target == current else [pin, status.Target(to, target)]
+    report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
+                            branch=config.upstream.branch, probe=_probe_fn(repo, config))
+    rows = []
+    for patch, row in zip(series.patches, report.patches):
+        verdict = row.results[-1]
+        state = verdict.state.value
+        action = {"landed": Action.DROP, "needed": Action.KEEP}.get(state, Action.STOP)
+        decided = verdict.decided_by
+        landed_in = None
+        if action is Action.DROP:
+            landed_in = _landing_text(row.landed_in, to, target)
+        rows.append(PatchPlan(patch.filename, patch.subject, state, action, str(decided) if decided else "",
+                              tuple(str(e) for e in verdict.evidence), landed_in,
+                              patch.trailer("Upstream-PR")))
+    return rows, report
+
+
+def _landing_text(landing: object, to: str, target: str) -> str:
+    if landing is None:
+        return f"{to} (commit {target[:12]})"
+    ref, commit, release = getattr(landing, "ref"), getattr(landing, "commit"), getattr(landing, "release")
+    where = "in no release yet" if release is None else f"release {release}"
+    first = "first commit" if getattr(landing, "bisected", False) else "commit"
+    return f"{ref} ({first} {commit[:12]}, {where})"
+
+
+def _probe_fn(repo: Path, config: Config):  # type: ignore[no-untyped-def]
+    """The probe runner `vpatch status` uses (probe results cached by probe content and tree)."""
+    from vpatch import status
+
+    factory = getattr(status, "probe_fn", None)
+    return factory(repo, config) if factory is not None else None
+
+
+def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
+    """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
+    dropped, refreshed, kept = plan.files(Action.DROP), plan.files(Action.REFRESH), plan.files(Action.KEEP)
+    subject = f"Update upstream pin {plan.from_ref} -> {plan.to_ref}"
+    if dropped:
+        subject += f": drop {', '.join(f[:4] for f in dropped)}"
+    lines = [subject, "", f"Pin: {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})"]
+    rows = {p.file: p for p in plan.patches}
+    if dropped:
+        lines += ["", f"Dropped, landed upstream (recorded in {RETIRED_FILE}):"]
+        for f in dropped:
+            r = rows[f]
+            lines += [f"- {f}: {r.subject}", f"  Applied-Upstream: {r.landed_in}", f"  Evidence: {r.decided_by}"]
+            lines += [f"  Also: {e}" for e in r.evidence if e != r.decided_by]
+    if refreshed:
+        lines += ["", f"Refreshed, re-exported against {plan.to_ref}:"]
+        lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}" for f in refreshed]
+    if kept:
+        lines += ["", "Kept, unchanged:"]
+        lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}" for f in kept]
+    checked = [p for p in probes if p.probe]
+    if checked:
+        lines += ["", f"Probes re-validated on {plan.to_ref} (fail without the patch, pass with it):"]
+        lines += [f"- {p.file}: {p.probe}" + (f" ({p.detail})" if p.detail else "") for p in checked]
+    if plan.all_landed:
+        lines += ["", f"No local patch remains: the official vLLM {plan.to_ref} image now suffices."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,239 @@
+"""Move the pin: drop the patches upstream now has (with evidence), refresh the rest, commit once, or stop on a conflict.
+
+The project is touched only at the very end. Until then the work happens in `.git/vpatch-update/` of the
+project's repository: a work tree of the upstream mirror at the new pin holding the kept patches as
+commits. A stop on a conflict leaves that folder with `state.json` (like git's rebase state) for
+`--continue` / `--abort`. The project commit is built as objects first; moving the branch ref is the one
+commit point, journaled in `commit.json` so that a kill right after it can be finished or undone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vpatch import git, stack
+from vpatch.errors import ApplyError, VpatchError
+from vpatch.fs import atomic_write
+from vpatch.series import Patch, Series
+from vpatch.update.commit import commit_update, finish_commit
+from vpatch.update.journal import (
+    JOURNAL_FILE, STATE_FILE, Project, State, checkpoint, clear_stale, discard, load_state, read_json,
+    refuse_dirty, refuse_in_progress, save_state,
+)
+from vpatch.update.plan import (
+    Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, Judge, Validator, judge_with_status,
+)
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+
+
+def update(
+    config: Config, to: str, *, dry_run: bool = False, no_commit: bool = False, allow_downgrade: bool = False,
+    judge: Judge | None = None, validator: Validator | None = None,
+) -> Result:
+    """Move the pin to `to`; see the module docstring. Raises VpatchError and leaves the project as it was."""
+    from vpatch import upstream
+
+    project = Project.open(config)
+    refuse_in_progress(project)
+    refuse_dirty(project)
+    repo = upstream.open_upstream(config)
+    target = upstream.resolve(repo, to)
+    current = config.pin.commit or upstream.resolve(repo, config.pin.ref, what="pin")
+    if not allow_downgrade and target != current and not git.is_ancestor(repo, current, target):
+        raise VpatchError(f"{to} ({target[:12]}) does not descend from the pin {config.pin.ref} ({current[:12]})",
+                          hint="pass --allow-downgrade to move the pin backwards (or sideways) anyway")
+    series = Series.load(config.patches_dir)
+    checkpoint("resolved")
+    rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
+    plan = Plan(config.pin.ref, current, to, target, tuple(rows), report)
+    checkpoint("judged")
+    if dry_run:
+        return Result(Outcome.PLANNED, plan)
+    clear_stale(project, repo)
+    try:
+        state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
+                       no_commit=no_commit, pending=plan.files(Action.KEEP, Action.STOP))
+        return _run(project, series, state, validator)
+    except BaseException:
+        discard(project, repo)
+        raise
+
+
+def resume(config: Config, *, validator: Validator | None = None) -> Result:
+    """`--continue`: commit the resolved patch in the update tree, apply the rest, finish."""
+    project = Project.open(config)
+    journal = read_json(project.work / JOURNAL_FILE)
+    if journal is not None:
+        return finish_commit(project, journal)
+    state = load_state(project)
+    if git.head(project.top) != state.head:
+        raise VpatchError("the project's HEAD moved since the update stopped",
+                          hint="vpatch update --abort, then start the update again")
+    refuse_dirty(project)
+    series = Series.load(config.patches_dir)
+    tree = project.tree
+    unmerged = git.unmerged_paths(tree)
+    if unmerged:
+        raise ApplyError(f"{len(unmerged)} path(s) in the update tree still have conflicts: {', '.join(unmerged)}",
+                         hint=f"resolve them in {tree}, `git add` them, then vpatch update --continue")
+    recorded = stack.load_stack(project.work)
+    assert recorded is not None
+    if state.pending and state.pending[0] not in {a.file for a in recorded.applied}:
+        current = state.pending[0]
+        patch = series.get(current.removesuffix(".patch"))
+        if git.head(tree) != recorded.tip:
+            git.run(tree, ["reset", "--soft", "--quiet", recorded.tip])  # the user committed: keep the content, our message
+        git.run(tree, ["add", "-A"])
+        if not git.run(tree, ["diff", "--cached", "--quiet"], check=False).returncode:
+            raise VpatchError(f"the resolution of {current} leaves no change on {state.plan.to_ref}",
+                              hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
+                                   "otherwise make the change in the update tree and --continue")
+        stack.commit_patch(tree, patch)
+        _record_stack(project, recorded, patch)
+        # the resolution is committed in the update tree: a failure below leaves a state that resumes after it
+        state = replace(state, pending=state.pending[1:], resolved=[*state.resolved, current])
+        save_state(project, state)
+    return _run(project, series, state, validator)
+
+
+def abort(config: Config) -> Result:
+    """`--abort`: throw the update tree and state away; undo the project commit if a kill interrupted it."""
+    project = Project.open(config)
+    journal = read_json(project.work / JOURNAL_FILE)
+    state_data = read_json(project.work / STATE_FILE)
+    if journal is None and state_data is None:
+        raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
+    plan: Plan | None = None
+    if journal is not None:
+        ref, old, new = journal["ref"], journal["old"], journal["new"]
+        if git.resolve_commit(project.top, ref) == new:
+            git.update_refs(project.top, [git.RefUpdate(ref, old, new)])
+            if git.index_tree(project.top) == git.tree_of(project.top, new):
+                git.switch_tree(project.top, new, old)  # killed after the check-out began: put the files back
+        plan = Plan.from_dict(journal["plan"])
+    if state_data is not None:
+        plan = Plan.from_dict(state_data["plan"])
+    repo = Path((journal or state_data or {})["repo"])
+    discard(project, repo)
+    assert plan is not None
+    return Result(Outcome.ABORTED, plan)
+
+
+def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
+    """Apply the pending patches in the update tree, then finish; or stop on the first that needs a person."""
+    config, repo, plan = project.config, Path(state.repo), state.plan
+    by_file = {p.filename: p for p in series}
+    kept = [by_file[f] for f in plan.files(Action.KEEP, Action.REFRESH, Action.STOP)]
+    if not project.tree.exists():
+        done = _start_tree(project, repo, plan, kept, state.pending)
+        state = replace(state, pending=[f for f in state.pending if f not in done])
+    for i, file in enumerate(list(state.pending)):
+        row = next(p for p in plan.patches if p.file == file)
+        stopped = _apply_next(project, by_file[file], row, plan.to_ref)
+        if stopped is not None:
+            state = replace(state, pending=state.pending[i:])
+            save_state(project, state)
+            return Result(Outcome.STOPPED, plan, stop=stopped)
+    state = replace(state, pending=[])
+    checkpoint("applied")
+    applied = stack.load_stack(project.work)
+    assert applied is not None
+    probes = tuple(_validate(repo, config, by_file[a.file], applied.base, a.commit, validator) for a in applied.applied)
+    failed = [p for p in probes if not p.ok]
+    if failed:
+        raise VpatchError(
+            f"probe of {failed[0].file} no longer validates on {plan.to_ref}: {failed[0].detail}"
+            + "".join(f"\nprobe of {p.file}: {p.detail}" for p in failed[1:]),
+            hint="the probe must fail without its patch and pass with it; fix the probe (or the patch), commit, "
+                 "and run the update again; the project is unchanged")
+    checkpoint("validated")
+    exported = stack.export_series(Series(series.directory, tuple(kept), series.retired), project.work, dry_run=True)
+    plan = _mark_refreshed(plan, exported)
+    checkpoint("exported")
+    return commit_update(project, series, state, plan, exported, probes)
+
+
+def _start_tree(project: Project, repo: Path, plan: Plan, kept: list[Patch], pending: list[str]) -> set[str]:
+    """The update tree: the new pin with the kept patches that apply plainly, up to the first that does not;
+    returns the files committed there."""
+    clean_prefix: list[Patch] = []
+    actions = {p.file: p.action for p in plan.patches}
+    for patch in kept:
+        if patch.filename not in pending or actions[patch.filename] is Action.STOP:
+            break
+        clean_prefix.append(patch)
+    # apply_series is all-or-nothing unless kept; keep=True leaves the tree with the patches before a failure.
+    try:
+        stack.apply_series(repo, Series(project.config.patches_dir, tuple(clean_prefix)), ref=plan.to_ref,
+                           base=plan.to_commit, out=project.tree, state_dir=project.work, keep=True)
+    except ApplyError:
+        pass  # _apply_next goes on from the failing patch, 3-way
+    applied = stack.load_stack(project.work)
+    assert applied is not None
+    return {a.file for a in applied.applied}
+
+
+def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> Stop | None:
+    """Commit one patch in the update tree: plainly, else by a clean 3-way merge; else leave the conflict and stop."""
+    tree = project.tree
+    recorded = stack.load_stack(project.work)
+    assert recorded is not None
+    if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
+        stack.commit_patch(tree, patch)
+        _record_stack(project, recorded, patch)
+        return None
+    merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
+    conflicts = tuple(git.unmerged_paths(tree))
+    if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
+        stack.commit_patch(tree, patch)
+        _record_stack(project, recorded, patch)
+        return None
+    if row.action is Action.STOP:
+        reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}"
+    else:
+        reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
+    if merged.returncode != 0 and not conflicts:
+        reason += "\n" + merged.err.strip()
+    return Stop(row.file, row.state, tree, conflicts, reason)
+
+
+def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None:
+    applied = (*recorded.applied, stack.AppliedPatch(patch.filename, git.head(project.tree)))
+    atomic_write(project.work / stack.STATE_FILE, replace(recorded, applied=applied).to_json().encode())
+
+
+def _mark_refreshed(plan: Plan, exported: stack.ExportResult) -> Plan:
+    for file in exported.changed:
+        plan = plan.with_action(file, Action.REFRESH)
+    for file in exported.unchanged:
+        plan = plan.with_action(file, Action.KEEP)
+    return plan
+
+
+def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str, validator: Validator | None) -> ProbeCheck:
+    if patch.probe_path is None:
+        return ProbeCheck(patch.filename, None, True, "no probe")
+    return (validator or validate_with_probes)(repo, config, patch, base, patched)
+
+
+def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str) -> ProbeCheck:
+    """The probes module's `validate_probe` (issue 3): the probe must fail on `base` and pass on `patched`.
+
+    Expected interface: validate_probe(repo, config, patch, base=<commit>, patched=<commit>) returning an
+    object with `ok` (bool) and `detail` (str), or raising VpatchError. Until that module exists the probe
+    is reported as not re-validated (in the result and the commit message) rather than blocking the update.
+    """
+    import importlib
+
+    try:
+        probes = importlib.import_module("vpatch.probes")
+        validate = getattr(probes, "validate_probe")
+    except (ImportError, AttributeError):
+        return ProbeCheck(patch.filename, patch.trailer("Probe"), True, "NOT re-validated: this vpatch has no probe runner")
+    outcome = validate(repo, config, patch, base=base, patched=patched)
+    return ProbeCheck(patch.filename, patch.trailer("Probe"), bool(getattr(outcome, "ok", outcome)),
+                      str(getattr(outcome, "detail", "")))
