@@ -584,3 +584,66 @@ def tree_with_patch(repo: Path, treeish: str, patch: bytes) -> str | None:
         if apply_cached(repo, env, patch, check=False).returncode != 0:
             return None
         return write_tree(repo, env)
+
+
+# --- lineage: release branches, cherry-picks and reverts (read by lineage.py) ------------------
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    commit: str
+    subject: str
+    body: str
+
+
+def log_records(repo: Path, base: str | None, tip: str, *, grep: Sequence[str] = (), commits: Sequence[str] = ()) -> list[LogRecord]:
+    """Commits of base..tip (newest first) whose message contains any of `grep` literally, or, with
+    `commits`, exactly those commits (no walk)."""
+    fmt = "--format=%H%x1f%s%x1f%b%x1e"
+    if commits:
+        args = ["log", "--no-walk=unsorted", fmt, *commits, "--"]
+    else:
+        args = ["log", "--topo-order", fmt, "--fixed-strings", *(f"--grep={g}" for g in grep),
+                f"{base}..{tip}" if base else tip, "--"]
+    out = run(repo, args).out
+    records = []
+    for chunk in out.split("\x1e"):
+        parts = chunk.strip("\n").split("\x1f")
+        if len(parts) == 3 and parts[0]:
+            records.append(LogRecord(parts[0], parts[1], parts[2]))
+    return records
+
+
+def topo_order(repo: Path, base: str | None, tip: str) -> list[str]:
+    """Commits of base..tip, oldest first, parents before children."""
+    return run(repo, ["rev-list", "--topo-order", "--reverse", f"{base}..{tip}" if base else tip, "--"]).out.split()
+
+
+def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str]) -> dict[str, list[str]]:
+    """Stable patch-id -> every non-merge commit in base..tip with it (diffs limited to `paths`), newest first."""
+    log = run(repo, ["log", "-p", "--no-merges", "--no-renames", "--no-color", "--format=commit %H",
+                     f"{base}..{tip}" if base else tip, "--", *paths]).stdout
+    if not log.strip():
+        return {}
+    ids: dict[str, list[str]] = {}
+    for line in run(repo, ["patch-id", "--stable"], input=log).out.splitlines():
+        pid, sha = line.split()
+        ids.setdefault(pid, []).append(sha)
+    return ids
+
+
+def commit_patch_id(repo: Path, commit: str, paths: Sequence[str] = ()) -> str | None:
+    """The stable patch-id of one commit's change (limited to `paths` when given)."""
+    diff = run(repo, ["diff-tree", "-p", "--no-renames", "--no-color", "--root", commit, "--", *paths]).stdout
+    return patch_id(repo, diff) if diff.strip() else None
+
+
+def changed_paths(repo: Path, commit: str) -> list[str]:
+    out = run(repo, ["diff-tree", "--no-commit-id", "--name-only", "-r", "--no-renames", "--root", "-z", commit]).stdout
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def branches_containing(repo: Path, commit: str) -> list[str]:
+    """Local branch names (in a mirror: upstream's branches) whose tip contains `commit`."""
+    out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname:short)", "refs/heads/"]).out
+    return out.split()

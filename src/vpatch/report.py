@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from vpatch.status import Landing, PatchStatus, Status
 
 JSON_VERSION = 1
-_STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow", State.CONFLICT: "red"}
+_STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow", State.CONFLICT: "red",
+          State.DISPUTED: "magenta"}
 
 
 def status_json(status: Status) -> dict[str, Any]:
@@ -64,6 +65,8 @@ def _landing_json(landing: Landing | None, branch: str) -> dict[str, Any] | None
         "since": landing.since,
         "checks": landing.checks,
         "candidates": landing.candidates,
+        "release_proof": None if landing.proof is None else {
+            "commit": landing.proof.commit, "branch": landing.proof.branch, "cherry_pick": landing.proof.picked},
     }
 
 
@@ -79,8 +82,11 @@ def cell_summary(v: Verdict) -> str:
             parts.append(_short(forward, v))
     probe = next((ev for ev in v.evidence if ev.kind is Kind.PROBE), None)
     if probe is not None and probe is not decided:
-        parts.append({Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails",
-                      Says.UNAVAILABLE: "probe error"}[probe.says])
+        parts.append("probe INVALID (passes on the pin)" if v.probe is not None and v.probe.invalid else
+                     {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails", Says.UNAVAILABLE: "probe error"}[probe.says])
+    revert = next((ev for ev in v.evidence if ev.kind is Kind.REVERT), None)
+    if revert is not None and revert is not decided:
+        parts.append("landed, then reverted upstream" if revert.says is Says.NOT_LANDED else "re-landed after a revert")
     if v.state is State.LANDED and decided is not None:
         # the textual fact beside whatever decided it, agreeing or not
         every = len(v.landed_hunks) + len(v.needed_hunks) + len(v.conflict_hunks)
@@ -104,6 +110,10 @@ def _short(ev: Evidence, v: Verdict) -> str:
         return "same patch-id as " + ev.detail.split()[2]
     if ev.kind is Kind.UPSTREAM_PR:
         return ev.detail.split('"')[0].strip()
+    if ev.kind is Kind.DISAGREEMENT:
+        return "identity says landed, content says not: " + ev.detail.split(",")[0]
+    if ev.kind is Kind.REVERT:
+        return ev.detail
     if ev.kind is Kind.FORWARD:
         return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
@@ -140,7 +150,7 @@ def landing_line(p: PatchStatus, branch: str) -> str:
     landing = p.landed_in
     if landing is None:
         return f"{p.file}: not landed in any target"
-    release = f"first release {landing.release}" if landing.release else f"on {branch}, in no release yet"
+    release = f"first release {landing.proof or landing.release}" if landing.release else f"on {branch}, in no release yet"
     if landing.bisected and landing.candidates > 1:
         how = f"first commit {landing.commit[:12]} (bisected: {landing.checks} checks over {landing.candidates} commits)"
     elif landing.bisected:
@@ -168,6 +178,9 @@ def status_table(status: Status) -> RenderableType:
             cells.append(cell)
         table.add_row(*cells)
     lines = [Text(landing_line(p, status.branch)) for p in status.patches]
+    lines += [Text(f"{file}: its probe is INVALID: it passes on the pin {status.pin.ref}, so it is no evidence either"
+                   " way (vacuous, or the patch landed on its own pin); fix the probe", style="bold red")
+              for file in status.invalid_probes()]
     footer = f"probes: {status.probes_run} run, {status.probes_cached} from the cache"
     if status.bisect_checks:
         footer += f"; bisection: {status.bisect_checks} checks"

@@ -13,8 +13,12 @@ number of probes run and answered from the cache, and `exit_code()` for `--exit-
 Landing point: the first target (oldest first) where the patch is LANDED. When an earlier target is not
 landed, the first-parent commits between the two are bisected with the full verdict (probe included)
 as the test, so K commits cost about log2(K) checks; the release history is a line of release commits,
-so there the bisection walks releases. The release is the lowest final version tag containing that
-commit, or None ("on <branch>, in no release yet").
+so there the bisection walks releases. When a target sits on a release branch (vLLM tags vX.Y.Z on
+releases/vX.Y), the bisection walks main between the merge-bases when main had the change where the
+branch forked, else the branch's own commits; it starts after the last revert of the change, if any.
+The release is the lowest final version tag carrying that commit, itself or as a cherry-pick on a
+release branch (lineage.first_release, which also names the proving commit and branch), or None
+("on <branch>, in no release yet"). A probe that passes on the pin is INVALID everywhere (never evidence).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git
+from vpatch import git, lineage
 from vpatch.errors import ExitCode, VpatchError
 from vpatch.verdict import (
     ProbeCheck,
@@ -55,6 +59,7 @@ class Landing:
     checks: int = 0  # verdicts the bisection evaluated
     candidates: int = 0  # first-parent commits it searched
     since: str | None = None  # the target below, where the patch is not landed
+    proof: lineage.ReleaseProof | None = None  # the commit (maybe a cherry-pick) on which branch that puts it in `release`
 
 
 @dataclass(frozen=True)
@@ -86,16 +91,21 @@ class Status:
         any landed there, else OK. Targets older than the pin say nothing about what to do next."""
         start = self.targets.index(self.pin) if self.pin in self.targets else 0
         states = {v.state for p in self.patches for v in p.results[start:]}
-        if states & {State.PARTIAL, State.CONFLICT}:
+        if states & {State.PARTIAL, State.CONFLICT, State.DISPUTED} or self.invalid_probes():
             return ExitCode.ATTENTION
         if State.LANDED in states:
             return ExitCode.LANDED
         return ExitCode.OK
 
 
+    def invalid_probes(self) -> list[str]:
+        """Patches whose probe passes on the pin: it cannot tell the bug from the fix, so it is no evidence."""
+        return [p.file for p in self.patches if any(v.probe is not None and v.probe.invalid for v in p.results)]
+
+
 def newest_release(repo: Path) -> str | None:
     """The tag of the highest final release (vX.Y.Z, no pre-releases) upstream has."""
-    versions = _release_tags(git.tags(repo, "v*"))
+    versions = lineage.release_tags(git.tags(repo, "v*"))
     return versions[-1] if versions else None
 
 
@@ -143,7 +153,7 @@ def compute(
     history_evidence: bool = True,
 ) -> Status:
     """Judge every patch on every target, then find each landed patch's landing point."""
-    counter = _CountingProbe(probe) if probe is not None else None
+    counter = _PinVettedProbe(_CountingProbe(probe), pin) if probe is not None else None
     paths = sorted({path for patch in patches for path in patch.paths})
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
@@ -164,6 +174,33 @@ def compute(
     return Status(pin, tuple(targets), tuple(rows), branch, history,
                   probes_run=counter.ran if counter else 0, probes_cached=counter.cached if counter else 0,
                   bisect_checks=checks)
+
+
+class _PinVettedProbe:
+    """A probe that passes on the pin says nothing: either it passes on every tree (vacuous) or upstream had
+    the fix before the patch was ever needed (a contradiction). Either way it is INVALID, on every commit."""
+
+    def __init__(self, inner: _CountingProbe, pin: Target) -> None:
+        self.inner, self.pin = inner, pin
+        self.on_pin: dict[str, ProbeCheck | None] = {}
+
+    @property
+    def ran(self) -> int:
+        return self.inner.ran
+
+    @property
+    def cached(self) -> int:
+        return self.inner.cached
+
+    def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
+        if patch.filename not in self.on_pin:
+            self.on_pin[patch.filename] = self.inner(patch, self.pin.commit)
+        at_pin = self.on_pin[patch.filename]
+        if at_pin is not None and at_pin.outcome is ProbeOutcome.PASS:
+            return ProbeCheck(ProbeOutcome.ERROR, f"it passes on the pin {self.pin.ref} ({self.pin.commit[:12]}), the "
+                              "tree the patch is meant to fix: vacuous, or landed on its own pin; fix the probe",
+                              ran=False, invalid=True)
+        return at_pin if commit == self.pin.commit else self.inner(patch, commit)
 
 
 class _CountingProbe:
@@ -192,22 +229,57 @@ def _landing(
     if first is None:
         return None
     top = targets[first]
+    main = branch if history else None
     if first == 0:
-        return Landing(top.ref, top.commit, first_release(repo, top.commit), bisected=False)
-    below = targets[first - 1].commit
-    base = below if git.is_ancestor(repo, below, top.commit) else git.merge_base(repo, below, top.commit)
-    if base is None:
-        return Landing(top.ref, top.commit, first_release(repo, top.commit), bisected=False)
-    line = git.first_parent_commits(repo, base, top.commit)
+        proof = lineage.first_release(repo, top.commit, branch=main)
+        return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
 
     def landed(commit: str) -> bool:
         verdict = judge_series(repo, patches, commit, pin=pin, history=history, probe=probe,
                                only={patch.filename}, use_history_evidence=history_evidence)[0]
         return verdict.state is State.LANDED
 
-    found, checks = bisect_first(line, landed)
-    return Landing(top.ref, found, first_release(repo, found), bisected=True, checks=checks, candidates=len(line),
-                   since=targets[first - 1].ref)
+    below = targets[first - 1].commit
+    base, tip = _bisect_range(repo, below, top.commit, main, landed)
+    if base is None:
+        proof = lineage.first_release(repo, top.commit, branch=main)
+        return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
+    line = git.first_parent_commits(repo, base, tip)
+    # A revert makes "landed" non-monotonic along the line: search only after the last revert before the tip.
+    floor = _after_last_revert(line, results[first])
+    found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)
+    proof = lineage.first_release(repo, found, branch=main)
+    return Landing(top.ref, found, proof.release if proof else None, bisected=True, checks=checks,
+                   candidates=len(line) - floor, since=targets[first - 1].ref, proof=proof)
+
+
+def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
+                  landed: Callable[[str], bool]) -> tuple[str | None, str]:
+    """The first-parent line to bisect: below..top when top descends from below; else, on a git upstream with
+    release branches, main between the two merge-bases when main already had the change where `top`'s
+    release branch forked, or that release branch's own commits when it did not."""
+    main = git.resolve_commit(repo, main_branch) if main_branch else None
+    if main is not None and not git.is_ancestor(repo, top, main):
+        top_base = git.merge_base(repo, top, main)
+        if top_base is not None and landed(top_base):
+            below_base = git.merge_base(repo, below, main)
+            if below_base is not None and below_base != top_base and git.is_ancestor(repo, below_base, top_base):
+                return below_base, top_base
+        elif top_base is not None:
+            start = below if git.is_ancestor(repo, below, top) else top_base
+            return start, top
+    if git.is_ancestor(repo, below, top):
+        return below, top
+    return git.merge_base(repo, below, top), top
+
+
+def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
+    """Where the line's last revert of this change sits (+1), 0 when none is on the line."""
+    from vpatch.verdict import Kind
+
+    story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
+    reverted = [c for c in line if f"reverted in {c[:12]}" in story]
+    return line.index(reverted[-1]) + 1 if reverted else 0
 
 
 def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[str, int]:
@@ -222,28 +294,6 @@ def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[st
         else:
             lo = mid + 1
     return line[hi], checks
-
-
-def first_release(repo: Path, commit: str) -> str | None:
-    """The lowest final release tag that contains `commit`."""
-    tags = _release_tags(git.tags_containing(repo, commit))
-    return tags[0] if tags else None
-
-
-def _release_tags(tags: Sequence[str]) -> list[str]:
-    """Final release tags (vX.Y.Z...), sorted by version; pre-releases and other tags left out."""
-    from packaging.version import InvalidVersion, Version
-
-    parsed = []
-    for tag in tags:
-        try:
-            version = Version(tag[1:] if tag[:1] in "vV" else tag)
-        except InvalidVersion:
-            continue
-        if not (version.is_prerelease or version.is_devrelease):
-            parsed.append((version, tag))
-    return [tag for _, tag in sorted(parsed)]
-
 
 
 def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None) -> ProbeFn:

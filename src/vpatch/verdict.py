@@ -39,7 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Self
 
-from vpatch import applycheck, git
+from vpatch import applycheck, git, lineage
 from vpatch.applycheck import Outcome
 from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
 from vpatch.series import FileDiff, Hunk, Patch
@@ -50,6 +50,7 @@ class State(str, Enum):
     NEEDED = "needed"  # applies, and nothing says upstream has it
     PARTIAL = "partial"  # some hunks are upstream, others are not: a person must refresh it
     CONFLICT = "conflict"  # does not apply and has not landed: a person must rebase it
+    DISPUTED = "disputed"  # identity (patch-id, PR) says landed, the content says not, no probe decides: a person must look
 
 
 class Kind(str, Enum):
@@ -59,6 +60,8 @@ class Kind(str, Enum):
     UPSTREAM_PR = "upstream-pr"
     FORWARD = "forward-apply"
     HUNKS = "hunks"
+    REVERT = "revert"  # a landing was reverted (and maybe re-landed) on the way to the commit
+    DISAGREEMENT = "disagreement"  # identity and content evidence contradict each other
 
 
 class Says(str, Enum):
@@ -83,6 +86,7 @@ class ProbeCheck:
     outcome: ProbeOutcome
     detail: str = ""
     ran: bool = True  # False: answered from the result cache
+    invalid: bool = False  # the probe passes where the patch is meant to fix (its pin): never evidence
 
 
 # (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
@@ -121,6 +125,8 @@ class Verdict:
             return probe_fail[0] if probe_fail else self._of(Kind.FORWARD)
         if self.state is State.PARTIAL:
             return self._of(Kind.HUNKS)
+        if self.state is State.DISPUTED:
+            return self._of(Kind.DISAGREEMENT)
         return self._of(Kind.HUNKS) or self._of(Kind.FORWARD)
 
     def _of(self, kind: Kind) -> Evidence | None:
@@ -337,6 +343,9 @@ def _evidence(patch: Patch, *, text: _Text, probe: ProbeCheck | None, history: S
             out.append(Evidence(Kind.PROBE, Says.LANDED, f"{probe_name} passes on the unpatched tree" + _tail(probe.detail)))
         elif probe.outcome is ProbeOutcome.FAIL:
             out.append(Evidence(Kind.PROBE, Says.NOT_LANDED, f"{probe_name} fails on the unpatched tree" + _tail(probe.detail)))
+        elif probe.invalid:
+            out.append(Evidence(Kind.PROBE, Says.UNAVAILABLE,
+                                f"{probe_name} is INVALID (counted neither way): {probe.detail}"))
         else:
             out.append(Evidence(Kind.PROBE, Says.UNAVAILABLE,
                                 f"{probe_name} could not run (error, counted neither way)" + _tail(probe.detail)))
@@ -375,24 +384,37 @@ def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, histor
     if commit == pin or git.is_ancestor(repo, commit, pin):
         note = "no upstream commits between the pin and this commit"
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, note), Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, note)]
-    out: list[Evidence] = []
     pid = git.patch_id(repo, patch.diff)
-    match = git.log_patch_ids(repo, pin, commit, patch.paths).get(pid) if pid else None
-    if match:
-        out.append(Evidence(Kind.PATCH_ID, Says.LANDED, f"upstream commit {match[:12]} has the same patch-id"))
-    else:
-        out.append(Evidence(Kind.PATCH_ID, Says.NOT_LANDED, "no commit since the pin has the same patch-id"))
+    found = lineage.identity(repo, pin, commit, patch_id=pid, paths=patch.paths, pr=patch.upstream_pr)
+    standing = found.standing_since
+    out = [_identity_evidence(found, "patch-id", Kind.PATCH_ID,
+                              lambda e: f"upstream commit {e.commit[:12]} has the same patch-id",
+                              "no commit since the pin has the same patch-id")]
     if patch.upstream_pr is None:
         out.append(Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, "the patch names no Upstream-PR"))
     else:
-        tag = f"(#{patch.upstream_pr})"
-        hits = [(sha, subject) for sha, subject in git.find_subjects(repo, pin, commit, tag) if tag in subject]
-        if hits:
-            sha, subject = hits[-1]  # oldest
-            out.append(Evidence(Kind.UPSTREAM_PR, Says.LANDED, f"#{patch.upstream_pr} is in {sha[:12]} \"{subject}\""))
-        else:
-            out.append(Evidence(Kind.UPSTREAM_PR, Says.NOT_LANDED, f"no commit since the pin names #{patch.upstream_pr}"))
+        n = patch.upstream_pr
+        out.append(_identity_evidence(found, "upstream-pr", Kind.UPSTREAM_PR,
+                                      lambda e: f"#{n} is in {e.commit[:12]} \"{e.subject}\"",
+                                      f"no commit since the pin names #{n}"))
+    if found.reverted is not None:
+        out.append(Evidence(Kind.REVERT, Says.NOT_LANDED, f"{found.story()}: the change is out again"))
+    elif standing is not None and any(e.step is lineage.Step.REVERTED for e in found.events):
+        out.append(Evidence(Kind.REVERT, Says.LANDED, f"{found.story()}: landed again"))
     return out
+
+
+def _identity_evidence(found: lineage.Identity, kind_name: str, kind: Kind,
+                       landed: Callable[[lineage.Event], str], none: str) -> Evidence:
+    """One identity fact (patch-id or PR) with reverts taken into account: a reverted landing is no landing."""
+    standing = found.standing_since
+    matched = [e for e in found.matched(kind_name) if e.step is not lineage.Step.REVERTED]
+    if not matched:
+        return Evidence(kind, Says.NOT_LANDED, none)
+    current = [e for e in matched if standing is not None and found.events.index(e) >= found.events.index(standing)]
+    if current:
+        return Evidence(kind, Says.LANDED, landed(current[0]))
+    return Evidence(kind, Says.NOT_LANDED, landed(matched[-1]) + f", but reverted since: {found.story()}")
 
 
 def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ...], probe: ProbeCheck | None) -> Verdict:
@@ -402,6 +424,15 @@ def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ..
 
     if probe is not None and probe.outcome is ProbeOutcome.PASS:
         return verdict(State.LANDED)
+    identity = [ev for ev in evidence if ev.kind in _IDENTITY and ev.says is Says.LANDED]
+    probe_decides = probe is not None and probe.outcome is not ProbeOutcome.ERROR
+    if identity and not probe_decides and text.forward in (Applies.CLEAN, Applies.OFFSETS) and not text.reverse:
+        # Identity says landed, content says not: dropping on either could lose a fix; never decide alone.
+        how = "cleanly" if text.forward is Applies.CLEAN else "with offsets"
+        note = Evidence(Kind.DISAGREEMENT, Says.UNAVAILABLE,
+                        f"{identity[0]}, yet the diff still applies {how} and does not reverse-apply; "
+                        "no probe decides: a person must look")
+        return verdict(State.DISPUTED, (note,))
     probe_failed = probe is not None and probe.outcome is ProbeOutcome.FAIL
     if not probe_failed and any(ev.says is Says.LANDED and ev.kind is not Kind.HUNKS for ev in evidence):
         return verdict(State.LANDED)
@@ -417,6 +448,9 @@ def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ..
                         "the diff's content is upstream but the probe fails: a person must look")
         return verdict(State.CONFLICT, (note,))
     return verdict(State.CONFLICT)
+
+
+_IDENTITY = (Kind.PATCH_ID, Kind.UPSTREAM_PR, Kind.REVERT)
 
 
 def _tail(detail: str) -> str:

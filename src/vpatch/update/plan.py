@@ -150,7 +150,12 @@ def judge_with_status(
         verdict = row.results[-1]
         state = verdict.state.value
         action = {"landed": Action.DROP, "needed": Action.KEEP}.get(state, Action.STOP)
-        decided = verdict.decided_by
+        decided: object = verdict.decided_by
+        if row.results[0].state.value == "landed" and target != current:
+            # landed on its own pin: the series or the evidence is wrong, and no drop can be right
+            action, state = Action.STOP, "contradiction"
+            decided = (f"{patch.filename} is landed on its own pin {config.pin.ref} "
+                       f"({row.results[0].decided_by}): a person must look")
         landed_in = None
         if action is Action.DROP:
             landed_in = _landing_text(row.landed_in, to, target)
@@ -164,7 +169,8 @@ def _landing_text(landing: object, to: str, target: str) -> str:
     if landing is None:
         return f"{to} (commit {target[:12]})"
     ref, commit, release = getattr(landing, "ref"), getattr(landing, "commit"), getattr(landing, "release")
-    where = "in no release yet" if release is None else f"release {release}"
+    proof = getattr(landing, "proof", None)
+    where = "in no release yet" if release is None else f"release {proof or release}"
     first = "first commit" if getattr(landing, "bisected", False) else "commit"
     return f"{ref} ({first} {commit[:12]}, {where})"
 

@@ -17,6 +17,7 @@ from vpatch import git, stack
 from vpatch.errors import ApplyError, VpatchError
 from vpatch.fs import atomic_write
 from vpatch.series import Patch, Series
+from vpatch.update import guard
 from vpatch.update.commit import commit_update, finish_commit
 from vpatch.update.journal import (
     JOURNAL_FILE, STATE_FILE, Project, State, checkpoint, clear_stale, discard, load_state, read_json,
@@ -43,9 +44,8 @@ def update(
     repo = upstream.open_upstream(config)
     target = upstream.resolve(repo, to)
     current = config.pin.commit or upstream.resolve(repo, config.pin.ref, what="pin")
-    if not allow_downgrade and target != current and not git.is_ancestor(repo, current, target):
-        raise VpatchError(f"{to} ({target[:12]}) does not descend from the pin {config.pin.ref} ({current[:12]})",
-                          hint="pass --allow-downgrade to move the pin backwards (or sideways) anyway")
+    if not allow_downgrade:
+        guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
     checkpoint("resolved")
     rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
@@ -53,6 +53,8 @@ def update(
     checkpoint("judged")
     if dry_run:
         return Result(Outcome.PLANNED, plan)
+    guard.refuse_unproven_drops(repo, config, series, plan, 
+                                lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
     clear_stale(project, repo)
     try:
         state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),

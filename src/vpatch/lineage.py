@@ -1,0 +1,249 @@
+"""How upstream commits relate the way vLLM releases: tags cut on release branches, fixes cherry-picked
+onto them, merged PRs reverted and re-landed. Read-only questions, answered through git.py.
+
+- `direction`: is moving the pin from one ref to another a move forward (possibly across release
+  branches) or a real downgrade, and why.
+- `first_release`: the lowest release that carries a commit, itself or as a cherry-pick, and the commit
+  on which branch that proves it.
+- `identity`: where a change was landed (same patch-id, or its PR "(#N)" in a subject) between two
+  commits, and whether a later revert took it out again (and a re-land put it back).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from vpatch import git
+
+_PR = re.compile(r"\(#(\d+)\)")
+_REVERTS = re.compile(r"This reverts commit ([0-9a-f]{7,40})")
+_PICKED = re.compile(r"cherry picked from commit ([0-9a-f]{7,40})")
+
+
+def release_tags(tags: Sequence[str]) -> list[str]:
+    """Final release tags (vX.Y.Z...), sorted by version; pre-releases and other tags left out."""
+    parsed = [(v, tag) for tag in tags if (v := release_version(tag)) is not None]
+    return [tag for _, tag in sorted(parsed)]
+
+
+def release_version(ref: str) -> object | None:
+    """The version of a final release tag ("v1.1.0"), or None when `ref` is not one."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        version = Version(ref[1:] if ref[:1] in "vV" else ref)
+    except InvalidVersion:
+        return None
+    return None if (version.is_prerelease or version.is_devrelease) else version
+
+
+# --- direction of a pin move -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Direction:
+    forward: bool
+    reason: str  # why, in words a person can check with git
+
+
+def direction(repo: Path, *, current: str, current_ref: str, target: str, target_ref: str, branch: str) -> Direction:
+    """Whether `target` is newer than the pin `current`.
+
+    Newer: it descends from the pin; or its merge-base with the main branch descends from the pin's
+    (a later release branch, or main after a release branch); or, where ancestry does not decide (both
+    fork from main at the same point), both are release tags and the target's version is higher."""
+    if target == current or git.is_ancestor(repo, current, target):
+        return Direction(True, f"{target_ref} descends from the pin {current_ref}")
+    main = git.resolve_commit(repo, branch)
+    cur_base = git.merge_base(repo, current, main) if main else None
+    tgt_base = git.merge_base(repo, target, main) if main else None
+    if cur_base and tgt_base and cur_base != tgt_base:
+        if git.is_ancestor(repo, cur_base, tgt_base):
+            return Direction(True, f"{target_ref} meets {branch} at {tgt_base[:12]}, which descends from where the pin"
+                                   f" {current_ref} meets it ({cur_base[:12]})")
+        if git.is_ancestor(repo, tgt_base, cur_base):
+            return Direction(False, f"{target_ref} meets {branch} at {tgt_base[:12]}, before the pin {current_ref}"
+                                    f" does ({cur_base[:12]}): {branch} commits the pin has are missing from it")
+    old, new = release_version(current_ref), release_version(target_ref)
+    if old is not None and new is not None:
+        if new > old:  # type: ignore[operator]
+            return Direction(True, f"both are release tags and {target_ref} is the higher version")
+        return Direction(False, f"{target_ref} is a lower release than the pin {current_ref}")
+    return Direction(False, f"{target_ref} ({target[:12]}) does not descend from the pin {current_ref} ({current[:12]})"
+                            f" and neither ancestry on {branch} nor release versions say it is newer")
+
+
+# --- the first release that carries a commit ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseProof:
+    release: str
+    commit: str  # the commit in that release that carries the change
+    branch: str | None  # a branch that holds `commit` ("main", "releases/v1.1"); None: on none
+    picked: bool  # `commit` is a cherry-pick of the landing commit, not the landing commit itself
+
+    def __str__(self) -> str:
+        where = f" on {self.branch}" if self.branch else ""
+        how = "cherry-pick " if self.picked else ""
+        return f"{self.release} ({how}{self.commit[:12]}{where})"
+
+
+def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProof | None:
+    """The lowest release carrying `commit`: one whose tag contains it, or, with a `branch` (a git
+    upstream with release branches), one whose release branch holds a cherry-pick of it - named by
+    "(cherry picked from commit ...)", the same "(#N)" in the subject, or the same patch-id."""
+    tags = release_tags(git.tags(repo, "v*"))
+    containing = set(git.tags_containing(repo, commit))
+    first = next((t for t in tags if t in containing), None)
+    if branch is not None:
+        main = git.resolve_commit(repo, branch)
+        for tag in tags[: tags.index(first) if first else len(tags)]:
+            pick = _cherry_pick_in(repo, tag, commit, main) if main else None
+            if pick is not None:
+                return ReleaseProof(tag, pick, _branch_of(repo, pick, branch), picked=True)
+    if first is None:
+        return None
+    return ReleaseProof(first, commit, _branch_of(repo, commit, branch) if branch else None, picked=False)
+
+
+def _cherry_pick_in(repo: Path, tag: str, commit: str, main: str) -> str | None:
+    """A commit on `tag`'s own release branch (past where it meets main) that carries `commit`."""
+    base = git.merge_base(repo, tag, main)
+    tag_commit = git.resolve_commit(repo, tag)
+    if base is None or tag_commit is None or base == tag_commit:
+        return None
+    if git.is_ancestor(repo, tag_commit, main):
+        return None  # tagged on main itself: containment already answered it
+    original = git.log_records(repo, None, commit, commits=[commit])[0]
+    prs = _PR.findall(original.subject)
+    grep = [commit[:12], *(f"(#{n})" for n in prs[-1:])]
+    for record in git.log_records(repo, base, tag_commit, grep=grep):
+        picked = _PICKED.search(record.body)
+        if picked and commit.startswith(picked.group(1)):
+            return record.commit
+        if prs and f"(#{prs[-1]})" in record.subject and not _is_revert(record.subject):
+            return record.commit
+    paths = git.changed_paths(repo, commit)
+    pid = git.commit_patch_id(repo, commit, paths) if paths else None
+    if pid:
+        found = git.patch_id_commits(repo, base, tag_commit, paths).get(pid)
+        if found:
+            return found[-1]
+    return None
+
+
+def _branch_of(repo: Path, commit: str, main: str) -> str | None:
+    names = git.branches_containing(repo, commit)
+    if main in names:
+        return main
+    # the release branch it was committed on: the one whose name sorts first among those holding it
+    return sorted(names)[0] if names else None
+
+
+# --- landed, reverted, re-landed ---------------------------------------------------------------
+
+
+class Step(str, Enum):
+    LANDED = "landed"
+    REVERTED = "reverted"
+    RELANDED = "re-landed"
+
+
+@dataclass(frozen=True)
+class Event:
+    step: Step
+    commit: str
+    subject: str
+    by: tuple[str, ...]  # what matched: "patch-id", "upstream-pr", "reverts <sha>"
+
+    def __str__(self) -> str:
+        return f"{self.step.value} in {self.commit[:12]} \"{self.subject}\""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the history between two commits says about one change, oldest event first."""
+
+    events: tuple[Event, ...]
+
+    @property
+    def landed(self) -> Event | None:
+        """The landing that still stands at the tip (None: never landed, or reverted since)."""
+        last = self.events[-1] if self.events else None
+        return last if last is not None and last.step is not Step.REVERTED else None
+
+    @property
+    def standing_since(self) -> Event | None:
+        """The first landing of the run that still stands at the tip (the re-land after the last revert)."""
+        if self.landed is None:
+            return None
+        run: list[Event] = []
+        for event in self.events:
+            run = [] if event.step is Step.REVERTED else [*run, event]
+        return run[0]
+
+    @property
+    def reverted(self) -> Event | None:
+        last = self.events[-1] if self.events else None
+        return last if last is not None and last.step is Step.REVERTED else None
+
+    def matched(self, kind: str) -> list[Event]:
+        return [e for e in self.events if kind in e.by]
+
+    def story(self) -> str:
+        """"landed in a (#1), reverted in b, re-landed in c" - the whole chain."""
+        return ", ".join(str(e) for e in self.events)
+
+
+def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> Identity:
+    """Landings of a change in base..tip (a commit with `patch_id` on `paths`, or "(#pr)" in a subject),
+    the reverts of those landings ("This reverts commit <sha>" or 'Revert "..."'), and re-lands."""
+    by_commit: dict[str, set[str]] = {}
+    if patch_id:
+        for sha in git.patch_id_commits(repo, base, tip, paths).get(patch_id, []):
+            by_commit.setdefault(sha, set()).add("patch-id")
+    grep = ["This reverts commit"] + ([f"(#{pr})"] if pr is not None else [])
+    records = {r.commit: r for r in git.log_records(repo, base, tip, grep=grep)}
+    for r in records.values():
+        if pr is not None and f"(#{pr})" in r.subject:
+            by_commit.setdefault(r.commit, set()).add("upstream-pr")
+    if not by_commit:
+        return Identity(())
+    missing = [c for c in by_commit if c not in records]
+    records.update({r.commit: r for r in git.log_records(repo, None, tip, commits=missing)} if missing else {})
+    order = {c: i for i, c in enumerate(git.topo_order(repo, base, tip))}
+    events: list[Event] = []
+    changes: set[str] = set()  # commits that put the change in (landings and re-lands)
+    undos: set[str] = set()  # commits that took it out
+    for sha in sorted(records, key=lambda c: order.get(c, -1)):
+        record, matched = records[sha], by_commit.get(sha, set())
+        reverted = _REVERTS.search(record.body)
+        target = reverted.group(1) if reverted else None
+        if _names(target, changes) or (matched and _is_revert(record.subject)):
+            undos.add(sha)
+            events.append(Event(Step.REVERTED, sha, record.subject, (*sorted(matched), f"reverts {target or 'by subject'}")))
+        elif _names(target, undos) or (matched and events and events[-1].step is Step.REVERTED):
+            changes.add(sha)
+            events.append(Event(Step.RELANDED, sha, record.subject, tuple(sorted(matched))))
+        elif matched:
+            changes.add(sha)
+            events.append(Event(Step.LANDED, sha, record.subject, tuple(sorted(matched))))
+    return Identity(tuple(events))
+
+
+def _names(prefix: str | None, commits: set[str]) -> bool:
+    return prefix is not None and any(c.startswith(prefix) for c in commits)
+
+
+def _is_revert(subject: str) -> bool:
+    """'Revert "x"' is a revert; 'Revert "Revert "x""' and 'Reapply "x"' put x back."""
+    depth = 0
+    while subject.startswith('Revert "'):
+        depth += 1
+        subject = subject[len('Revert "'):]
+    return depth % 2 == 1

@@ -1,0 +1,50 @@
+"""What an update must prove before it moves: that the target is newer (release branches included), and that
+every probe a drop leans on tells the bug from the fix on the old pin."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vpatch import git, lineage
+from vpatch.errors import VpatchError
+from vpatch.update.plan import Action, Plan, ProbeCheck
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+    from vpatch.series import Patch, Series
+
+# (repo, config, patch, base, patched) -> the probe checked on base (must fail) and patched (must pass).
+Check = Callable[[Path, "Config", "Patch", str, str], ProbeCheck]
+
+
+def refuse_downgrade(repo: Path, config: Config, current: str, to: str, target: str) -> None:
+    """Only a move to a newer upstream goes without --allow-downgrade (lineage.direction says why)."""
+    way = lineage.direction(repo, current=current, current_ref=config.pin.ref, target=target, target_ref=to,
+                            branch=config.upstream.branch)
+    if not way.forward:
+        raise VpatchError(f"{to} is not newer than the pin {config.pin.ref}: {way.reason}",
+                          hint="pass --allow-downgrade to move the pin backwards (or sideways) anyway")
+
+
+def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan, check: Check) -> None:
+    """A dropped patch's probe is re-validated on the old pin (fails there, passes with the patch): a probe
+    that cannot tell the bug from the fix is no reason to drop anything."""
+    by_file = {p.filename: p for p in series}
+    for row in plan.patches:
+        patch = by_file[row.file]
+        if row.action is not Action.DROP or patch.probe_path is None:
+            continue
+        patched = git.tree_with_patch(repo, plan.from_commit, patch.raw)
+        if patched is None:
+            raise VpatchError(f"not dropping {row.file}: it does not apply on the pin {plan.from_ref}, so its probe"
+                              " cannot be re-validated", hint=f"vpatch apply --ref {plan.from_ref} shows the conflict")
+        try:
+            result = check(repo, config, patch, plan.from_commit, patched)
+        except VpatchError as exc:
+            result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
+        if not result.ok:
+            raise VpatchError(f"not dropping {row.file}: its probe does not validate on the pin {plan.from_ref}: "
+                              f"{result.detail}", hint="the probe must fail on the pin and pass with the patch; fix it,"
+                              " commit, and run the update again; the project is unchanged")
