@@ -1,0 +1,104 @@
+"""A probe that passes on the pin is no evidence (issue 9, 3b): status flags it INVALID and counts it neither
+way; update never drops on it; a patch landed on its own pin is a contradiction, not a drop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import KV_V1, PARSER_V1, Project, git
+from typer.testing import CliRunner
+
+from vpatch.cli import app
+
+KV_FIX = KV_V1.replace("break", "continue")
+PARSER_FIX = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
+VACUOUS = "kind: files\nfiles:\n  vllm/parser.py:\n    not_contains: [\"NEVER\"]\n"
+
+
+def run(project: Project, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
+    return result.exit_code, result.output
+
+
+def commit_all(project: Project) -> str:
+    if not (project.root / ".git").exists():
+        git(project.root, "init", "-q", "-b", "main")
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", "project")
+    return git(project.root, "rev-parse", "HEAD").strip()
+
+
+def with_probe(project: Project, number: int, slug: str, files: dict[str, str | None], probe_yaml: str) -> None:
+    (project.patches / "probes").mkdir(exist_ok=True)
+    (project.patches / "probes" / f"{slug}.yaml").write_text(probe_yaml)
+    project.make_patch(number, slug, files, f"Fix {slug}",
+                       trailers=f"Origin: vendor\nProbe: probes/{slug}.yaml\nLast-Update: 2026-09-01")
+
+
+def test_a_vacuous_probe_is_flagged_and_counted_neither_way(project: Project) -> None:
+    with_probe(project, 1, "parser-fix", {"vllm/parser.py": PARSER_FIX}, VACUOUS)
+    commit_all(project)
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    code, out = run(project, "status", "--json", "--exit-code", "--against", "v1.1")
+    doc = json.loads(out)
+    (patch,) = doc["patches"]
+    # without the rule it was "landed" on the pin itself and on v1.1; now the text decides: needed
+    assert [patch["results"][t]["state"] for t in ("v1.0", "v1.1")] == ["needed", "needed"]
+    probe = next(e for e in patch["results"]["v1.0"]["evidence"] if e["kind"] == "probe")
+    assert probe["says"] == "unavailable" and "INVALID" in probe["detail"] and "passes on the pin v1.0" in probe["detail"]
+    assert patch["landed_in"] is None
+    assert code == 4  # the probe needs a person
+    code, out = run(project, "status", "--against", "v1.1")
+    assert "its probe is INVALID" in out and "probe INVALID" in out
+
+
+def test_update_never_drops_on_a_vacuous_probe(project: Project) -> None:
+    """0001's fix lands verbatim in v1.1; 0002's vacuous probe 'passes' everywhere: 0001 could go, 0002 must stay."""
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks")
+    with_probe(project, 2, "parser-fix", {"vllm/parser.py": PARSER_FIX}, VACUOUS)
+    head = commit_all(project)
+    project.upstream.commit({"vllm/kv.py": KV_FIX}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 1
+    assert "0002-parser-fix.patch" in out and "passes" in out
+    assert git(project.root, "rev-parse", "HEAD").strip() == head
+    assert (project.patches / "0002-parser-fix.patch").exists()
+    code, out = run(project, "update", "--to", "v1.1", "--dry-run")
+    assert code == 0 and "would re-apply 0002-parser-fix.patch  [needed]" in out
+    assert "INVALID" in out
+
+
+def test_a_drop_whose_probe_does_not_validate_on_the_pin_is_refused(project: Project) -> None:
+    """The text says landed (the diff reverse-applies on v1.1), but the patch's probe passes on the pin too:
+    the re-validation of a dropped patch's probe on the old pin refuses the drop."""
+    with_probe(project, 1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, VACUOUS)
+    head = commit_all(project)
+    project.upstream.commit({"vllm/kv.py": KV_FIX}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    code, out = run(project, "update", "--to", "v1.1", "--dry-run")
+    assert code == 0 and "would drop     0001-kv-skip-null.patch" in out
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 1
+    assert "not dropping 0001-kv-skip-null.patch: its probe does not validate on the pin v1.0" in out
+    assert git(project.root, "rev-parse", "HEAD").strip() == head
+    assert (project.patches / "0001-kv-skip-null.patch").exists()
+
+
+def test_landed_on_its_own_pin_is_a_contradiction_not_a_drop(project: Project) -> None:
+    # the patch is made on v1.0, but the project pins v1.0.1, which already has its content: it reverse-applies
+    # on its own pin, so the series or the evidence is wrong
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks")
+    project.upstream.commit({"vllm/kv.py": KV_FIX}, "kv fixed", tag="v1.0.1")
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    (project.root / "vpatch.yaml").write_text((project.root / "vpatch.yaml").read_text().replace("ref: v1.0", "ref: v1.0.1"))
+    head = commit_all(project)
+    assert run(project, "fetch")[0] == 0
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 5, out
+    assert "[contradiction]" in out and "landed on its own pin v1.0.1" in out
+    assert git(project.root, "rev-parse", "HEAD").strip() == head
+    assert (project.patches / "0001-kv-skip-null.patch").exists()
+    assert run(project, "update", "--abort")[0] == 0
