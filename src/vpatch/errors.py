@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     LANDED = 3  # status --exit-code: some patch has landed and can be dropped
     ATTENTION = 4  # status --exit-code: some patch conflicts or is only partly upstream
     CONFLICT = 5  # apply/update stopped on a patch that does not apply
+    ROLLED_BACK = 6  # deploy: a check failed; the old production container is back and healthy
     INTERRUPTED = 130
 
 

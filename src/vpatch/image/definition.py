@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vpatch.config import _Doc
+from vpatch.deploy.suite import Suite
 from vpatch.errors import ConfigError
 
 IMAGES_DIR = "images"
@@ -61,6 +62,7 @@ class ImageDefinition:
     strategy: Strategy = Strategy.AUTO
     package_dir: str | None = None  # the installed vllm/ folder in the base; None: discovered
     source_build: SourceBuild = field(default_factory=SourceBuild)
+    deploy: Suite = field(default_factory=Suite)  # the deploy: section (checks, hooks); defaults when absent
 
     @property
     def full_repository(self) -> str:
@@ -104,7 +106,7 @@ class ImageDefinition:
         if not _NAME.match(name):
             doc.fail("", f"has an invalid image name {name!r} (lower-case letters, digits, '.', '_', '-')")
         top = doc.mapping(
-            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build"}
+            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build", "deploy"}
         )
         img = doc.mapping(top["image"], "image", required={"repository", "tag"}, optional={"registry"})
         repository = doc.string(img, "image.repository")
@@ -165,6 +167,7 @@ class ImageDefinition:
             strategy=strategy,
             package_dir=package_dir,
             source_build=source_build,
+            deploy=Suite.parse(top.get("deploy") or {}, root=path.parent.parent, source=source),
         )
 
 

@@ -1,0 +1,1 @@
+"""Switch production to a new image with checks: park/start/rollback, the check suite, the journal, the report."""
