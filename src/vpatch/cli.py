@@ -316,6 +316,24 @@ def verify(
 
 
 @app.command()
+def serve(
+    name: Annotated[str, typer.Argument(help="Image definition whose serve: section to run: images/NAME.yaml.")],
+    print_only: Annotated[bool, typer.Option("--print", help="Print the exact `docker run` (shell-quoted); start nothing.")] = False,
+    image: Annotated[Optional[str], typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
+) -> None:
+    """Start the server as images/NAME.yaml's serve: section says, or show the command (--print)."""
+    from vpatch.image.definition import ImageDefinition
+    from vpatch.serve import render
+
+    definition = ImageDefinition.load(_config().root, name)
+    command = render.for_definition(definition, image=image)
+    if print_only:
+        echo(command.shell_line())
+        return
+    raise VpatchError("starting is not in this version yet", hint=f"vpatch serve {name} --print, and run that")
+
+
+@app.command()
 def status(
     against: Annotated[Optional[list[str]], typer.Option(
         "--against", help="Upstream ref to judge on; repeat it for several. Default: the newest release and, "

@@ -11,6 +11,7 @@ from typing import Any
 from vpatch.config import _Doc
 from vpatch.deploy.suite import Suite
 from vpatch.errors import ConfigError
+from vpatch.serve.config import ServeConfig
 
 IMAGES_DIR = "images"
 OFFICIAL_REPOSITORY = "vllm/vllm-openai"
@@ -63,10 +64,16 @@ class ImageDefinition:
     package_dir: str | None = None  # the installed vllm/ folder in the base; None: discovered
     source_build: SourceBuild = field(default_factory=SourceBuild)
     deploy: Suite = field(default_factory=Suite)  # the deploy: section (checks, hooks); defaults when absent
+    serve: ServeConfig | None = None  # how the GPU host runs the image (vpatch serve); None: no serve section
 
     @property
     def full_repository(self) -> str:
         return f"{self.registry}/{self.repository}" if self.registry else self.repository
+
+    @property
+    def moving_ref(self) -> str:
+        """The moving tag's full reference, e.g. localhost:5000/ml/vllm-flash:flash-next (what serve runs)."""
+        return f"{self.full_repository}:{self.tag}"
 
     def base_for(self, pin_ref: str, pin_commit: str | None) -> Base:
         """The base image for the pin: the definition's, else the official image a release or a main
@@ -105,8 +112,9 @@ class ImageDefinition:
         doc = _Doc(source)
         if not _NAME.match(name):
             doc.fail("", f"has an invalid image name {name!r} (lower-case letters, digits, '.', '_', '-')")
+        # serve: and deploy: have their own modules, which parse and validate them.
         top = doc.mapping(
-            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build", "deploy"}
+            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build", "serve", "deploy"},
         )
         img = doc.mapping(top["image"], "image", required={"repository", "tag"}, optional={"registry"})
         repository = doc.string(img, "image.repository")
@@ -157,6 +165,9 @@ class ImageDefinition:
             dockerfile=doc.string(sb, "source_build.dockerfile", "docker/Dockerfile"),
             wheel_commit=wheel_commit,
         )
+        serve = None
+        if top.get("serve") is not None:
+            serve = ServeConfig.parse(doc, top["serve"], "serve", default_name=f"vllm-{name}")
         return cls(
             name=name,
             path=path,
@@ -168,6 +179,7 @@ class ImageDefinition:
             package_dir=package_dir,
             source_build=source_build,
             deploy=Suite.parse(top.get("deploy") or {}, root=path.parent.parent, source=source),
+            serve=serve,
         )
 
 

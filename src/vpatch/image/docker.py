@@ -9,7 +9,7 @@ import tarfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from vpatch.errors import VpatchError
 from vpatch.process import Output as RunResult
@@ -34,6 +34,9 @@ class ImageInfo:
     repo_digests: tuple[str, ...]
     labels: Mapping[str, str]
     size: int
+    entrypoint: tuple[str, ...] = ()  # Config.Entrypoint: what `docker run IMAGE ARGS...` puts before ARGS
+    cmd: tuple[str, ...] = ()  # Config.Cmd: the default ARGS
+    env: tuple[str, ...] = ()  # Config.Env: NAME=value lines every container of the image starts with
 
     @property
     def digest(self) -> str | None:
@@ -42,6 +45,72 @@ class ImageInfo:
             if "@" in ref:
                 return ref.split("@", 1)[1]
         return None
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A container as `docker inspect` shows it: what it runs, how, and in which state."""
+
+    id: str
+    name: str
+    image_id: str  # the image it was created from (sha256:...)
+    image_ref: str  # the image as the `docker run` named it
+    entrypoint: tuple[str, ...]
+    args: tuple[str, ...]  # Config.Cmd: what followed the image in `docker run`
+    env: tuple[str, ...]  # NAME=value, the image's defaults included
+    labels: Mapping[str, str]
+    status: str  # created | running | restarting | paused | exited | dead
+    exit_code: int
+    restart_count: int
+    started_at: str
+    restart_policy: str  # no | always | unless-stopped | on-failure[:N]
+    network_mode: str
+    ipc_mode: str
+    shm_size: int  # bytes
+    binds: tuple[str, ...]
+    port_bindings: Mapping[str, tuple[str, ...]]  # "8000/tcp" -> ("8000",)
+    gpus: tuple[str, ...]  # one entry per --gpus device request: "all", "4" or "device=0,1"
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> "ContainerInfo":
+        config = attrs.get("Config") or {}
+        host = attrs.get("HostConfig") or {}
+        state = attrs.get("State") or {}
+        policy = host.get("RestartPolicy") or {}
+        restart = policy.get("Name") or "no"
+        if restart == "on-failure" and policy.get("MaximumRetryCount"):
+            restart = f"on-failure:{policy['MaximumRetryCount']}"
+        gpus = []
+        for request in host.get("DeviceRequests") or ():
+            if request.get("DeviceIDs"):
+                gpus.append("device=" + ",".join(request["DeviceIDs"]))
+            else:
+                gpus.append("all" if request.get("Count") == -1 else str(request.get("Count")))
+        ports = {
+            port: tuple(b.get("HostPort", "") for b in bindings or ())
+            for port, bindings in (host.get("PortBindings") or {}).items()
+        }
+        return cls(
+            id=attrs["Id"],
+            name=str(attrs.get("Name", "")).lstrip("/"),
+            image_id=attrs.get("Image", ""),
+            image_ref=config.get("Image", ""),
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            args=tuple(config.get("Cmd") or ()),
+            env=tuple(config.get("Env") or ()),
+            labels=dict(config.get("Labels") or {}),
+            status=state.get("Status", ""),
+            exit_code=int(state.get("ExitCode") or 0),
+            restart_count=int(attrs.get("RestartCount") or 0),
+            started_at=state.get("StartedAt", ""),
+            restart_policy=restart,
+            network_mode=host.get("NetworkMode", ""),
+            ipc_mode=host.get("IpcMode", ""),
+            shm_size=int(host.get("ShmSize") or 0),
+            binds=tuple(host.get("Binds") or ()),
+            port_bindings=ports,
+            gpus=tuple(gpus),
+        )
 
 
 @dataclass(frozen=True)
@@ -119,6 +188,9 @@ class Docker:
             repo_digests=tuple(attrs.get("RepoDigests") or ()),
             labels=dict(config.get("Labels") or {}),
             size=int(attrs.get("Size") or 0),
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            cmd=tuple(config.get("Cmd") or ()),
+            env=tuple(config.get("Env") or ()),
         )
 
     def has_image(self, ref: str) -> bool:
@@ -238,6 +310,52 @@ class Docker:
                 return sorted({PurePosixPath(m.name).parts[1] for m in tar.getmembers() if len(PurePosixPath(m.name).parts) > 1})
         finally:
             self.client.api.remove_container(container["Id"], force=True)
+
+    def container(self, name: str) -> ContainerInfo | None:
+        """The container `name` (or id) as docker inspect shows it; None when there is none."""
+        import docker as dockersdk
+
+        try:
+            return ContainerInfo.from_attrs(self.client.api.inspect_container(name))
+        except dockersdk.errors.NotFound:
+            return None
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot inspect container {name}: {exc.explanation or exc}") from exc
+
+    def container_logs(self, name: str, *, tail: int | None = None) -> str:
+        """The container's output so far (stdout and stderr interleaved); `tail`: only the last lines."""
+        logs = self.client.api.logs(name, stdout=True, stderr=True, tail=tail if tail is not None else "all")
+        return bytes(logs).decode("utf-8", "replace")
+
+    def remove_container(self, name: str) -> None:
+        """Stop and delete the container `name` (nothing when there is none)."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.remove_container(name, force=True)
+        except dockersdk.errors.NotFound:
+            pass
+
+    def run_cli(self, argv: Sequence[str], *, timeout: float | None = None) -> RunResult:
+        """Run a docker CLI command given as argv (argv[0] is the docker executable) against this daemon.
+
+        For commands whose exact command line is the product (`vpatch serve --print` shows it, and
+        this runs that very argv); DockerError with the command, exit code and output on failure."""
+        import shlex
+
+        try:
+            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout)
+        except FileNotFoundError as exc:
+            raise DockerError(f"the docker CLI ({argv[0]}) is not installed", hint="install docker.io") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise DockerError(f"{shlex.join(argv)} did not finish within {timeout:.0f}s") from exc
+        result = RunResult(proc.returncode, proc.stdout, proc.stderr)
+        if proc.returncode != 0:
+            raise DockerError(
+                f"{shlex.join(argv)} failed with exit code {proc.returncode}\n"
+                + _tail((result.err or result.out).splitlines())
+            )
+        return result
 
     # Builds
 

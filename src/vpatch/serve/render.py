@@ -1,0 +1,86 @@
+"""The exact `docker run` command for a serve configuration and an image: what --print shows is what runs."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from vpatch.errors import ConfigError
+from vpatch.serve.config import ServeConfig
+
+if TYPE_CHECKING:
+    from vpatch.image.definition import ImageDefinition
+
+# Labels every container vpatch starts carries: which image definition it serves, so that drift and
+# deploy can tell vpatch's containers from others.
+LABEL_DEFINITION = "io.vpatch.serve.definition"
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """A `docker run` as argv, with the parts other code needs without re-parsing it."""
+
+    argv: tuple[str, ...]  # docker run ... IMAGE ARGS...
+    image: str  # the image reference as given
+    name: str  # the container's name
+    args: tuple[str, ...]  # what follows the image: the container's command (after the image's entrypoint)
+
+    def shell_line(self) -> str:
+        """The command shell-quoted, one line, as an operator would paste it."""
+        return shlex.join(self.argv)
+
+
+def render(
+    serve: ServeConfig,
+    image: str,
+    *,
+    definition: str,
+    name: str | None = None,
+    restart: str | None = None,
+    docker: str = "docker",
+) -> RunCommand:
+    """The `docker run` that starts `serve` from `image` (detached).
+
+    `definition` is the image definition's name (stamped as a label); `name` and `restart` override the
+    yaml's container name and restart policy (deploy starts a candidate under another name, or with
+    restart `no` until it passed its checks); `docker` is the CLI executable.
+    """
+    options = serve.container
+    if name is not None:
+        options = replace(options, name=name)
+    if restart is not None:
+        options = replace(options, restart=restart)
+    argv: list[str] = [docker, "run", "--detach", "--name", options.name,
+                       "--label", f"{LABEL_DEFINITION}={definition}", "--restart", options.restart]
+    if options.gpus is not None:
+        # The CLI reads --gpus as CSV: a device list with commas has to be one quoted field.
+        argv += ["--gpus", f'"{options.gpus}"' if "," in options.gpus else options.gpus]
+    if options.ipc is not None:
+        argv += ["--ipc", options.ipc]
+    if options.shm_size is not None:
+        argv += ["--shm-size", options.shm_size]
+    if options.network is not None:
+        argv += ["--network", options.network]
+    if options.network != "host":
+        argv += ["--publish", f"{serve.port}:{serve.port}"]
+    for volume in options.volumes:
+        argv += ["--volume", volume]
+    for key, value in serve.env:
+        argv += ["--env", f"{key}={value}"]
+    args = serve.vllm_args()
+    argv += [image, *args]
+    return RunCommand(argv=tuple(argv), image=image, name=options.name, args=args)
+
+
+def for_definition(definition: ImageDefinition, *, image: str | None = None, name: str | None = None,
+                   restart: str | None = None) -> RunCommand:
+    """The `docker run` for images/<name>.yaml's serve section: its moving tag unless `image` is given."""
+    if definition.serve is None:
+        raise ConfigError(
+            f"images/{definition.name}.yaml has no serve: section",
+            hint=f"add serve: (model, vLLM arguments, container options) to images/{definition.name}.yaml; "
+            "see the README's serve section",
+        )
+    return render(definition.serve, image or definition.moving_ref, definition=definition.name, name=name,
+                  restart=restart)
