@@ -2,8 +2,7 @@
 
 It is the only place the server's configuration lives; `render` turns it into the one `docker run` that
 starts it. Parsed by `ServeConfig.parse(doc, data, "serve")` from ImageDefinition.parse, so errors name
-the file and the key path like every other section. A new section (e.g. `deploy:`) follows the same
-pattern: its own module with a `parse(doc, data, key)` classmethod, one line in ImageDefinition.parse.
+the file and the key path like every other section.
 """
 
 from __future__ import annotations
