@@ -39,7 +39,27 @@ class SeriesError(VpatchError):
     """A patch file is malformed or the series is inconsistent."""
 
 
-class GitError(VpatchError):
+class ProcessError(VpatchError):
+    """A child process failed, timed out or could not start: its command, exit code and output tail."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        command: tuple[str, ...],
+        returncode: int | None,
+        output: str,
+        timed_out: bool = False,
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.command = command
+        self.returncode = returncode  # None: it never started, or was killed at its timeout
+        self.output = output
+        self.timed_out = timed_out
+
+
+class GitError(ProcessError):
     """A git command failed; the message carries the command and its output."""
 
 

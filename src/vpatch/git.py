@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
+from vpatch import process
 from vpatch.errors import GitError
 from vpatch.process import Output as Result
-
-if TYPE_CHECKING:
-    import git as gitpython
 
 # Options that make vpatch's own git output independent of the user's config.
 _STABLE_CONFIG = (
@@ -50,36 +47,8 @@ def run(
     timeout: float | None = None,
 ) -> Result:
     """Run one git command; on failure raise GitError naming the command, exit code and output."""
-    cmd = ["git", *_STABLE_CONFIG, *args]
-    full_env = dict(os.environ)
-    full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
-    if env:
-        full_env.update(env)
-    try:
-        proc = subprocess.run(
-            cmd, cwd=cwd, input=input, env=full_env, capture_output=True, timeout=timeout
-        )
-    except FileNotFoundError as exc:
-        raise GitError("git is not installed or not on PATH", hint="install git (>= 2.30)") from exc
-    result = Result(proc.returncode, proc.stdout, proc.stderr)
-    if check and proc.returncode != 0:
-        raise GitError(describe_failure(args, result))
-    return result
-
-
-def describe_failure(args: Sequence[str], result: Result) -> str:
-    lines = [f"git {' '.join(args)} failed with exit code {result.returncode}"]
-    if result.stdout.strip():
-        lines.append("stdout:\n" + result.out.rstrip())
-    if result.stderr.strip():
-        lines.append("stderr:\n" + result.err.rstrip())
-    return "\n".join(lines)
-
-
-def open_repo(path: Path) -> "gitpython.Repo":
-    import git as gitpython
-
-    return gitpython.Repo(path)
+    return process.run(["git", *_STABLE_CONFIG, *args], cwd=cwd, input=input, env=env, check=check,
+                       timeout=timeout, shown=["git", *args], error=GitError)
 
 
 def init_bare(path: Path) -> None:
@@ -109,9 +78,10 @@ def tree_of(repo: Path, commit: str) -> str:
 
 
 def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
-    result = run(repo, ["merge-base", "--is-ancestor", ancestor, descendant], check=False)
+    args = ["merge-base", "--is-ancestor", ancestor, descendant]
+    result = run(repo, args, check=False)
     if result.returncode not in (0, 1):
-        raise GitError(describe_failure(["merge-base", "--is-ancestor", ancestor, descendant], result))
+        raise process.failure(["git", *args], result, error=GitError)
     return result.returncode == 0
 
 
@@ -415,29 +385,9 @@ def fast_import(repo: Path, stream: Iterable[bytes]) -> dict[str, str]:
     leaves loose objects but no ref changes.
     """
     with tempfile.TemporaryDirectory(prefix="vpatch-fast-import-") as tmp:
-        marks, errors = Path(tmp, "marks"), Path(tmp, "stderr")
+        marks = Path(tmp, "marks")
         args = ["fast-import", "--quiet", "--done", f"--export-marks={marks}"]
-        full_env = dict(os.environ)
-        full_env.setdefault("GIT_TERMINAL_PROMPT", "0")
-        with errors.open("wb") as err_file:
-            proc = subprocess.Popen(
-                ["git", *_STABLE_CONFIG, *args], cwd=repo, env=full_env, stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=err_file,
-            )
-            assert proc.stdin is not None
-            try:
-                for chunk in stream:
-                    proc.stdin.write(chunk)
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass  # git stopped reading: its exit code and stderr tell why
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            returncode = proc.wait()
-        if returncode != 0:
-            raise GitError(describe_failure(args[:3], Result(returncode, b"", errors.read_bytes())))
+        process.feed(["git", *_STABLE_CONFIG, *args], stream, cwd=repo, shown=["git", *args[:3]], error=GitError)
         result: dict[str, str] = {}
         for line in marks.read_text().splitlines():
             mark, sha = line.split()

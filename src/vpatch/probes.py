@@ -37,7 +37,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,8 +46,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vpatch import git
-from vpatch.errors import VpatchError
+from vpatch import git, process
+from vpatch.errors import ProcessError, VpatchError
 from vpatch.fs import atomic_write
 from vpatch.upstream import cache_dir
 
@@ -287,16 +286,16 @@ def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[Prob
         git.extract_tree(repo, tree, root)
         values = {"python": str(python), "probe_dir": str(probe.path.parent.resolve()), "tree": str(root)}
         argv = [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in probe.run]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env = {
+            "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         try:
-            proc = subprocess.run(argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, check=False,
-                                  stderr=subprocess.STDOUT, timeout=probe.timeout)
-        except subprocess.TimeoutExpired as exc:
-            return ProbeOutcome.ERROR, f"timed out after {probe.timeout:g}s\n" + _tail(exc.stdout or b"")
-        except OSError as exc:
-            return ProbeOutcome.ERROR, f"cannot run {argv[0]}: {exc}"
+            proc = process.run(argv, cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout)
+        except ProcessError as exc:
+            if exc.timed_out:
+                return ProbeOutcome.ERROR, f"timed out after {probe.timeout:g}s\n" + _tail(exc.output)
+            return ProbeOutcome.ERROR, exc.message
     output = _tail(proc.stdout)
     if proc.returncode == PASS_CODE:
         return ProbeOutcome.PASS, output
@@ -374,11 +373,10 @@ def _refuse_cuda_torch(pip: Sequence[str], requirements: Sequence[str]) -> None:
 
 
 def _pip_step(args: Sequence[str], what: str) -> None:
-    proc = subprocess.run(list(args), stdin=subprocess.DEVNULL, capture_output=True, check=False)
-    if proc.returncode != 0:
+    result = process.run(args, check=False, merge_output=True)
+    if result.returncode != 0:
         raise ProbeError(
-            f"cannot {what}: {' '.join(args[:6])} ... exited with {proc.returncode}\n"
-            + _tail(proc.stdout + proc.stderr),
+            f"cannot {what}: {' '.join(args[:6])} ... exited with {result.returncode}\n" + _tail(result.stdout),
             hint="check that pip reaches the package index, then run the command again",
         )
 

@@ -1,8 +1,36 @@
-"""What a finished process or container command left behind: exit code and both output streams."""
+"""The one runner for child processes (git, pip, docker CLI, probes) and the record of a finished one.
+
+Every child starts here with the same environment rule: inherited GIT_* variables are dropped
+(a git hook or CI step exports GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, which would point vpatch's
+git at the wrong repository), except the few that say who the user is or how git reaches remotes.
+Additions a caller passes explicitly (a temporary GIT_INDEX_FILE) are applied after the scrub.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from vpatch.errors import ProcessError
+
+# How much of a failed command's output its error carries.
+TAIL_CHARS = 4000
+
+# Inherited GIT_* variables that survive the scrub: identity and config location (the user's, or a
+# test's hermetic one), and how git reaches remotes. None of them can point git at another repository.
+_KEPT_GIT_VARS = frozenset({
+    "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE",
+    "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_COUNT",
+    "GIT_EXEC_PATH", "GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_ASKPASS",
+    "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_SSL_NO_VERIFY", "GIT_PROXY_COMMAND", "GIT_ALLOW_PROTOCOL",
+})
+_KEPT_GIT_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
 
 
 @dataclass(frozen=True)
@@ -18,3 +46,175 @@ class Output:
     @property
     def err(self) -> str:
         return self.stderr.decode("utf-8", "replace")
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without repository-locating GIT_* variables, plus `extra`."""
+    env = {
+        key: value for key, value in os.environ.items()
+        if not key.startswith("GIT_") or key in _KEPT_GIT_VARS or key.startswith(_KEPT_GIT_PREFIXES)
+    }
+    # A child must never wait for a password on a terminal nobody watches.
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    input: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+    merge_output: bool = False,
+    shown: Sequence[str] | None = None,
+    hint: str | None = None,
+    error: type[ProcessError] = ProcessError,
+) -> Output:
+    """Run `argv` to completion, capturing its output.
+
+    `check`: a non-zero exit raises `error`. A command that cannot start or runs past `timeout`
+    always raises `error` (returncode None; `timed_out` tells which). `merge_output` sends stderr into stdout (one stream, in order).
+    `shown` is how errors name the command (default: argv).
+    """
+    command = tuple(argv)
+    try:
+        proc = subprocess.run(
+            command, cwd=cwd, input=input, env=child_env(env), timeout=timeout, check=False,
+            stdin=None if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = _tail(_as_bytes(exc.stdout) + _as_bytes(exc.stderr))
+        raise error(f"{_name(shown or command)} timed out after {timeout:g}s" + (f"\n{output}" if output else ""),
+                    command=command, returncode=None, output=output, timed_out=True, hint=hint) from None
+    except OSError as exc:
+        raise _not_started(command, shown, exc, error, hint) from exc
+    result = Output(proc.returncode, proc.stdout, proc.stderr or b"")
+    if check and result.returncode != 0:
+        raise failure(command, result, shown=shown, hint=hint, error=error)
+    return result
+
+
+def stream(
+    argv: Sequence[str],
+    on_line: Callable[[str], None],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    shown: Sequence[str] | None = None,
+    hint: str | None = None,
+    error: type[ProcessError] = ProcessError,
+) -> Output:
+    """Run `argv`, handing each line of its merged stdout/stderr to `on_line` as it comes.
+
+    The result's stdout holds only the output tail, so a chatty build never sits in memory whole.
+    """
+    command = tuple(argv)
+    recent: deque[str] = deque()
+    size = 0
+    try:
+        proc = subprocess.Popen(command, cwd=cwd, env=child_env(env), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        raise _not_started(command, shown, exc, error, hint) from exc
+    assert proc.stdout is not None
+    try:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            recent.append(line)
+            size += len(line) + 1
+            while size > TAIL_CHARS and len(recent) > 1:
+                size -= len(recent.popleft()) + 1
+            on_line(line)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    result = Output(proc.wait(), "\n".join(recent).encode(), b"")
+    if check and result.returncode != 0:
+        raise failure(command, result, shown=shown, hint=hint, error=error)
+    return result
+
+
+def feed(
+    argv: Sequence[str],
+    chunks: Iterable[bytes],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    shown: Sequence[str] | None = None,
+    hint: str | None = None,
+    error: type[ProcessError] = ProcessError,
+) -> Output:
+    """Run `argv` with `chunks` written to its stdin as they are produced (a large stream never sits whole
+    in memory); its stdout and stderr go to files, so a child that writes a lot cannot block on a full pipe."""
+    command = tuple(argv)
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        try:
+            proc = subprocess.Popen(command, cwd=cwd, env=child_env(env), stdin=subprocess.PIPE,
+                                    stdout=out_file, stderr=err_file)
+        except OSError as exc:
+            raise _not_started(command, shown, exc, error, hint) from exc
+        assert proc.stdin is not None
+        try:
+            for chunk in chunks:
+                proc.stdin.write(chunk)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the child stopped reading: its exit code and stderr say why
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        returncode = proc.wait()
+        out_file.seek(0)
+        err_file.seek(0)
+        result = Output(returncode, out_file.read(), err_file.read())
+    if check and result.returncode != 0:
+        raise failure(command, result, shown=shown, hint=hint, error=error)
+    return result
+
+
+def failure(
+    command: Sequence[str],
+    result: Output,
+    *,
+    shown: Sequence[str] | None = None,
+    hint: str | None = None,
+    error: type[ProcessError] = ProcessError,
+) -> ProcessError:
+    """The error for a command that exited non-zero: command, exit code, and the tail of what it printed."""
+    parts = [f"{_name(shown or command)} failed with exit code {result.returncode}"]
+    if result.stdout.strip():
+        parts.append("stdout:\n" + _tail(result.stdout))
+    if result.stderr.strip():
+        parts.append("stderr:\n" + _tail(result.stderr))
+    return error("\n".join(parts), command=tuple(command), returncode=result.returncode,
+                 output=_tail(result.stdout + result.stderr), hint=hint)
+
+
+def _not_started(command: tuple[str, ...], shown: Sequence[str] | None, exc: OSError,
+                 error: type[ProcessError], hint: str | None) -> ProcessError:
+    program = command[0] if command else "?"
+    return error(f"cannot run {_name(shown or command)}: {exc.strerror or exc}", command=command, returncode=None,
+                 output="", hint=hint or f"is {Path(program).name} installed and on PATH?")
+
+
+def _name(command: Sequence[str]) -> str:
+    return " ".join(command)
+
+
+def _as_bytes(data: bytes | str | None) -> bytes:
+    if data is None:
+        return b""
+    return data.encode() if isinstance(data, str) else data
+
+
+def _tail(data: bytes) -> str:
+    return data.decode("utf-8", "replace")[-TAIL_CHARS:].strip()

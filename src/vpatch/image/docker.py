@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import io
 import os
-import subprocess
 import tarfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from vpatch.errors import VpatchError
+from vpatch import process
+from vpatch.errors import ProcessError, VpatchError
 from vpatch.process import Output as RunResult
 
 if TYPE_CHECKING:
@@ -409,24 +409,18 @@ class Docker:
 
     def run_buildkit(self, invocation: BuildKitInvocation, progress: Progress | None = None) -> None:
         """Run a BuildKit build through the docker CLI, streaming its output; DockerError with the tail on failure."""
-        env = dict(os.environ)
-        env.update(invocation.env)
-        recent: deque[str] = deque(maxlen=_TAIL_LINES)
-        try:
-            proc = subprocess.Popen(
-                list(invocation.argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        except FileNotFoundError as exc:
-            raise DockerError("the docker CLI is not installed", hint="install docker.io") from exc
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            recent.append(line)
+        def on_line(line: str) -> None:
             if progress:
-                progress(line.rstrip("\n"))
-        if proc.wait() != 0:
+                progress(line)
+
+        try:
+            result = process.stream(invocation.argv, on_line, env=invocation.env, check=False)
+        except ProcessError as exc:
+            raise DockerError("the docker CLI cannot run: " + exc.message, hint="install docker.io") from exc
+        if result.returncode != 0:
             raise DockerError(
-                f"BuildKit build failed with exit code {proc.returncode}: {invocation.shell_line()}\n"
-                f"output of the failing step:\n{_tail(recent)}"
+                f"BuildKit build failed with exit code {result.returncode}: {invocation.shell_line()}\n"
+                f"output of the failing step:\n{_tail(result.out.splitlines())}"
             )
 
     # Registries
@@ -515,12 +509,9 @@ def buildkit_cli() -> tuple[list[str], dict[str, str]]:
     daemon's own BuildKit."""
     legacy: str | None = None
     for cli in _docker_clis():
-        probe = subprocess.run([cli, "buildx", "version"], capture_output=True)
-        if probe.returncode == 0:
+        if process.run([cli, "buildx", "version"], check=False).returncode == 0:
             return [cli, "buildx", "build", "--load"], {}
-        version = subprocess.run(
-            [cli, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True
-        ).stdout.strip()
+        version = process.run([cli, "version", "--format", "{{.Client.Version}}"], check=False).out.strip()
         major = version.split(".", 1)[0]
         if legacy is None and major.isdigit() and int(major) < 23:
             legacy = cli

@@ -13,7 +13,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -25,7 +24,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from vpatch import git
+from vpatch import git, process
 from vpatch.errors import UpstreamError
 from vpatch.upstream import cache_dir
 from vpatch.upstream import history_path as history_path  # re-exported: where the history lives
@@ -123,28 +122,21 @@ def pip_download(version: str, dest: Path, progress: ProgressFn, *, package: str
     vLLM's build backend reads VLLM_TARGET_DEVICE=empty as "no extensions", so pip only runs
     its metadata step; VLLM_VERSION_OVERRIDE stands in for the git tag an sdist lacks.
     """
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "empty", "VLLM_VERSION_OVERRIDE": version}
+    env = {"VLLM_TARGET_DEVICE": "empty", "VLLM_VERSION_OVERRIDE": version}
     cmd = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package,
         "--progress-bar", "off", "-d", str(dest), f"{package}=={version}",
     ]
-    tail: list[str] = []
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            line = line.rstrip()
-            if line:
-                tail = (tail + [line])[-15:]
-                progress(Progress(version, Stage.DOWNLOADING, line))
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    if proc.wait() != 0:
+
+    def on_line(line: str) -> None:
+        if line.strip():
+            progress(Progress(version, Stage.DOWNLOADING, line.rstrip()))
+
+    result = process.stream(cmd, on_line, env=env, check=False)
+    if result.returncode != 0:
         raise UpstreamError(
-            f"pip could not download the sdist of {package} {version} (exit code {proc.returncode}):\n"
-            + "\n".join(tail),
+            f"pip could not download the sdist of {package} {version} (exit code {result.returncode}):\n"
+            + "\n".join(result.out.splitlines()[-15:]),
             hint=f"check the network and the index, or run: pip download --no-deps --no-binary {package} "
             f"{package}=={version}",
         )
@@ -182,13 +174,13 @@ def fetch_sdist(
 def pip_index_versions(package: str = PACKAGE) -> list[str]:
     """Every version of `package` the configured index offers (pip index versions)."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", "--pre", package]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
+    result = process.run(cmd, check=False)
+    for line in result.out.splitlines():
         if line.startswith("Available versions:"):
             return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
     raise UpstreamError(
-        f"could not list the versions of {package} on the index (pip exit code {proc.returncode}):\n"
-        + (proc.stderr.strip() or proc.stdout.strip()),
+        f"could not list the versions of {package} on the index (pip exit code {result.returncode}):\n"
+        + (result.err.strip() or result.out.strip()),
         hint="name the versions explicitly, e.g. vpatch releases 0.30.0 0.31.0",
     )
 
