@@ -344,15 +344,14 @@ class Docker:
         import shlex
 
         try:
-            proc = subprocess.run(list(argv), capture_output=True, timeout=timeout)
-        except FileNotFoundError as exc:
+            result = process.run(argv, timeout=timeout, check=False)
+        except ProcessError as exc:
+            if exc.timed_out:
+                raise DockerError(f"{shlex.join(argv)} did not finish within {timeout:.0f}s") from exc
             raise DockerError(f"the docker CLI ({argv[0]}) is not installed", hint="install docker.io") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise DockerError(f"{shlex.join(argv)} did not finish within {timeout:.0f}s") from exc
-        result = RunResult(proc.returncode, proc.stdout, proc.stderr)
-        if proc.returncode != 0:
+        if result.returncode != 0:
             raise DockerError(
-                f"{shlex.join(argv)} failed with exit code {proc.returncode}\n"
+                f"{shlex.join(argv)} failed with exit code {result.returncode}\n"
                 + _tail((result.err or result.out).splitlines())
             )
         return result
