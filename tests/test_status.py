@@ -98,7 +98,7 @@ def test_partial_and_conflict_are_named_in_the_table(project: Project) -> None:
     first, second = doc["patches"]
     assert first["results"]["v1.1"]["state"] == "partial"
     assert first["results"]["v1.1"]["hunks"]["landed"] == ["vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@)"]
-    assert first["results"]["v1.1"]["summary"] == "1/2 hunks upstream: parser.py #1"
+    assert first["results"]["v1.1"]["summary"] == "1/2 hunks upstream: parser.py #1; would narrow: drops 1 of 2 hunks"
     assert second["results"]["v1.1"]["state"] == "conflict"
     assert first["landed_in"] is None
 

@@ -372,6 +372,7 @@ def update(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (verdicts and actions); change nothing.")] = False,
     no_commit: Annotated[bool, typer.Option("--no-commit", help="Stage the change in the project; do not commit it.")] = False,
     allow_downgrade: Annotated[bool, typer.Option("--allow-downgrade", help="Allow a REF that does not descend from the pin.")] = False,
+    no_narrow: Annotated[bool, typer.Option("--no-narrow", help="Stop at a partly-landed patch instead of narrowing it.")] = False,
     continue_: Annotated[bool, typer.Option("--continue", help="Go on after resolving the conflict in the update tree.")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Throw the stopped update away; the project is as before it.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document (for CI).")] = False,
@@ -389,7 +390,8 @@ def update(
         result = core.resume(config)
     else:
         assert to is not None
-        result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade)
+        result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
+                             narrow=not no_narrow)
     if json_out:
         import json
 
@@ -421,9 +423,16 @@ def _update_lines(result: UpdateResult) -> list[str]:
         verbs = {Action.DROP: "would drop", Action.REFRESH: "would re-apply", Action.KEEP: "would re-apply",
                  Action.STOP: "would stop at"}
     for row in plan.patches:
-        lines.append(f"  {verbs[row.action]:<14} {row.file}  [{row.state}] {row.decided_by}")
+        verb = verbs[row.action]
+        if row.narrowing is not None:
+            verb = "would narrow" if result.outcome is Outcome.PLANNED else "narrow"
+        lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
         if row.action is Action.DROP:
             lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
+        if row.narrowing is not None:
+            lines.append(f"  {'':<14} {row.narrowing.summary}: "
+                         + "; ".join(f"{h.name} upstream in {h.landed_in}" for h in row.narrowing.dropped))
+            lines.append(f"  {'':<14} proof: {row.narrowing.proof}")
     for check in result.probes:
         if check.probe:
             lines.append(f"  probe {check.probe} re-validated on {plan.to_ref}" + (f": {check.detail}" if check.detail else ""))

@@ -119,7 +119,11 @@ def _short(ev: Evidence, v: Verdict) -> str:
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
     every = v.landed_hunks + v.needed_hunks + v.conflict_hunks
     if v.state is State.PARTIAL:
-        return f"{len(v.landed_hunks)}/{len(every)} hunks upstream: " + _hunks_short(v.landed_hunks, every)
+        # what `vpatch update` would do with it (narrow.py decides, with its proof, at the update)
+        narrow = f"would narrow: drops {len(v.landed_hunks)} of {len(every)} hunks"
+        if v.conflict_hunks:
+            narrow += " if " + _hunks_short(v.conflict_hunks, every) + " merge 3-way"
+        return f"{len(v.landed_hunks)}/{len(every)} hunks upstream: " + _hunks_short(v.landed_hunks, every) + "; " + narrow
     if v.conflict_hunks:
         return f"{len(v.conflict_hunks)}/{len(every)} hunks do not apply: " + _hunks_short(v.conflict_hunks, every)
     return ev.detail

@@ -1,18 +1,25 @@
-"""patches/RETIRED.md: the patches dropped because upstream has them, with evidence; their numbers stay taken."""
+"""patches/RETIRED.md: the patches dropped because upstream has them, with evidence; their numbers stay taken.
+
+It also records narrowings: hunks dropped from a patch that stays, because upstream has them (a heading
+"## NNNN-slug (narrowed)", which does not retire the number).
+"""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 RETIRED_FILE = "RETIRED.md"
-_ENTRY = re.compile(r"^## (?P<number>\d{4})-(?P<slug>\S+)", re.M)
+_ENTRY = re.compile(r"^## (?P<number>\d{4})-(?P<slug>\S+)(?P<rest>[^\n]*)", re.M)
+NARROWED = "(narrowed)"
 _HEADER = (
     "# Retired patches\n\n"
     "Patches dropped from the series because upstream vLLM has the change, with the evidence that decided it.\n"
     "Their numbers are never given to a new patch. Written by `vpatch update`; the last version of each file\n"
-    "is in the commit named under \"Last version\".\n"
+    "is in the commit named under \"Last version\". A \"(narrowed)\" entry records hunks dropped from a patch\n"
+    "that stays, because upstream has them; its number stays in use.\n"
 )
 
 
@@ -45,10 +52,45 @@ def retired_numbers(patches_dir: Path) -> frozenset[int]:
     path = patches_dir / RETIRED_FILE
     if not path.is_file():
         return frozenset()
-    return frozenset(int(m["number"]) for m in _ENTRY.finditer(path.read_text(encoding="utf-8")))
+    return frozenset(int(m["number"]) for m in _ENTRY.finditer(path.read_text(encoding="utf-8"))
+                     if m["rest"].strip() != NARROWED)
 
 
-def with_entries(current: bytes | None, entries: list[RetiredPatch]) -> bytes:
+@dataclass(frozen=True)
+class DroppedHunkRecord:
+    name: str  # "path hunk N (@@ -a,b +c,d @@)" as numbered in the patch before narrowing
+    applied_upstream: str  # where it first is upstream
+    evidence: str
+
+
+@dataclass(frozen=True)
+class NarrowedPatch:
+    """A patch that stays in the series, narrowed: the hunks upstream already has were dropped from it."""
+
+    number: int
+    slug: str
+    subject: str
+    summary: str  # "drops 1 of 3 hunks"
+    dropped: tuple[DroppedHunkRecord, ...]
+    kept: tuple[str, ...]
+    proof: str
+    probe: str
+    retired_by: str  # "update v0.29.0 -> v0.30.0"
+    last_version: str  # "<commit>:patches/0002-slug.patch" before it was narrowed
+
+    def to_markdown(self) -> str:
+        lines = [f"## {self.number:04d}-{self.slug} {NARROWED}", "", f"- Subject: {self.subject}",
+                 f"- Narrowed: {self.summary}; the patch stays with the rest"]
+        for hunk in self.dropped:
+            lines += [f"- Dropped hunk: {hunk.name}", f"  - Applied-Upstream: {hunk.applied_upstream}",
+                      f"  - Evidence: {hunk.evidence}"]
+        lines += [f"- Kept hunk: {name}" for name in self.kept]
+        lines += [f"- Proof: {self.proof}", f"- Probe: {self.probe}", f"- Narrowed-By: {self.retired_by}",
+                  f"- Version before: `git show {self.last_version}`", ""]
+        return "\n".join(lines) + "\n"
+
+
+def with_entries(current: bytes | None, entries: Sequence[RetiredPatch | NarrowedPatch]) -> bytes:
     """The record's new content: the current one (or a fresh header) with `entries` appended."""
     text = current.decode("utf-8") if current else _HEADER
     if not text.endswith("\n\n"):

@@ -9,7 +9,7 @@ from typing import Any
 
 from vpatch import git, stack
 from vpatch.fs import atomic_write
-from vpatch.retired import RETIRED_FILE, RetiredPatch, with_entries
+from vpatch.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
 from vpatch.series import Series
 from vpatch.update.journal import JOURNAL_FILE, Project, State, checkpoint, discard
 from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
@@ -58,12 +58,17 @@ def finish_commit(project: Project, journal: dict[str, Any]) -> Result:
     return Result(Outcome.COMMITTED, plan, commit=new, message=str(journal["message"]))
 
 
-def _retired_entries(project: Project, series: Series, plan: Plan, head: str) -> list[RetiredPatch]:
-    entries = []
+def _retired_entries(project: Project, series: Series, plan: Plan, head: str) -> list[RetiredPatch | NarrowedPatch]:
+    entries: list[RetiredPatch | NarrowedPatch] = []
     for row in plan.patches:
+        patch = series.get(row.file.removesuffix(".patch"))
+        if row.narrowing is not None:
+            from vpatch.narrow import record
+
+            entries.append(record(patch, row.narrowing, retired_by=f"update {plan.from_ref} -> {plan.to_ref}",
+                                  last_version=f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}"))
         if row.action is not Action.DROP:
             continue
-        patch = series.get(row.file.removesuffix(".patch"))
         entries.append(RetiredPatch(
             patch.number, patch.slug, patch.subject, row.landed_in or plan.to_ref,
             (f"{row.decided_by} (on {plan.to_ref})",) + tuple(e for e in row.evidence if e != row.decided_by),

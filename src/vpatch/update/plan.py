@@ -12,6 +12,7 @@ from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
     from vpatch.config import Config
+    from vpatch.narrow import Narrowing
 
 
 class Action(str, Enum):
@@ -39,6 +40,8 @@ class PatchPlan:
     evidence: tuple[str, ...]  # every fact, strongest first
     landed_in: str | None = None  # Applied-Upstream: "v0.30.0 (commit 1a2b3c4d5e6f, release v0.30.0)"
     upstream_pr: str | None = None
+    narrowing: Narrowing | None = None  # partial, narrowed (narrow.py): applied without the hunks upstream has
+    note: str = ""  # partial, not narrowed: why, and which hunks upstream already has
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,11 @@ class Plan:
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         rows = data["patches"]
         assert isinstance(rows, list)
-        patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"])}) for r in rows)
+        from vpatch.narrow import Narrowing
+
+        patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
+                                     "narrowing": Narrowing.from_dict(r["narrowing"]) if r.get("narrowing") else None})
+                        for r in rows)
         return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches)
 
 
@@ -165,6 +172,44 @@ def judge_with_status(
     return rows, report
 
 
+def narrow_rows(
+    repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: object, current: str, to: str,
+    target: str, validate: Callable[[Patch, str], ProbeCheck] | None,
+) -> list[PatchPlan]:
+    """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14).
+    `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
+    import datetime
+
+    from vpatch import narrow
+    from vpatch.verdict import judge_series
+
+    if not any(r.state == "partial" for r in rows):
+        return rows
+    verdicts = narrow.verdicts_of(report) or {
+        v.patch: v for v in judge_series(repo, series.patches, target, pin=current, history=False,
+                                         use_history_evidence=False)}
+
+    def probe(patch: Patch, tree: str) -> str | None:
+        assert validate is not None
+        check = validate(patch, tree)
+        return None if check.ok else check.detail or "it does not fail without the patch and pass with it"
+
+    found = narrow.narrow_series(
+        repo, series.patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
+        target=target, to_ref=to, today=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+        branch=config.upstream.branch if config.upstream.source == "git" else None,
+        validate=probe if validate is not None else None)
+    out = []
+    for row in rows:
+        result = found.get(row.file) if row.state == "partial" else None
+        if isinstance(result, str):
+            row = replace(row, note=result)
+        elif result is not None:
+            row = replace(row, action=Action.KEEP, narrowing=result)
+        out.append(row)
+    return out
+
+
 def _landing_text(landing: object, to: str, target: str) -> str:
     if landing is None:
         return f"{to} (commit {target[:12]})"
@@ -185,12 +230,23 @@ def _probe_fn(repo: Path, config: Config):  # type: ignore[no-untyped-def]
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
-    dropped, refreshed, kept = plan.files(Action.DROP), plan.files(Action.REFRESH), plan.files(Action.KEEP)
+    narrowed = [p for p in plan.patches if p.narrowing is not None]
+    dropped, refreshed, kept = (plan.files(Action.DROP), _unnarrowed(plan, Action.REFRESH),
+                                _unnarrowed(plan, Action.KEEP))
     subject = f"Update upstream pin {plan.from_ref} -> {plan.to_ref}"
-    if dropped:
-        subject += f": drop {', '.join(f[:4] for f in dropped)}"
+    verbs = ([f"drop {', '.join(f[:4] for f in dropped)}"] if dropped else []) + (
+        [f"narrow {', '.join(p.file[:4] for p in narrowed)}"] if narrowed else [])
+    if verbs:
+        subject += ": " + ", ".join(verbs)
     lines = [subject, "", f"Pin: {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})"]
     rows = {p.file: p for p in plan.patches}
+    if narrowed:
+        from vpatch.narrow import message_lines
+
+        lines += ["", f"Narrowed, the hunks upstream already has dropped (recorded in {RETIRED_FILE}):"]
+        for row in narrowed:
+            assert row.narrowing is not None
+            lines += message_lines(row.subject, row.narrowing)
     if dropped:
         lines += ["", f"Dropped, landed upstream (recorded in {RETIRED_FILE}):"]
         for f in dropped:
@@ -210,3 +266,7 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     if plan.all_landed:
         lines += ["", f"No local patch remains: the official vLLM {plan.to_ref} image now suffices."]
     return "\n".join(lines) + "\n"
+
+
+def _unnarrowed(plan: Plan, action: Action) -> list[str]:
+    return [p.file for p in plan.patches if p.action is action and p.narrowing is None]

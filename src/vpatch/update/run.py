@@ -24,7 +24,7 @@ from vpatch.update.journal import (
     refuse_dirty, refuse_in_progress, save_state,
 )
 from vpatch.update.plan import (
-    Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, Judge, Validator, judge_with_status,
+    Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, Judge, Validator, judge_with_status, narrow_rows,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 def update(
     config: Config, to: str, *, dry_run: bool = False, no_commit: bool = False, allow_downgrade: bool = False,
-    judge: Judge | None = None, validator: Validator | None = None,
+    judge: Judge | None = None, validator: Validator | None = None, narrow: bool = True,
 ) -> Result:
     """Move the pin to `to`; see the module docstring. Raises VpatchError and leaves the project as it was."""
     from vpatch import upstream
@@ -49,6 +49,9 @@ def update(
     series = Series.load(config.patches_dir)
     checkpoint("resolved")
     rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
+    if narrow:
+        rows = narrow_rows(repo, config, series, rows, report, current, to, target, None if dry_run else
+                           lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
     plan = Plan(config.pin.ref, current, to, target, tuple(rows), report)
     checkpoint("judged")
     if dry_run:
@@ -128,7 +131,10 @@ def abort(config: Config) -> Result:
 def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
     """Apply the pending patches in the update tree, then finish; or stop on the first that needs a person."""
     config, repo, plan = project.config, Path(state.repo), state.plan
-    by_file = {p.filename: p for p in series}
+    originals = {p.filename: p for p in series}
+    # a narrowed patch goes into the update tree without the hunks upstream has; export compares with the file
+    narrowed = {p.file: p.narrowing for p in plan.patches if p.narrowing}
+    by_file = {f: narrowed[f].patch(p) if f in narrowed else p for f, p in originals.items()}
     kept = [by_file[f] for f in plan.files(Action.KEEP, Action.REFRESH, Action.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
@@ -153,7 +159,8 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
             hint="the probe must fail without its patch and pass with it; fix the probe (or the patch), commit, "
                  "and run the update again; the project is unchanged")
     checkpoint("validated")
-    exported = stack.export_series(Series(series.directory, tuple(kept), series.retired), project.work, dry_run=True)
+    exported = stack.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
+                                   project.work, dry_run=True)
     plan = _mark_refreshed(plan, exported)
     checkpoint("exported")
     return commit_update(project, series, state, plan, exported, probes)
@@ -195,7 +202,7 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> 
         _record_stack(project, recorded, patch)
         return None
     if row.action is Action.STOP:
-        reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}"
+        reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
     else:
         reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
     if merged.returncode != 0 and not conflicts:

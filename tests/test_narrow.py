@@ -1,0 +1,152 @@
+"""update narrows a partly-landed patch (issue 14): drops the hunks upstream has, keeps the rest, proves it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import PARSER_V1, Project, git
+from vpatch.cli import app
+from vpatch.series import Patch, Series
+
+# 0001 changes the parser in three places; hunk 2 grows the file by two lines, so hunk 3's new-side
+# line numbers move when hunk 2 is dropped.
+THREE = (PARSER_V1.replace("line 5\n", "line 5 fixed\n")
+         .replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
+         .replace("line 35\n", "line 35 fixed\n"))
+HUNK_2_ONLY = PARSER_V1.replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
+PROBE = "kind: files\nfiles:\n  vllm/parser.py:\n    contains: [\"line 35 fixed\"]\n"
+
+
+def run(project: Project, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
+    return result.exit_code, result.output
+
+
+def commit_all(project: Project, message: str = "project") -> None:
+    if not (project.root / ".git").exists():
+        git(project.root, "init", "-q", "-b", "main")
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", message)
+
+
+def three_hunks(project: Project, probe: str | None = PROBE) -> Path:
+    trailers = "Origin: vendor\nForwarded: no\n" + ("Probe: probes/parser.yaml\n" if probe else "") + "Last-Update: 2026-09-01"
+    path = project.make_patch(1, "parser-three", {"vllm/parser.py": THREE}, "Fix the parser in three places",
+                              trailers=trailers)
+    if probe:
+        (project.patches / "probes").mkdir(exist_ok=True)
+        (project.patches / "probes" / "parser.yaml").write_text(probe)
+    commit_all(project)
+    return path
+
+
+def release(project: Project, files: dict[str, str | None], tag: str) -> None:
+    project.upstream.commit(files, f"Upstream change for {tag}")
+    project.upstream.commit({"README": f"toy vllm {tag}\n"}, tag, tag=tag)
+    assert run(project, "fetch")[0] == 0
+
+
+def hunk_headers(path: Path) -> list[str]:
+    return [h.header.split(" @@")[0] + " @@" for fd in Patch.load(path).files for h in fd.hunks]
+
+
+def test_update_narrows_a_partly_landed_patch_in_one_commit(project: Project) -> None:
+    path = three_hunks(project)
+    old = Patch.load(path)
+    release(project, {"vllm/parser.py": HUNK_2_ONLY}, "v1.1")
+    before = git(project.root, "rev-parse", "HEAD").strip()
+
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 0, out
+    assert "narrow" in out and "drops 1 of 3 hunks" in out
+    # the file keeps its name, number, header and trailers; only hunks 1 and 3 remain, 3 renumbered
+    assert sorted(p.name for p in project.patches.glob("*.patch")) == ["0001-parser-three.patch"]
+    new = Patch.load(path)
+    assert hunk_headers(path) == ["@@ -2,7 +2,7 @@", "@@ -34,7 +34,7 @@"]
+    assert new.subject == old.subject and new.author == old.author and new.date == old.date
+    assert new.trailer("Probe") == "probes/parser.yaml" and new.trailer("Origin") == "vendor"
+    assert new.trailer("Last-Update") not in (None, "2026-09-01")
+    assert new.body.split("\n\n")[0] == old.body.split("\n\n")[0]
+    # one commit holds it, with the dropped hunk, its evidence and where it first is upstream
+    assert git(project.root, "rev-list", f"{before}..HEAD").split() == [git(project.root, "rev-parse", "HEAD").strip()]
+    assert git(project.root, "status", "--porcelain") == ""
+    message = git(project.root, "log", "-1", "--format=%B")
+    first = git(project.upstream.path, "rev-parse", "v1.1~1").strip()
+    assert message.startswith("Update upstream pin v1.0 -> v1.1: narrow 0001\n")
+    assert "- 0001-parser-three.patch: Fix the parser in three places: drops 1 of 3 hunks, keeps 2" in message
+    assert "  Dropped: vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)" in message
+    assert (f"Applied-Upstream: v1.1 (first commit {first[:12]} \"Upstream change for v1.1\", "
+            f"release v1.1 ({first[:12]} on main); bisected: 1 check over 2 commits)") in message
+    assert "Evidence: reverse-applies on v1.1" in message
+    assert "Kept: vllm/parser.py hunk 1" in message and "Kept: vllm/parser.py hunk 3" in message
+    assert "Proof: on v1.1, the narrowed patch and the old patch (3-way merged) give identical files" in message
+    assert "Probe: probes/parser.yaml re-validated on v1.1" in message
+    assert "Refreshed" not in message  # narrowed is said once, not again as refreshed
+    retired = (project.patches / "RETIRED.md").read_text()
+    assert "## 0001-parser-three (narrowed)" in retired and "- Dropped hunk: vllm/parser.py hunk 2" in retired
+    assert f"first commit {first[:12]}" in retired and f"`git show {before[:12]}:patches/0001-parser-three.patch`" in retired
+    # the narrowed record does not retire the number: the series still loads, 0001 in it
+    assert [p.number for p in Series.load(project.patches)] == [1]
+    # the applied tree on the new pin is exactly what the old patch made on the old one
+    assert run(project, "apply")[0] == 0
+    assert (project.root / ".vpatch" / "tree" / "vllm" / "parser.py").read_text() == THREE
+    # status now calls it needed, with the probe failing upstream and the diff applying cleanly
+    code, out = run(project, "status", "--json")
+    assert code == 0, out
+    result = json.loads(out)["patches"][0]["results"]["v1.1"]
+    assert result["state"] == "needed" and result["applies"] == "clean"
+
+
+def test_dry_run_and_status_say_would_narrow_and_change_nothing(project: Project) -> None:
+    three_hunks(project)
+    release(project, {"vllm/parser.py": HUNK_2_ONLY}, "v1.1")
+    before = (project.patches / "0001-parser-three.patch").read_bytes()
+    code, out = run(project, "update", "--to", "v1.1", "--dry-run")
+    assert code == 0, out
+    assert "would narrow: drops 1 of 3 hunks" in out  # the status table's partial cell
+    assert "would narrow   0001-parser-three.patch  [partial]" in out
+    assert (project.patches / "0001-parser-three.patch").read_bytes() == before
+    code, out = run(project, "status", "--against", "v1.1", "--json")
+    summary = json.loads(out)["patches"][0]["results"]["v1.1"]["summary"]
+    assert summary.startswith("1/3 hunks upstream: parser.py #2; would narrow: drops 1 of 3 hunks")
+
+
+def test_no_narrow_stops_at_the_partial_patch_as_before(project: Project) -> None:
+    three_hunks(project, probe=None)
+    release(project, {"vllm/parser.py": HUNK_2_ONLY}, "v1.1")
+    code, out = run(project, "update", "--to", "v1.1", "--no-narrow")
+    assert code == 5, out
+    assert "stopped at 0001-parser-three.patch: 0001-parser-three.patch is partial on v1.1" in out
+    assert len(hunk_headers(project.patches / "0001-parser-three.patch")) == 3
+    assert run(project, "update", "--abort")[0] == 0
+
+
+def test_a_narrowed_patch_whose_probe_no_longer_validates_stops(project: Project) -> None:
+    # the probe also wants a README that v1.1 changed: it fails on v1.1 with or without the patch
+    probe = PROBE + "  README:\n    contains: [\"toy vllm\\n\"]\n    not_contains: [v1.1]\n"
+    three_hunks(project, probe=probe)
+    release(project, {"vllm/parser.py": HUNK_2_ONLY}, "v1.1")
+    before = (project.patches / "0001-parser-three.patch").read_bytes()
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 5, out
+    assert "stopped at 0001-parser-three.patch" in out
+    assert "not narrowed: its probe does not validate the narrowed patch on v1.1" in out
+    assert "Upstream already has (leave these out): vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)" in out
+    assert (project.patches / "0001-parser-three.patch").read_bytes() == before
+    assert run(project, "update", "--abort")[0] == 0
+
+
+def test_a_partial_patch_whose_remaining_hunk_conflicts_stops_naming_the_landed_hunks(project: Project) -> None:
+    three_hunks(project, probe=None)
+    release(project, {"vllm/parser.py": HUNK_2_ONLY.replace("line 35\n", "line 35 changed upstream\n")}, "v1.1")
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 5, out
+    assert "stopped at 0001-parser-three.patch: 0001-parser-three.patch is partial on v1.1" in out
+    assert "not narrowed: the remaining hunks do not apply, not even with a 3-way merge" in out
+    assert ("Upstream already has (leave these out): vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@). "
+            "Resolve only: vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@); vllm/parser.py hunk 3 (@@ -32,7 +34,7 @@)") in out
+    assert len(hunk_headers(project.patches / "0001-parser-three.patch")) == 3
+    assert run(project, "update", "--abort")[0] == 0
