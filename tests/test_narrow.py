@@ -79,7 +79,7 @@ def test_update_narrows_a_partly_landed_patch_in_one_commit(project: Project) ->
     assert "- 0001-parser-three.patch: Fix the parser in three places: drops 1 of 3 hunks, keeps 2" in message
     assert "  Dropped: vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)" in message
     assert (f"Applied-Upstream: v1.1 (first commit {first[:12]} \"Upstream change for v1.1\", "
-            f"release v1.1 ({first[:12]} on main); bisected: 1 check over 2 commits)") in message
+            "release v1.1; bisected: 1 check over 2 commits)") in message
     assert "Evidence: reverse-applies on v1.1" in message
     assert "Kept: vllm/parser.py hunk 1" in message and "Kept: vllm/parser.py hunk 3" in message
     assert "Proof: on v1.1, the narrowed patch and the old patch (3-way merged) give identical files" in message
@@ -150,3 +150,19 @@ def test_a_partial_patch_whose_remaining_hunk_conflicts_stops_naming_the_landed_
             "Resolve only: vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@); vllm/parser.py hunk 3 (@@ -32,7 +34,7 @@)") in out
     assert len(hunk_headers(project.patches / "0001-parser-three.patch")) == 3
     assert run(project, "update", "--abort")[0] == 0
+
+
+def test_remaining_hunks_that_need_a_3way_merge_are_narrowed_that_way(project: Project) -> None:
+    three_hunks(project, probe=None)
+    # upstream lands hunk 2 and edits line 33, inside hunk 3's context: hunk 3 applies only 3-way
+    release(project, {"vllm/parser.py": HUNK_2_ONLY.replace("line 33\n", "line 33 upstream\n")}, "v1.1")
+    code, out = run(project, "status", "--against", "v1.1", "--json")
+    summary = json.loads(out)["patches"][0]["results"]["v1.1"]["summary"]
+    assert "would narrow: drops 1 of 3 hunks if parser.py #3 merge 3-way" in summary
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 0, out
+    assert "Applies by a clean 3-way merge" in git(project.root, "log", "-1", "--format=%B")
+    assert len(hunk_headers(project.patches / "0001-parser-three.patch")) == 2
+    assert run(project, "apply")[0] == 0
+    expected = THREE.replace("line 33\n", "line 33 upstream\n")
+    assert (project.root / ".vpatch" / "tree" / "vllm" / "parser.py").read_text() == expected

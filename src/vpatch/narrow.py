@@ -323,7 +323,10 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
     found, checks = status.bisect_first(line, has)
     subject = git.run(repo, ["log", "-1", "--format=%s", found]).out.strip()
     proof = lineage.first_release(repo, found, branch=branch)
-    where = f"release {proof}" if proof else "in no release yet"
+    if proof is None:
+        where = "in no release yet"
+    else:  # the proof names its own commit only when it is another one (a cherry-pick on a release branch)
+        where = f"release {proof.release}" if proof.commit == found and not proof.picked else f"release {proof}"
     how = (f"bisected: {checks} check{'s' if checks != 1 else ''} over {len(line)} commits" if len(line) > 1
            else "the only commit since the pin")
     return f"{to_ref} (first commit {found[:12]} \"{subject}\", {where}; {how})"
