@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from conftest import PARSER_V1, Project, git
+from conftest import KV_V1, PARSER_V1, Project, git
 from vpatch.cli import app
 from vpatch.series import Patch, Series
 
@@ -166,3 +166,27 @@ def test_remaining_hunks_that_need_a_3way_merge_are_narrowed_that_way(project: P
     assert run(project, "apply")[0] == 0
     expected = THREE.replace("line 33\n", "line 33 upstream\n")
     assert (project.root / ".vpatch" / "tree" / "vllm" / "parser.py").read_text() == expected
+
+
+def test_a_narrowing_survives_a_stop_at_a_later_patch_and_continue(project: Project) -> None:
+    three_hunks(project, probe=None)
+    project.make_patch(2, "kv-skip-null", {"vllm/kv.py": KV_V1.replace("break", "continue")}, "Skip null blocks")
+    commit_all(project, "0002")
+    # v1.1 lands 0001's hunk 2 and changes kv.py's line differently: 0002 conflicts
+    release(project, {"vllm/parser.py": HUNK_2_ONLY, "vllm/kv.py": KV_V1.replace("break", "return")}, "v1.1")
+    code, out = run(project, "update", "--to", "v1.1", "--json")
+    assert code == 5, out
+    doc = json.loads(out)
+    assert doc["stop"]["file"] == "0002-kv-skip-null.patch"
+    assert doc["patches"][0]["narrowing"]["dropped"][0]["name"] == "vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)"
+    tree = project.root / ".git" / "vpatch-update" / "tree"
+    (tree / "vllm/kv.py").write_text(KV_V1.replace("break", "continue"))
+    git(tree, "add", "vllm/kv.py")
+    code, out = run(project, "update", "--continue")
+    assert code == 0, out
+    message = git(project.root, "log", "-1", "--format=%B")
+    assert message.startswith("Update upstream pin v1.0 -> v1.1: narrow 0001\n")
+    assert len(hunk_headers(project.patches / "0001-parser-three.patch")) == 2
+    assert "## 0001-parser-three (narrowed)" in (project.patches / "RETIRED.md").read_text()
+    assert run(project, "apply")[0] == 0
+    assert (project.root / ".vpatch" / "tree" / "vllm" / "parser.py").read_text() == THREE
