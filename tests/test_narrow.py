@@ -145,7 +145,8 @@ def test_a_partial_patch_whose_remaining_hunk_conflicts_stops_naming_the_landed_
     code, out = run(project, "update", "--to", "v1.1")
     assert code == 5, out
     assert "stopped at 0001-parser-three.patch: 0001-parser-three.patch is partial on v1.1" in out
-    assert "not narrowed: the remaining hunks do not apply, not even with a 3-way merge" in out
+    assert ("not narrowed: the remaining hunks do not apply, not even with a 3-way merge: "
+            "vllm/parser.py hunk 3 (@@ -32,7 +34,7 @@). Upstream") in out
     assert ("Upstream already has (leave these out): vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@). "
             "Resolve only: vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@); vllm/parser.py hunk 3 (@@ -32,7 +34,7 @@)") in out
     assert len(hunk_headers(project.patches / "0001-parser-three.patch")) == 3
@@ -190,3 +191,23 @@ def test_a_narrowing_survives_a_stop_at_a_later_patch_and_continue(project: Proj
     assert "## 0001-parser-three (narrowed)" in (project.patches / "RETIRED.md").read_text()
     assert run(project, "apply")[0] == 0
     assert (project.root / ".vpatch" / "tree" / "vllm" / "parser.py").read_text() == THREE
+
+
+def test_the_proof_refuses_a_hunk_found_only_elsewhere_in_the_file(project: Project) -> None:
+    three_hunks(project, probe=None)
+    # v1.1 edits line 18 (inside hunk 2's context, so hunk 2 does not apply plainly) and appends a copy of
+    # hunk 2's post-image at the end of the file: hunk 2 reverse-applies there, so the verdict counts it as
+    # upstream - but the spot it changes is still unchanged, and the old patch (merged 3-way) changes it
+    copy = "".join(f"line {n}\n" for n in (17, 18, 19)) + "line 20a\nline 20b\nline 20c\n" + \
+        "".join(f"line {n}\n" for n in (21, 22, 23))
+    release(project, {"vllm/parser.py": PARSER_V1.replace("line 18\n", "line 18 upstream\n") + copy}, "v1.1")
+    code, out = run(project, "status", "--against", "v1.1", "--json")
+    assert json.loads(out)["patches"][0]["results"]["v1.1"]["hunks"]["landed"] == [
+        "vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)"]
+    before = (project.patches / "0001-parser-three.patch").read_bytes()
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 5, out
+    assert ("not narrowed: the narrowed patch's result differs from the old patch's 3-way merge on v1.1 in "
+            "vllm/parser.py") in out
+    assert (project.patches / "0001-parser-three.patch").read_bytes() == before
+    assert run(project, "update", "--abort")[0] == 0

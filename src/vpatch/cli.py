@@ -433,6 +433,8 @@ def _update_lines(result: UpdateResult) -> list[str]:
             lines.append(f"  {'':<14} {row.narrowing.summary}: "
                          + "; ".join(f"{h.name} upstream in {h.landed_in}" for h in row.narrowing.dropped))
             lines.append(f"  {'':<14} proof: {row.narrowing.proof}")
+            if row.narrowing.probe != "no probe":
+                lines.append(f"  {'':<14} probe: {row.narrowing.probe}")
     for check in result.probes:
         if check.probe:
             lines.append(f"  probe {check.probe} re-validated on {plan.to_ref}" + (f": {check.detail}" if check.detail else ""))

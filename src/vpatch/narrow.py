@@ -140,7 +140,7 @@ def _narrow_one(repo: Path, patch: Patch, verdict: Verdict, below: Sequence[Patc
     applies, result = work.apply(base, narrowed.diff)
     if result is None:
         raise _NotNarrowed("the remaining hunks do not apply, not even with a 3-way merge: "
-                           + "; ".join(verdict.needed_hunks + verdict.conflict_hunks))
+                           + "; ".join(verdict.conflict_hunks or verdict.needed_hunks))
     proof = work.prove(base, patch, result, to_ref)
     probe = "no probe"
     if narrowed.probe_path is not None:
