@@ -18,69 +18,6 @@ if TYPE_CHECKING:
     from vpatch.update import Result as UpdateResult
 
 
-def _skip_pydantic_for_plain_options() -> None:
-    """Coerce plain str/Path/int options without pydantic.
-
-    This typer coerces every non-bool option through a pydantic TypeAdapter, and importing pydantic
-    costs 0.1-0.5 s per run, more than `vpatch status` spends on git. Plain strings, paths without
-    path checks, ints without bounds and lists of those need no validation library; anything else
-    (enums, bounded numbers, checked paths) still goes through typer's own coercion.
-    """
-    try:
-        from types import UnionType
-        from typing import Any, Union, get_args, get_origin
-
-        import typer.core as typer_core
-        from typer._coercion import RuntimeParam
-        from typer._param_types import _path_options_requested
-    except ImportError:  # another typer: keep its behaviour
-        return
-    original = getattr(typer_core, "build_runtime_param")
-
-    class _Plain(RuntimeParam):
-        _convert: Any
-        _many: bool
-
-        def __init__(self, descriptor: Any, convert: Any, many: bool) -> None:
-            object.__setattr__(self, "annotation", descriptor.annotation)
-            object.__setattr__(self, "parameter_info", descriptor.parameter_info)
-            object.__setattr__(self, "_convert", convert)
-            object.__setattr__(self, "_many", many)
-
-        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
-            if self._many:
-                return [self._convert(v) for v in value]
-            return self._convert(value)
-
-    def plain(annotation: Any) -> tuple[Any, bool] | None:
-        if get_origin(annotation) in (Union, UnionType):  # Optional[X] and X | None
-            rest = [a for a in get_args(annotation) if a is not type(None)]
-            return plain(rest[0]) if len(rest) == 1 else None
-        if get_origin(annotation) is list:
-            inner = plain(get_args(annotation)[0])
-            return (inner[0], True) if inner and not inner[1] else None
-        simple = {str: str, Path: Path, int: int, bool: _flag}.get(annotation)
-        return (simple, False) if simple else None
-
-    def build(descriptor: Any) -> Any:
-        info = descriptor.parameter_info
-        found = plain(descriptor.annotation)
-        if (found is None or descriptor.file_annotation is not None or info.parser is not None
-                or getattr(info, "click_type", None) is not None or info.min is not None or info.max is not None
-                or (found[0] is Path and _path_options_requested(info))):
-            return original(descriptor)
-        return _Plain(descriptor, *found)
-
-    setattr(typer_core, "build_runtime_param", build)
-
-
-def _flag(value: object) -> bool:
-    return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "y", "on")
-
-
-_skip_pydantic_for_plain_options()
-
-
 class _Group(TyperGroup):
     """Turns VpatchError into 'error:'/'hint:' lines and its exit code, for the CLI and CliRunner alike."""
 
