@@ -7,14 +7,13 @@ import hashlib
 import io
 import tarfile
 from pathlib import Path
-from typing import Callable
-
 import pytest
 
 from conftest import REAL_CACHE, RELEASE_VERSIONS, git
 from vpatch.errors import UpstreamError
-from vpatch.upstream import releases
-from vpatch.upstream.releases import Progress, Stage, State
+from vpatch.progress import Event, Reporter
+from vpatch.upstream import releases, sdists
+from vpatch.upstream.releases import State
 
 # Member mtimes of the fake sdists: release 1.N was packed on day N.
 DAY = 86400
@@ -63,9 +62,9 @@ class FakePyPI:
         self.fail = fail or set()
         self.corrupt = corrupt or set()
 
-    def __call__(self, version: str, dest: Path, progress: Callable[[Progress], None]) -> Path:
+    def __call__(self, version: str, dest: Path, report: Reporter) -> Path:
         self.asked.append(version)
-        progress(Progress(version, Stage.DOWNLOADING, f"Downloading vllm-{version}.tar.gz"))
+        report(Event(f"vllm {version}", "downloading", done=0))
         out = dest / f"vllm-{version}.tar.gz"
         data = fake_sdist(version)
         if version in self.fail:
@@ -146,12 +145,12 @@ def test_inserting_an_older_release_rebuilds_the_chain_above_it(tmp_path: Path) 
 
 def test_sdists_are_cached_and_reused(tmp_path: Path) -> None:
     build(tmp_path, ["1.0.0"])
-    cached = releases.sdist_dir(tmp_path) / "vllm-1.0.0.tar.gz"
+    cached = sdists.sdist_dir(tmp_path) / "vllm-1.0.0.tar.gz"
     assert cached.read_bytes() == fake_sdist("1.0.0")
 
     pypi = FakePyPI()
     releases.build_history(["1.0.0"], cache=tmp_path / "other", downloader=pypi)
-    releases.copy_sdists(tmp_path, tmp_path / "third", ["1.0.0"])
+    sdists.copy_sdists(tmp_path, tmp_path / "third", ["1.0.0"])
     releases.build_history(["1.0.0"], cache=tmp_path / "third", downloader=pypi)
     assert pypi.asked == ["1.0.0"]
 
@@ -168,7 +167,7 @@ def test_a_failed_download_leaves_the_history_as_it_was(tmp_path: Path) -> None:
     assert "unchanged" in raised.value.message
     assert refs(tmp_path) == before
     # What did download stays cached; no partial file is left behind.
-    assert sorted(p.name for p in releases.sdist_dir(tmp_path).iterdir()) == ["vllm-1.0.0.tar.gz", "vllm-1.1.0.tar.gz"]
+    assert sorted(p.name for p in sdists.sdist_dir(tmp_path).iterdir()) == ["vllm-1.0.0.tar.gz", "vllm-1.1.0.tar.gz"]
 
 
 def test_a_failed_first_download_creates_no_history(tmp_path: Path) -> None:
@@ -227,14 +226,19 @@ def test_commit_records_the_sdist_its_date_and_a_fixed_identity(tmp_path: Path) 
 
 
 def test_progress_reports_each_download_and_build(tmp_path: Path) -> None:
-    seen: list[tuple[str, Stage]] = []
-    releases.build_history(["1.0.0"], cache=tmp_path, downloader=FakePyPI(), progress=lambda p: seen.append((p.version, p.stage)))
-    releases.build_history(["1.1.0"], cache=tmp_path, downloader=FakePyPI(), progress=lambda p: seen.append((p.version, p.stage)))
-    releases.build_history(["1.1.0"], cache=tmp_path / "b", downloader=FakePyPI(),
-                           progress=lambda p: seen.append((p.version, p.stage)))
+    seen: list[tuple[str, str, bool]] = []
 
-    assert seen[:3] == [("1.0.0", Stage.DOWNLOADING), ("1.0.0", Stage.DOWNLOADED), ("1.0.0", Stage.BUILDING)]
-    assert ("1.1.0", Stage.BUILDING) in seen
+    def report(e: Event) -> None:
+        seen.append((e.subject, e.step, e.final))
+
+    releases.build_history(["1.0.0"], cache=tmp_path, downloader=FakePyPI(), report=report)
+    releases.build_history(["1.1.0"], cache=tmp_path, downloader=FakePyPI(), report=report)
+
+    assert [s for s in seen if s[0] == "vllm 1.0.0"] == [
+        ("vllm 1.0.0", "downloading", False), ("vllm 1.0.0", "downloading", False),
+        ("vllm 1.0.0", "downloaded", True), ("vllm 1.0.0", "building", False), ("vllm 1.0.0", "committed", True),
+    ]
+    assert ("vllm 1.1.0", "committed", True) in seen
 
 
 def test_versions_are_normalised_and_ranges_skip_prereleases() -> None:
@@ -264,9 +268,9 @@ REAL_TAGS = {
 @pytest.mark.releases
 def test_real_history_is_the_same_in_two_separate_caches(tmp_path: Path) -> None:
     for version in RELEASE_VERSIONS:  # downloads only what this machine's cache lacks
-        releases.fetch_sdist(version, cache=REAL_CACHE)
+        sdists.fetch_sdist(version, cache=REAL_CACHE)
     for name in ("a", "b"):
-        releases.copy_sdists(REAL_CACHE, tmp_path / name, RELEASE_VERSIONS)
+        sdists.copy_sdists(REAL_CACHE, tmp_path / name, RELEASE_VERSIONS)
 
     releases.build_history(RELEASE_VERSIONS, cache=tmp_path / "a")
     releases.build_history(RELEASE_VERSIONS[3:], cache=tmp_path / "b")
@@ -285,9 +289,15 @@ def test_release_history_fixture_holds_the_real_releases(release_history: Path) 
 # --- the command ----------------------------------------------------------------------
 
 
-def _fake_index(monkeypatch: pytest.MonkeyPatch, pypi: FakePyPI) -> None:
-    monkeypatch.setattr(releases, "pip_download", lambda version, dest, progress, package: pypi(version, dest, progress))
-    monkeypatch.setattr(releases, "pip_index_versions", lambda package: ["1.0.0", "1.1.0", "1.2.0rc1", "1.2.0", "1.3.0"])
+def _local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, lying: frozenset[str] = frozenset()) -> None:
+    """A real simple index in tmp_path, named by pip's settings; `lying` versions have a wrong sha256."""
+    from simpleindex import SimpleIndex, point_pip_at
+
+    index = SimpleIndex(tmp_path / "index")
+    for version in ("1.0.0", "1.1.0", "1.2.0rc1", "1.2.0", "1.3.0"):
+        index.add(f"vllm-{version}.tar.gz", fake_sdist(version), claimed_sha256="0" * 64 if version in lying else None)
+    index.add("vllm-1.3.0-py3-none-any.whl", b"a wheel is not an sdist")
+    point_pip_at(monkeypatch, index.file_url)
 
 
 def test_releases_command_builds_a_range_and_prints_one_line_per_release(
@@ -297,7 +307,7 @@ def test_releases_command_builds_a_range_and_prints_one_line_per_release(
 
     from vpatch.cli import app
 
-    _fake_index(monkeypatch, FakePyPI(fail={"1.3.0"}))
+    _local_index(tmp_path, monkeypatch, lying={"1.3.0"})
     runner = CliRunner()
 
     built = runner.invoke(app, ["-C", str(tmp_path), "releases", "--from", "1.1.0", "--to", "1.2.0"])
@@ -307,9 +317,9 @@ def test_releases_command_builds_a_range_and_prints_one_line_per_release(
 
     assert built.exit_code == 0, built.output
     assert [line.split()[0::3] for line in built.stdout.splitlines()] == [["v1.1.0", "added"], ["v1.2.0", "added"]]
-    assert "1.1.0: downloading: Downloading vllm-1.1.0.tar.gz" in built.stderr
+    assert "vllm 1.1.0: downloaded vllm-1.1.0.tar.gz" in built.stderr
     assert [line.split()[-1] for line in added.stdout.splitlines()] == ["added", "rewritten", "rewritten"]
-    assert refreshed.exit_code == 1 and "error: pip could not download the sdist of vllm 1.3.0" in refreshed.stderr
+    assert refreshed.exit_code == 1 and "error: vllm-1.3.0.tar.gz: sha256 mismatch" in refreshed.stderr
     assert "unchanged" in refreshed.stderr
     assert [line.split()[0] for line in listed.stdout.splitlines()] == ["v1.0.0", "v1.1.0", "v1.2.0"]
 
@@ -323,7 +333,7 @@ def test_releases_command_in_a_project_starts_from_the_pin_when_older_than_the_f
     from vpatch.cli import app
 
     write_config(tmp_path, "https://example.invalid/vllm.git", ref="v1.1.0")
-    _fake_index(monkeypatch, FakePyPI())
+    _local_index(tmp_path, monkeypatch)
     monkeypatch.setattr(releases, "DEFAULT_FIRST", "1.2.0")
 
     result = CliRunner().invoke(app, ["-C", str(tmp_path), "releases"])
@@ -337,7 +347,7 @@ def test_plain_releases_command_starts_from_the_fixed_floor(tmp_path: Path, monk
 
     from vpatch.cli import app
 
-    _fake_index(monkeypatch, FakePyPI())
+    _local_index(tmp_path, monkeypatch)
     monkeypatch.setattr(releases, "DEFAULT_FIRST", "1.2.0")
 
     result = CliRunner().invoke(app, ["-C", str(tmp_path), "releases"])

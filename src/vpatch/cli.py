@@ -115,7 +115,7 @@ def releases_(
     """Build or refresh the release history: a git repository of vLLM releases made from PyPI sdists.
 
     One commit per release in version order, tagged vX.Y.Z, with the same SHAs on every machine. \
-Only missing releases are downloaded (pip, nothing compiled) and added. \
+Only missing releases are downloaded (from the index pip is configured with, hash-checked, nothing built) and added. \
 Without arguments it refreshes: every release from 0.28.0 \
 (or the oldest it holds, or the project's pin, if older) to the newest on PyPI.
 
@@ -125,10 +125,6 @@ Without arguments it refreshes: every release from 0.28.0 \
 
     from vpatch.upstream import cache_dir, releases
 
-    def show_progress(p: releases.Progress) -> None:
-        if p.stage is not releases.Stage.CACHED:
-            echo(f"{p.version}: {p.stage.value}: {p.detail}" if p.detail else f"{p.version}: {p.stage.value}", err=True)
-
     from vpatch.config import CONFIG_NAME, find_root
 
     root = find_root(state.project.resolve())
@@ -136,7 +132,10 @@ Without arguments it refreshes: every release from 0.28.0 \
     if list_only:
         result = releases.list_releases()
     else:
-        result = releases.update(versions or [], first=first, last=last, pre=pre, pin=pin, progress=show_progress)
+        from vpatch.console import ProgressView
+
+        with ProgressView() as view:
+            result = releases.update(versions or [], first=first, last=last, pre=pre, pin=pin, report=view)
     if not result:
         echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
         echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
