@@ -138,17 +138,6 @@ def test_changing_the_script_invalidates_the_cache(toy_upstream: ToyUpstream, fi
     assert runs(folder) == 2
 
 
-def test_probe_venv_is_built_once_and_atomically(tmp_path: Path) -> None:
-    python = probes.probe_venv([], cache=tmp_path)
-    marker = python.parent.parent / "pyvenv.cfg"
-    built = marker.stat().st_mtime_ns
-    assert probes.probe_venv([], cache=tmp_path) == python
-    assert marker.stat().st_mtime_ns == built
-    # Only the finished venv is left: the temporary build folder was renamed into place.
-    assert [p.name for p in (tmp_path / "probe-venvs").iterdir()] == [probes.requirements_hash([])]
-    assert probes.requirements_hash(["a"]) != probes.requirements_hash(["b"])
-
-
 def _project_patch(project: Project, probe_yaml: str, script: str | None = None) -> Patch:
     path = project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "kv: skip null blocks",
                               trailers="Origin: vendor\nProbe: probes/0001-kv-skip-null.yaml\nLast-Update: 2026-09-01")

@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 from vpatch import git, process
 from vpatch.errors import ProcessError, VpatchError
 from vpatch.fs import atomic_write
+from vpatch.probe_env import LOCK_NAME, EnvError, Requirements, probe_venv, remove_stale_runs
+from vpatch.progress import Event, Reporter, silent
 from vpatch.upstream import cache_dir
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ PASS_CODE, FAIL_CODE = 0, 1
 DEFAULT_TIMEOUT = 900.0
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _PLACEHOLDERS = ("python", "probe_dir", "tree")
-_KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "timeout"}}
+_KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "lock", "timeout"}}
 _FILE_KEYS = {"contains", "not_contains"}
 # How much of a command's output a result keeps: the tail is where probes print their verdict.
 _OUTPUT_CHARS = 6000
@@ -96,6 +98,7 @@ class Probe:
     files: tuple[FileCheck, ...] = ()
     run: tuple[str, ...] = ()
     requirements: tuple[str, ...] = ()
+    lock: Path | None = None  # a lock file of exact pins (next to the probe) instead of `requirements`
     timeout: float = DEFAULT_TIMEOUT
 
     @property
@@ -135,12 +138,19 @@ class Probe:
             path=path, kind=kind, raw=raw,
             run=_parse_run(path, data.get("run")),
             requirements=_strings(path, "requirements", data.get("requirements", []), allow_empty=True),
+            lock=_parse_lock(path, data),
             timeout=_parse_timeout(path, data.get("timeout", DEFAULT_TIMEOUT)),
         )
 
+    def environment(self) -> Requirements:
+        """What the probe venv holds: the lock file's pins, or the plain requirement list."""
+        if self.lock is not None:
+            return Requirements.from_lock(self.lock)
+        return Requirements.inline(self.requirements)
+
     def referenced_files(self) -> tuple[Path, ...]:
-        """The files next to the probe that its command runs (part of its content hash)."""
-        found: dict[Path, None] = {}
+        """The files next to the probe that its command runs, and its lock file (part of its content hash)."""
+        found: dict[Path, None] = {self.lock: None} if self.lock is not None else {}
         for arg in self.run:
             for match in re.finditer(r"\{probe_dir\}/([^\s{}]+)", arg):
                 found[self.path.parent / match.group(1)] = None
@@ -203,6 +213,18 @@ def _parse_run(path: Path, value: object) -> tuple[str, ...]:
     return run
 
 
+def _parse_lock(path: Path, data: Mapping[str, object]) -> Path | None:
+    value = data.get("lock")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or "/" in value or value.startswith("."):
+        raise ProbeError(f"{path}: lock: must name a lock file next to the probe, e.g. {LOCK_NAME}")
+    if data.get("requirements"):
+        raise ProbeError(f"{path}: requirements and lock: give one of them",
+                         hint="the lock file pins everything the venv holds")
+    return path.parent / value
+
+
 def _parse_timeout(path: Path, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ProbeError(f"{path}: timeout: must be a positive number of seconds")
@@ -232,7 +254,7 @@ class ProbeResult:
 
 
 def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = None,
-              use_cache: bool = True) -> ProbeResult:
+              use_cache: bool = True, report: Reporter = silent, label: str | None = None) -> ProbeResult:
     """Run `probe` against `treeish` of `repo` (a commit or tree id), or answer from the result cache."""
     cache = cache_dir() if cache is None else cache
     tree = git.tree_of(repo, treeish)
@@ -245,7 +267,9 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
     if probe.kind is ProbeKind.FILES:
         outcome, detail = _run_files(repo, probe, tree)
     else:
-        outcome, detail = _run_command(repo, probe, tree, cache)
+        subject = f"probe {label or probe.name}"
+        outcome, detail = _run_command(repo, probe, tree, cache, report)
+        report(Event(subject, outcome.value, final=True, seconds=time.monotonic() - started))
     result = ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3))
     # An ERROR may be passing trouble (a timeout, a failed venv build): ask again next time.
     if outcome is not ProbeOutcome.ERROR:
@@ -276,12 +300,16 @@ def _run_files(repo: Path, probe: Probe, tree: str) -> tuple[ProbeOutcome, str]:
     return ProbeOutcome.PASS, f"all {len(probe.files)} file checks hold"
 
 
-def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[ProbeOutcome, str]:
+def _run_command(repo: Path, probe: Probe, tree: str, cache: Path, report: Reporter) -> tuple[ProbeOutcome, str]:
     try:
-        python = probe_venv(probe.requirements, cache=cache)
-    except ProbeError as exc:
+        python = probe_venv(probe.environment(), cache=cache, report=report)
+    except EnvError as exc:
         return ProbeOutcome.ERROR, exc.message
-    with tempfile.TemporaryDirectory(prefix="vpatch-probe-") as tmp:
+    runs = cache / "probe-runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    # A killed run leaves its extracted tree (100+ MB); the folder's pid says when it is stale.
+    remove_stale_runs(runs)
+    with tempfile.TemporaryDirectory(prefix=f"run-{os.getpid()}-", dir=runs) as tmp:
         root = Path(tmp) / "tree"
         git.extract_tree(repo, tree, root)
         values = {"python": str(python), "probe_dir": str(probe.path.parent.resolve()), "tree": str(root)}
@@ -291,7 +319,9 @@ def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[Prob
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         try:
-            proc = process.run(argv, cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout)
+            # Its own process group, so that a timeout also ends what the probe started.
+            proc = process.run(argv, cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout,
+                               own_group=True)
         except ProcessError as exc:
             if exc.timed_out:
                 return ProbeOutcome.ERROR, f"timed out after {probe.timeout:g}s\n" + _tail(exc.output)
@@ -310,75 +340,6 @@ def _run_command(repo: Path, probe: Probe, tree: str, cache: Path) -> tuple[Prob
 def _tail(output: bytes | str) -> str:
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else output
     return text[-_OUTPUT_CHARS:].strip()
-
-
-def requirements_hash(requirements: Sequence[str]) -> str:
-    """The probe venv's key: the requirements in order, and the interpreter that builds it."""
-    text = f"{sys.version_info.major}.{sys.version_info.minor}\n" + "\n".join(requirements)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def probe_venv(requirements: Sequence[str], *, cache: Path | None = None) -> Path:
-    """The python of the venv for `requirements`, built once (in a temporary folder, then renamed)."""
-    root = (cache_dir() if cache is None else cache) / "probe-venvs"
-    final = root / requirements_hash(requirements)
-    python = final / "bin" / "python"
-    if python.exists():
-        return python
-    root.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
-    try:
-        _build_venv(building, requirements)
-        try:
-            building.rename(final)
-        except OSError:
-            # Another vpatch built it first; theirs is as good as ours.
-            if not python.exists():
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return python
-
-
-def _build_venv(dest: Path, requirements: Sequence[str]) -> None:
-    args = [sys.executable, "-m", "venv", str(dest)]
-    if not requirements:
-        args.insert(3, "--without-pip")
-    _pip_step(args, "create the probe venv")
-    if not requirements:
-        return
-    pip = [str(dest / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
-    _refuse_cuda_torch(pip, requirements)
-    _pip_step([*pip, *requirements], "install the probe requirements")
-
-
-def _refuse_cuda_torch(pip: Sequence[str], requirements: Sequence[str]) -> None:
-    """Probes run on the CPU: never let pip pull a CUDA torch (gigabytes of nvidia-* wheels)."""
-    if not any(re.match(r"torch\b", r.strip()) for r in requirements):
-        return
-    with tempfile.TemporaryDirectory(prefix="vpatch-pip-report-") as tmp:
-        report = Path(tmp) / "report.json"
-        _pip_step([*pip, "--dry-run", "--ignore-installed", "--report", str(report), *requirements],
-                  "resolve the probe requirements")
-        install = json.loads(report.read_bytes()).get("install", [])
-    for item in install:
-        meta = item.get("metadata", {})
-        name, version = str(meta.get("name", "")).lower(), str(meta.get("version", ""))
-        if name.startswith("nvidia-") or (name == "torch" and not version.endswith("+cpu")):
-            raise ProbeError(
-                f"the probe venv would install a CUDA build of torch ({name} {version})",
-                hint="make a CPU torch wheel visible to pip, e.g. PIP_FIND_LINKS=<folder with torch-*+cpu*.whl>"
-                     " or PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index>",
-            )
-
-
-def _pip_step(args: Sequence[str], what: str) -> None:
-    result = process.run(args, check=False, merge_output=True)
-    if result.returncode != 0:
-        raise ProbeError(
-            f"cannot {what}: {' '.join(args[:6])} ... exited with {result.returncode}\n" + _tail(result.stdout),
-            hint="check that pip reaches the package index, then run the command again",
-        )
 
 
 @dataclass(frozen=True)

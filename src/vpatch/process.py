@@ -9,6 +9,8 @@ Additions a caller passes explicitly (a temporary GIT_INDEX_FILE) are applied af
 from __future__ import annotations
 
 import os
+import signal
+import sys
 import subprocess
 import tempfile
 from collections import deque
@@ -70,11 +72,15 @@ def run(
     check: bool = True,
     timeout: float | None = None,
     merge_output: bool = False,
+    own_group: bool = False,
     shown: Sequence[str] | None = None,
     hint: str | None = None,
     error: type[ProcessError] = ProcessError,
 ) -> Output:
     """Run `argv` to completion, capturing its output.
+
+    `own_group`: the child leads a new process group, and a timeout kills the whole group (what
+    the child started too, e.g. a probe's workers), not just the child.
 
     `check`: a non-zero exit raises `error`. A command that cannot start or runs past `timeout`
     always raises `error` (returncode None; `timed_out` tells which). `merge_output` sends stderr into stdout (one stream, in order).
@@ -82,11 +88,15 @@ def run(
     """
     command = tuple(argv)
     try:
-        proc = subprocess.run(
-            command, cwd=cwd, input=input, env=child_env(env), timeout=timeout, check=False,
-            stdin=None if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
-        )
+        if own_group:
+            proc = _run_group(command, cwd=cwd, input=input, env=child_env(env), timeout=timeout,
+                              merge_output=merge_output)
+        else:
+            proc = subprocess.run(
+                command, cwd=cwd, input=input, env=child_env(env), timeout=timeout, check=False,
+                stdin=None if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+            )
     except subprocess.TimeoutExpired as exc:
         output = _tail(_as_bytes(exc.stdout) + _as_bytes(exc.stderr))
         raise error(f"{_name(shown or command)} timed out after {timeout:g}s" + (f"\n{output}" if output else ""),
@@ -97,6 +107,31 @@ def run(
     if check and result.returncode != 0:
         raise failure(command, result, shown=shown, hint=hint, error=error)
     return result
+
+
+def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | None, env: Mapping[str, str],
+               timeout: float | None, merge_output: bool) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run in a new session; on timeout (or any interruption) the whole group is killed."""
+    with subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True,
+                          stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_output else subprocess.PIPE) as proc:
+        try:
+            stdout, stderr = proc.communicate(input, timeout=timeout)
+        except BaseException:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            stdout, stderr = proc.communicate()
+            if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+                raise subprocess.TimeoutExpired(command, timeout or 0, stdout, stderr) from None
+            raise
+        # The child may be gone while what it started lives on in its group: end that too.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def stream(
