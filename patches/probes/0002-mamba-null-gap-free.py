@@ -8,8 +8,13 @@ state blocks holds a bounded number; the null-gap bug makes it hold one
 more per step.
 
 Run with the tree on PYTHONPATH (vpatch runs it with cwd = the tree root).
-Exit 0: bounded (fix present). Exit 1: growing (bug present). Anything else:
-the probe could not decide.
+Exit 0: bounded (fix present). Exit 1: growing (bug present). Exit 2: the
+probe could not decide, because
+- the tree's KVCacheManager does not accept every argument the scenario
+  needs (a renamed switch would silently run another scenario), or
+- the scenario did not reach the bug's code path: the Mamba group's table
+  never held a null gap during prefill, or fewer than MIN_IN_FLIGHT_STEPS
+  prefill steps were scheduled with one step in flight.
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ NUM_BLOCKS = 4_096
 # A fixed group retires all but the running and the previous state (plus a
 # possible block in flight), so it never needs more than a handful.
 BOUND = 4
+# The growth only shows over several steps: with the bug the group holds one
+# more block per step, so well past BOUND needs at least 2 * BOUND of them.
+MIN_IN_FLIGHT_STEPS = 2 * BOUND
+# vpatch's probe exit codes (vpatch.probes): 0 fixed, 1 bug, 2 cannot decide.
 ERROR = 2
+
+
+class CannotDecide(Exception):
+    """The tree does not let the probe build or reach its scenario."""
 
 
 def _build_manager():
@@ -79,9 +92,13 @@ def _build_manager():
         "enable_caching": True,
     }
     accepted = inspect.signature(KVCacheManager.__init__).parameters
-    return KVCacheManager(
-        config, **{k: v for k, v in kwargs.items() if k in accepted}
-    )
+    rejected = [name for name in kwargs if name not in accepted]
+    if rejected:
+        raise CannotDecide(
+            "KVCacheManager does not accept " + ", ".join(rejected)
+            + ": without it the scenario is a different one; update the probe"
+        )
+    return KVCacheManager(config, **kwargs)
 
 
 def _build_request():
@@ -116,12 +133,17 @@ def _aligned_chunk(start: int, prompt_tokens: int) -> int:
 
 
 def held_blocks_per_step() -> list[int]:
+    """The Mamba blocks held after each prefill step; CannotDecide when the
+    run never reached the code that frees state blocks across null gaps."""
     manager = _build_manager()
     request = _build_request()
     mamba = manager.coordinator.single_type_managers[1]
     in_flight: list[int] = []
     held: list[int] = []
+    gap_steps = 0  # steps after which the table had a null block below a held one
+    in_flight_steps = 0  # steps scheduled while the previous one was in flight
     while request.num_computed_tokens < request.num_prompt_tokens:
+        in_flight_steps += request.num_in_flight_tokens > 0
         manager.new_step_starts()
         chunk = _aligned_chunk(request.num_computed_tokens, request.num_prompt_tokens)
         if manager.allocate_slots(request, chunk) is None:
@@ -135,7 +157,23 @@ def held_blocks_per_step() -> list[int]:
         if len(in_flight) > 1:
             request.num_in_flight_tokens -= in_flight.pop(0)
         blocks = mamba.req_to_blocks[request.request_id]
-        held.append(sum(1 for block in blocks if not block.is_null))
+        real = [i for i, block in enumerate(blocks) if not block.is_null]
+        gap_steps += bool(real) and any(b.is_null for b in blocks[: real[-1]])
+        held.append(len(real))
+    print(
+        f"prefill steps: {len(held)}, with one in flight: {in_flight_steps}, "
+        f"with null gaps in the mamba table: {gap_steps}"
+    )
+    if not gap_steps:
+        raise CannotDecide(
+            "the mamba group's table never held a null gap during prefill: "
+            "the scenario did not reach the code that frees across gaps"
+        )
+    if in_flight_steps < MIN_IN_FLIGHT_STEPS:
+        raise CannotDecide(
+            f"only {in_flight_steps} prefill steps were scheduled with one in "
+            f"flight (at least {MIN_IN_FLIGHT_STEPS} needed)"
+        )
     return held
 
 
@@ -143,6 +181,9 @@ def main() -> int:
     sys.path.insert(0, os.getcwd())
     try:
         held = held_blocks_per_step()
+    except CannotDecide as exc:
+        print(f"cannot decide: {exc}")
+        return ERROR
     except Exception as exc:  # noqa: BLE001 - any failure here means "cannot decide"
         print(f"probe error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return ERROR

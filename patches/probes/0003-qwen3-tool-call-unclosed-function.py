@@ -7,7 +7,11 @@ the text after the broken call still arrives as content.
 
 Run with the tree on PYTHONPATH (vpatch runs it with cwd = the tree root).
 Exit 0: every case is handled (fix present). Exit 1: a case loses arguments
-or content (bug present). Anything else: the probe could not decide.
+or content (bug present). Exit 2: the probe could not decide, because
+- Qwen3Parser or its parse_delta does not accept the arguments the probe
+  drives it with, or
+- the scenario did not reach the tool-call code: the well-formed CONTROL
+  stream did not come out as its tool call and content.
 """
 
 from __future__ import annotations
@@ -17,8 +21,28 @@ import os
 import sys
 from types import SimpleNamespace
 
+# vpatch's probe exit codes (vpatch.probes): 0 fixed, 1 bug, 2 cannot decide.
 ERROR = 2
 DELTA_CHARS = 3
+# A well-formed call: if the parser does not stream this one, it never reached
+# its tool-call transitions and the malformed cases below say nothing.
+CONTROL = (
+    "well-formed tool call",
+    (
+        "<tool_call>\n<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n"
+        "</function>\n</tool_call>\nDone."
+    ),
+    [("get_time", {"zone": "UTC"})],
+    "Done.",
+)
+NEEDS = {
+    "__init__": ("chat_template_kwargs",),
+    "parse_delta": ("finished",),
+}
+
+
+class CannotDecide(Exception):
+    """The tree does not let the probe build or reach its scenario."""
 
 # (case, model output, calls a client must see, content that must follow them)
 CASES = [
@@ -76,6 +100,22 @@ class _Tokenizer:
         return {}
 
 
+def _check_api() -> None:
+    import inspect
+
+    from vllm.parser.qwen3 import Qwen3Parser
+
+    for method, names in NEEDS.items():
+        params = inspect.signature(getattr(Qwen3Parser, method)).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        rejected = [n for n in names if n not in params and not takes_any]
+        if rejected:
+            raise CannotDecide(
+                f"Qwen3Parser.{method} does not accept {', '.join(rejected)}: "
+                "update the probe"
+            )
+
+
 def _stream(text: str) -> tuple[list[str], str]:
     from vllm.parser.qwen3 import Qwen3Parser
 
@@ -120,6 +160,20 @@ def _problems(text: str, expected_calls: list, expected_content: str) -> list[st
 
 def main() -> int:
     sys.path.insert(0, os.getcwd())
+    try:
+        _check_api()
+        control = _problems(*CONTROL[1:])
+    except CannotDecide as exc:
+        print(f"cannot decide: {exc}")
+        return ERROR
+    except Exception as exc:  # noqa: BLE001 - any failure here means "cannot decide"
+        print(f"probe error on the control: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return ERROR
+    if control:
+        print("cannot decide: the well-formed control stream was mishandled, so "
+              "the parser never reached its tool-call code: " + "; ".join(control))
+        return ERROR
+    print(f"ok   {CONTROL[0]} (control)")
     failed = 0
     for name, text, expected_calls, expected_content in CASES:
         try:

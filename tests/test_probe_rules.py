@@ -1,0 +1,94 @@
+"""The rules every behavioural probe follows (README, "Patch files and probes"), each shown firing on a real
+release tree altered to trigger it: an API that does not take what the probe needs, and a scenario that
+does not reach the bug's code path, are errors (exit 2), never a pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REAL_CACHE
+
+from vpatch import git, probes
+from vpatch.probes import ProbeOutcome
+from vpatch.series import Series
+
+pytestmark = pytest.mark.releases
+
+PATCHES = Path(__file__).resolve().parent.parent / "patches"
+
+
+def probe(name: str) -> probes.Probe:
+    found = probes.probe_for(next(p for p in Series.load(PATCHES) if p.name == name))
+    assert found is not None
+    return found
+
+
+def altered(history: Path, tmp_path: Path, tag: str, path: str, *edits: tuple[str, str]) -> tuple[Path, str]:
+    """A tree id: `tag` of the real release history with each (old, new) edit made once in `path`. Written to
+    a scratch repository that borrows the history's objects."""
+    repo = tmp_path / "altered.git"
+    if not repo.exists():
+        git.init_bare(repo)
+        (repo / "objects" / "info" / "alternates").write_text(str(history / "objects") + "\n")
+    blob = git.read_blobs(history, tag, [path])[path]
+    assert blob is not None
+    text = blob.decode()
+    for old, new in edits:
+        assert text.count(old) == 1, f"{tag}:{path} no longer holds the text to alter: {old!r}"
+        text = text.replace(old, new)
+    commit = git.resolve_commit(history, tag)
+    assert commit is not None
+    return repo, git.tree_with(repo, commit, {path: text.encode()}, [])
+
+
+def run(repo: Path, name: str, tree: str) -> probes.ProbeResult:
+    return probes.run_probe(repo, probe(name), tree, cache=REAL_CACHE)
+
+
+def test_0002_errors_when_the_manager_rejects_an_argument(release_history: Path, tmp_path: Path) -> None:
+    # v0.30.0 has the fix; here its prefix caching switch is renamed (default unchanged, the body still reads
+    # the old name). The probe used to drop an argument the tree did not accept and run on: another scenario,
+    # which passed. Now it cannot decide.
+    repo, tree = altered(release_history, tmp_path, "v0.30.0", "vllm/v1/core/kv_cache_manager.py",
+                         ("        enable_caching: bool = True,\n        use_eagle",
+                          "        enable_prefix_caching: bool = True,\n        use_eagle"),
+                         ("        enable_mamba_fine_grained_prefix_cache: bool = False,\n    ) -> None:\n",
+                          "        enable_mamba_fine_grained_prefix_cache: bool = False,\n    ) -> None:\n"
+                          "        enable_caching = enable_prefix_caching\n"))
+    result = run(repo, "0002-mamba-null-gap-free", tree)
+    assert result.outcome is ProbeOutcome.ERROR, result.detail
+    assert "KVCacheManager does not accept enable_caching" in result.detail
+
+
+def test_0002_errors_when_too_few_prefill_steps_were_in_flight(release_history: Path, tmp_path: Path) -> None:
+    # v0.29.0 has the bug; here its requests cut the prompt to 4,096 tokens, so prefill is over in 3 steps and
+    # the group never grows past the bound. The probe used to PASS this buggy tree; now it cannot decide.
+    call = "        self.num_prompt_tokens = length_from_prompt_token_ids_or_embeds(\n            prompt_token_ids, prompt_embeds\n        )\n"
+    repo, tree = altered(release_history, tmp_path, "v0.29.0", "vllm/v1/request.py",
+                         (call, call + "        self.num_prompt_tokens = min(self.num_prompt_tokens, 4096)\n"))
+    result = run(repo, "0002-mamba-null-gap-free", tree)
+    assert result.outcome is ProbeOutcome.ERROR, result.detail
+    assert "only 2 prefill steps were scheduled with one in flight (at least 8 needed)" in result.detail
+    assert "max held" not in result.detail  # it never got as far as a verdict
+
+
+def test_0003_errors_when_parse_delta_rejects_an_argument(release_history: Path, tmp_path: Path) -> None:
+    repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/engine/parser_engine.py",
+                         ("        *,\n        finished: bool,\n    ) -> DeltaMessage | None:\n        self._initialize_history",
+                          "        *,\n        is_last: bool,\n    ) -> DeltaMessage | None:\n        finished = is_last\n"
+                          "        self._initialize_history"))
+    result = run(repo, "0003-qwen3-tool-call-unclosed-function", tree)
+    assert result.outcome is ProbeOutcome.ERROR, result.detail
+    assert "Qwen3Parser.parse_delta does not accept finished" in result.detail
+
+
+def test_0003_errors_when_the_control_tool_call_is_not_parsed(release_history: Path, tmp_path: Path) -> None:
+    # v0.33.0 has the fix; here its parameter tags are others (the way a parser for another model format
+    # would read), so even the well-formed call loses its argument: the malformed cases say nothing.
+    repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/qwen3.py",
+                         ('PARAM_START = "<parameter="', 'PARAM_START = "<arg="'),
+                         ('    r"<\\s*parameter\\s*=\\s*([^>]*)>"', '    r"<\\s*arg\\s*=\\s*([^>]*)>"'))
+    result = run(repo, "0003-qwen3-tool-call-unclosed-function", tree)
+    assert result.outcome is ProbeOutcome.ERROR, result.detail
+    assert "the well-formed control stream was mishandled" in result.detail
