@@ -54,8 +54,8 @@ def test_0002_errors_when_the_manager_rejects_an_argument(release_history: Path,
                          ("        enable_caching: bool = True,\n        use_eagle",
                           "        enable_prefix_caching: bool = True,\n        use_eagle"),
                          ("        enable_mamba_fine_grained_prefix_cache: bool = False,\n    ) -> None:\n",
-                          "        enable_mamba_fine_grained_prefix_cache: bool = False,\n    ) -> None:\n"
-                          "        enable_caching = enable_prefix_caching\n"))
+                          ("        enable_mamba_fine_grained_prefix_cache: bool = False,\n    ) -> None:\n"
+                           "        enable_caching = enable_prefix_caching\n")))
     result = run(repo, "0002-mamba-null-gap-free", tree)
     assert result.outcome is ProbeOutcome.ERROR, result.detail
     assert "KVCacheManager does not accept enable_caching" in result.detail
@@ -76,8 +76,8 @@ def test_0002_errors_when_too_few_prefill_steps_were_in_flight(release_history: 
 def test_0003_errors_when_parse_delta_rejects_an_argument(release_history: Path, tmp_path: Path) -> None:
     repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/engine/parser_engine.py",
                          ("        *,\n        finished: bool,\n    ) -> DeltaMessage | None:\n        self._initialize_history",
-                          "        *,\n        is_last: bool,\n    ) -> DeltaMessage | None:\n        finished = is_last\n"
-                          "        self._initialize_history"))
+                          ("        *,\n        is_last: bool,\n    ) -> DeltaMessage | None:\n        finished = is_last\n"
+                           "        self._initialize_history")))
     result = run(repo, "0003-qwen3-tool-call-unclosed-function", tree)
     assert result.outcome is ProbeOutcome.ERROR, result.detail
     assert "Qwen3Parser.parse_delta does not accept finished" in result.detail

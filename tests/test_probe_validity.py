@@ -4,7 +4,6 @@ way; update never drops on it; a patch landed on its own pin is a contradiction,
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from conftest import KV_V1, PARSER_V1, Project, git
 from typer.testing import CliRunner

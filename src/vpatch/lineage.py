@@ -142,7 +142,7 @@ def _branch_of(repo: Path, commit: str, main: str) -> str | None:
     if main in names:
         return main
     # the release branch it was committed on: the one whose name sorts first among those holding it
-    return sorted(names)[0] if names else None
+    return min(names) if names else None
 
 
 # --- landed, reverted, re-landed ---------------------------------------------------------------
