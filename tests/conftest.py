@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,29 @@ class ToyUpstream:
         if tag:
             git(self.path, "tag", tag)
         return git(self.path, "rev-parse", "HEAD").strip()
+
+    def grow(self, commits: Iterable[tuple[str, dict[str, str]]]) -> list[str]:
+        """Append many commits (subject, files to write) to main in one fast-import: a long history in seconds."""
+        parent = git(self.path, "rev-parse", "HEAD").strip()
+        stream = bytearray()
+        count = 0
+        for count, (subject, files) in enumerate(commits, start=1):
+            message = subject.encode() + b"\n"
+            stream += f"commit refs/heads/main\nmark :{count}\n".encode()
+            stream += f"committer Test Person <test@vpatch.invalid> {1788264000 + 60 * count} +0000\n".encode()
+            stream += f"data {len(message)}\n".encode() + message
+            if count == 1:
+                stream += f"from {parent}\n".encode()
+            for name, content in files.items():
+                data = content.encode()
+                stream += f"M 100644 inline {name}\ndata {len(data)}\n".encode() + data + b"\n"
+        stream += b"done\n"
+        marks = self.path.parent / f"{self.path.name}-marks"
+        git(self.path, "fast-import", "--quiet", "--done", f"--export-marks={marks}", input=bytes(stream))
+        shas = dict(line.split() for line in marks.read_text().splitlines())
+        marks.unlink()
+        git(self.path, "reset", "--hard", "-q", "main")
+        return [shas[f":{i}"] for i in range(1, count + 1)]
 
 
 PARSER_V1 = "".join(f"line {i}\n" for i in range(1, 41))

@@ -582,6 +582,23 @@ def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str
     return ids
 
 
+def commits_touching(repo: Path, base: str | None, tip: str, paths: Sequence[str]) -> list[str]:
+    """The non-merge commits of base..tip that `patch_id_commits` would diff, newest first (same walk, no diffs)."""
+    return run(repo, ["rev-list", "--no-merges", f"{base}..{tip}" if base else tip, "--", *paths]).out.split()
+
+
+def commit_patch_ids(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, str]:
+    """Commit -> stable patch-id of its change to `paths`, for exactly `commits` (no walk; commits that do not
+    change `paths` are left out)."""
+    if not commits:
+        return {}
+    log = run(repo, ["log", "--stdin", "--no-walk=unsorted", "-p", "--no-renames", "--no-color", "--format=commit %H",
+                     "--", *paths], input="".join(f"{c}\n" for c in commits).encode()).stdout
+    if not log.strip():
+        return {}
+    return {sha: pid for pid, sha in (line.split() for line in run(repo, ["patch-id", "--stable"], input=log).out.splitlines())}
+
+
 def commit_patch_id(repo: Path, commit: str, paths: Sequence[str] = ()) -> str | None:
     """The stable patch-id of one commit's change (limited to `paths` when given)."""
     diff = run(repo, ["diff-tree", "-p", "--no-renames", "--no-color", "--root", commit, "--", *paths]).stdout

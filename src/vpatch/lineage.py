@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 
 from vpatch import git
+from vpatch.upstream import commitcache
 
 _PR = re.compile(r"\(#(\d+)\)")
 _REVERTS = re.compile(r"This reverts commit ([0-9a-f]{7,40})")
@@ -119,10 +120,10 @@ def _cherry_pick_in(repo: Path, tag: str, commit: str, main: str) -> str | None:
         return None
     if git.is_ancestor(repo, tag_commit, main):
         return None  # tagged on main itself: containment already answered it
-    original = git.log_records(repo, None, commit, commits=[commit])[0]
+    original = commitcache.log_records(repo, None, commit, commits=[commit])[0]
     prs = _PR.findall(original.subject)
     grep = [commit[:12], *(f"(#{n})" for n in prs[-1:])]
-    for record in git.log_records(repo, base, tag_commit, grep=grep):
+    for record in commitcache.log_records(repo, base, tag_commit, grep=grep):
         picked = _PICKED.search(record.body)
         if picked and commit.startswith(picked.group(1)):
             return record.commit
@@ -131,7 +132,7 @@ def _cherry_pick_in(repo: Path, tag: str, commit: str, main: str) -> str | None:
     paths = git.changed_paths(repo, commit)
     pid = git.commit_patch_id(repo, commit, paths) if paths else None
     if pid:
-        found = git.patch_id_commits(repo, base, tag_commit, paths).get(pid)
+        found = commitcache.patch_id_commits(repo, base, tag_commit, paths).get(pid)
         if found:
             return found[-1]
     return None
@@ -205,18 +206,18 @@ def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Se
     the reverts of those landings ("This reverts commit <sha>" or 'Revert "..."'), and re-lands."""
     by_commit: dict[str, set[str]] = {}
     if patch_id:
-        for sha in git.patch_id_commits(repo, base, tip, paths).get(patch_id, []):
+        for sha in commitcache.patch_id_commits(repo, base, tip, paths).get(patch_id, []):
             by_commit.setdefault(sha, set()).add("patch-id")
     grep = ["This reverts commit"] + ([f"(#{pr})"] if pr is not None else [])
-    records = {r.commit: r for r in git.log_records(repo, base, tip, grep=grep)}
+    records = {r.commit: r for r in commitcache.log_records(repo, base, tip, grep=grep)}
     for r in records.values():
         if pr is not None and f"(#{pr})" in r.subject:
             by_commit.setdefault(r.commit, set()).add("upstream-pr")
     if not by_commit:
         return Identity(())
     missing = [c for c in by_commit if c not in records]
-    records.update({r.commit: r for r in git.log_records(repo, None, tip, commits=missing)} if missing else {})
-    order = {c: i for i, c in enumerate(git.topo_order(repo, base, tip))}
+    records.update({r.commit: r for r in commitcache.log_records(repo, None, tip, commits=missing)} if missing else {})
+    order = {c: i for i, c in enumerate(commitcache.topo_order(repo, base, tip))}
     events: list[Event] = []
     changes: set[str] = set()  # commits that put the change in (landings and re-lands)
     undos: set[str] = set()  # commits that took it out

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from vpatch import git, lineage
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.upstream import commitcache
 from vpatch.verdict import (
     ProbeCheck,
     ProbeFn,
@@ -259,16 +260,16 @@ def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
     release branches, main between the two merge-bases when main already had the change where `top`'s
     release branch forked, or that release branch's own commits when it did not."""
     main = git.resolve_commit(repo, main_branch) if main_branch else None
-    if main is not None and not git.is_ancestor(repo, top, main):
+    if main is not None and not commitcache.is_ancestor(repo, top, main):
         top_base = git.merge_base(repo, top, main)
         if top_base is not None and landed(top_base):
             below_base = git.merge_base(repo, below, main)
-            if below_base is not None and below_base != top_base and git.is_ancestor(repo, below_base, top_base):
+            if below_base is not None and below_base != top_base and commitcache.is_ancestor(repo, below_base, top_base):
                 return below_base, top_base
         elif top_base is not None:
-            start = below if git.is_ancestor(repo, below, top) else top_base
+            start = below if commitcache.is_ancestor(repo, below, top) else top_base
             return start, top
-    if git.is_ancestor(repo, below, top):
+    if commitcache.is_ancestor(repo, below, top):
         return below, top
     return git.merge_base(repo, below, top), top
 

@@ -43,6 +43,7 @@ from vpatch import applycheck, git, lineage
 from vpatch.applycheck import Outcome
 from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
 from vpatch.series import FileDiff, Hunk, Patch
+from vpatch.upstream import commitcache
 
 
 class State(str, Enum):
@@ -381,10 +382,10 @@ def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, histor
         pr = f" (Upstream-PR #{patch.upstream_pr})" if patch.upstream_pr else ""
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, _NO_HISTORY),
                 Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, _NO_HISTORY + pr)]
-    if commit == pin or git.is_ancestor(repo, commit, pin):
+    if commit == pin or commitcache.is_ancestor(repo, commit, pin):
         note = "no upstream commits between the pin and this commit"
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, note), Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, note)]
-    pid = git.patch_id(repo, patch.diff)
+    pid = commitcache.diff_patch_id(repo, patch.diff)
     found = lineage.identity(repo, pin, commit, patch_id=pid, paths=patch.paths, pr=patch.upstream_pr)
     standing = found.standing_since
     out = [_identity_evidence(found, "patch-id", Kind.PATCH_ID,

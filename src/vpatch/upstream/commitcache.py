@@ -1,0 +1,206 @@
+"""Facts about upstream commits that never change (patch-ids, messages, ranges between two commits),
+kept by commit id in the cache folder, so a second `vpatch status` asks git only about commits it has not seen.
+
+A commit id fixes the commit's tree and parents, so what is stored under it holds in every repository and
+forever; only ranges between full commit ids are memoised, never between names that can move. The store is
+a handful of JSON shards written whole (temporary file, then rename); a shard or entry that does not read
+back as expected is ignored and rebuilt from git.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vpatch import git
+from vpatch.fs import atomic_write
+from vpatch.upstream import cache_dir
+
+_SHA = re.compile(r"[0-9a-f]{40}")
+# Few shards: a first run touches most of them, and each is rewritten whole when it changes.
+_SHARDS = 16
+_VERSION = 1
+
+
+class CommitCache:
+    """The store under one folder; shards are read once per process and written when they change."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._shards: dict[str, dict[str, Any]] = {}
+        self._dirty: set[str] = set()
+
+    def get(self, key: str, field: str) -> Any:
+        entry = self._shard(key).get(key)
+        return entry.get(field) if isinstance(entry, dict) else None
+
+    def put(self, key: str, field: str, value: Any) -> None:
+        shard = self._shard(key)
+        entry = shard.get(key)
+        if not isinstance(entry, dict):
+            entry = shard[key] = {}
+        entry[field] = value
+        self._dirty.add(_shard_name(key))
+
+    def flush(self) -> None:
+        for name in sorted(self._dirty):
+            data = {"version": _VERSION, "entries": self._shards[name]}
+            atomic_write(self.root / f"{name}.json", json.dumps(data, separators=(",", ":")).encode(), durable=False)
+        self._dirty.clear()
+
+    def _shard(self, key: str) -> dict[str, Any]:
+        name = _shard_name(key)
+        if name not in self._shards:
+            self._shards[name] = _read_shard(self.root / f"{name}.json")
+        return self._shards[name]
+
+
+def _shard_name(key: str) -> str:
+    return f"{int(key[0], 16) % _SHARDS:x}"
+
+
+def _read_shard(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return {}  # absent or corrupt: rebuilt as it is used
+    if not isinstance(data, dict) or data.get("version") != _VERSION or not isinstance(data.get("entries"), dict):
+        return {}
+    entries: dict[str, Any] = data["entries"]
+    return entries
+
+
+_open: dict[Path, CommitCache] = {}
+
+
+def store() -> CommitCache:
+    """The cache under the current cache folder (one object per folder per process)."""
+    root = cache_dir() / "commit-facts"
+    if root not in _open:
+        _open[root] = CommitCache(root)
+    return _open[root]
+
+
+def _is_sha(ref: str | None) -> bool:
+    return ref is None or bool(_SHA.fullmatch(ref))
+
+
+def _sha_list(value: Any) -> list[str] | None:
+    if isinstance(value, list) and all(isinstance(v, str) and _SHA.fullmatch(v) for v in value):
+        return value
+    return None
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
+
+
+def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str]) -> dict[str, list[str]]:
+    """`git.patch_id_commits` with the per-commit patch-ids (and the range's commit list) from the cache."""
+    if not _is_sha(base) or not _is_sha(tip):
+        return git.patch_id_commits(repo, base, tip, paths)
+    cache = store()
+    paths_key = _key(*paths)
+    range_key = _key("touching", base or "", paths_key)
+    touching = _sha_list(cache.get(tip, range_key))
+    if touching is None:
+        touching = git.commits_touching(repo, base, tip, paths)
+        cache.put(tip, range_key, touching)
+    known = {c: cache.get(c, "pid:" + paths_key) for c in touching}
+    missing = [c for c, pid in known.items() if not (isinstance(pid, str) and (pid == "" or _SHA.fullmatch(pid)))]
+    if missing:
+        found = git.commit_patch_ids(repo, missing, paths)
+        for commit in missing:
+            known[commit] = found.get(commit, "")  # "": no change to `paths` (stored, so not asked again)
+            cache.put(commit, "pid:" + paths_key, known[commit])
+    cache.flush()
+    ids: dict[str, list[str]] = {}
+    for commit in touching:  # newest first, as git log lists them
+        if known[commit]:
+            ids.setdefault(known[commit], []).append(commit)
+    return ids
+
+
+def log_records(repo: Path, base: str | None, tip: str, *, grep: Sequence[str] = (),
+                commits: Sequence[str] = ()) -> list[git.LogRecord]:
+    """`git.log_records` with messages kept by commit id and grep results kept per range."""
+    cache = store()
+    if commits:
+        wanted = list(commits)
+    elif _is_sha(base) and _is_sha(tip):
+        range_key = _key("grep", base or "", *grep)
+        matched = _sha_list(cache.get(tip, range_key))
+        if matched is None:
+            records = git.log_records(repo, base, tip, grep=grep)
+            _remember(cache, records)
+            cache.put(tip, range_key, [r.commit for r in records])
+            cache.flush()
+            return records
+        wanted = matched
+    else:
+        return git.log_records(repo, base, tip, grep=grep)
+    if not all(_is_sha(c) for c in wanted):
+        return git.log_records(repo, base, tip, grep=grep, commits=commits)
+    messages = {c: cache.get(c, "message") for c in wanted}
+    missing = [c for c, m in messages.items() if not _is_message(m)]
+    if missing:
+        records = git.log_records(repo, None, tip, commits=missing)
+        _remember(cache, records)
+        cache.flush()
+        messages.update({r.commit: [r.subject, r.body] for r in records})
+    return [git.LogRecord(c, messages[c][0], messages[c][1]) for c in wanted if _is_message(messages.get(c))]
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def _remember(cache: CommitCache, records: Sequence[git.LogRecord]) -> None:
+    for r in records:
+        cache.put(r.commit, "message", [r.subject, r.body])
+
+
+def topo_order(repo: Path, base: str | None, tip: str) -> list[str]:
+    """`git.topo_order`, kept per range of commit ids."""
+    if not _is_sha(base) or not _is_sha(tip):
+        return git.topo_order(repo, base, tip)
+    cache = store()
+    range_key = _key("topo", base or "")
+    order = _sha_list(cache.get(tip, range_key))
+    if order is None:
+        order = git.topo_order(repo, base, tip)
+        cache.put(tip, range_key, order)
+        cache.flush()
+    return order
+
+
+def diff_patch_id(repo: Path, diff: bytes) -> str | None:
+    """`git.patch_id` of a diff, kept by the diff's own hash (a patch file's diff rarely changes)."""
+    digest = hashlib.sha256(diff).hexdigest()
+    cache = store()
+    pid = cache.get(digest, "diff-pid")
+    if isinstance(pid, str) and (pid == "" or _SHA.fullmatch(pid)):
+        return pid or None
+    found = git.patch_id(repo, diff)
+    cache.put(digest, "diff-pid", found or "")
+    cache.flush()
+    return found
+
+
+def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
+    """`git.is_ancestor`, kept by commit id (ancestry between two commit ids never changes)."""
+    if not _is_sha(ancestor) or not _is_sha(descendant):
+        return git.is_ancestor(repo, ancestor, descendant)
+    cache = store()
+    field = "ancestor-of:" + descendant
+    known = cache.get(ancestor, field)
+    if isinstance(known, bool):
+        return known
+    answer = git.is_ancestor(repo, ancestor, descendant)
+    cache.put(ancestor, field, answer)
+    cache.flush()
+    return answer
