@@ -299,3 +299,5 @@ def test_kill_during_a_continue_keeps_the_stopped_update(three: Project) -> None
     proc = vpatch_process(three, "update", "--continue")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "-line twenty\n+line twenty fixed\n" in (three.patches / "0002-parser-fix.patch").read_text()
+    # the patches the killed --continue had committed are not applied (and exported) a second time
+    assert sorted(p.name for p in three.patches.iterdir()) == ["0002-parser-fix.patch", "0003-new-module.patch", "RETIRED.md"]

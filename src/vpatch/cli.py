@@ -81,8 +81,14 @@ def _console() -> Any:
 
 def _config() -> Config:
     from vpatch.config import Config, find_root
+    from vpatch.series import stray_files
 
-    return Config.load(find_root(state.project.resolve()))
+    config = Config.load(find_root(state.project.resolve()))
+    stray = stray_files(config.patches_dir)
+    if stray:
+        echo(f"warning: ignored in {config.patches}/ (only NNNN-slug.patch files are the series): {', '.join(stray)}",
+             err=True)
+    return config
 
 
 def _series(config: Config) -> Series:
@@ -154,17 +160,18 @@ def apply(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing tree even if it holds work not yet exported.")] = False,
 ) -> None:
     """Materialise a work tree of the pin (or REF) with each patch committed as one commit."""
-    from vpatch import stack, upstream
+    from vpatch import git, lock, stack, upstream
 
     config = _config()
     series = _series(config)
     repo = upstream.open_upstream(config)
     target = ref or config.pin.ref
-    base = config.pin.commit if ref is None and config.pin.commit else upstream.resolve(repo, target)
-    if ref is None and config.pin.commit and upstream.resolve(repo, config.pin.ref, what="pin") != config.pin.commit:
+    base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, target)
+    if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
         echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
-    result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
-                                state_dir=config.state_dir, keep=keep, force=force)
+    with lock.held(config.root, "apply"):
+        result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
+                                    state_dir=config.state_dir, keep=keep, force=force)
     echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
     for a in result.applied:
         echo(f"  {a.commit[:12]} {a.file}")
@@ -176,10 +183,11 @@ def export(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
-    from vpatch import stack
+    from vpatch import lock, stack
 
     config = _config()
-    result = stack.export_series(_series(config), config.state_dir, dry_run=dry_run)
+    with lock.held(config.root, "export"):
+        result = stack.export_series(_series(config), config.state_dir, dry_run=dry_run)
     verb = "would " if dry_run else ""
     for label, names in (("changed", result.changed), ("added", result.added), ("removed", result.removed)):
         for name in names:
@@ -194,10 +202,11 @@ def new(
     subject: Annotated[Optional[str], typer.Option("--subject", help="First line of the patch message.")] = None,
 ) -> None:
     """Start a new patch: an empty commit with the header template in the applied tree."""
-    from vpatch import newpatch
+    from vpatch import lock, newpatch
 
     config = _config()
-    name = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
+    with lock.held(config.root, "new"):
+        name = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
     echo(f"started {name} as an empty commit in the applied tree")
     echo("make the change there, `git commit --amend -a` (keep the message's trailers), then `vpatch export`")
 
@@ -346,6 +355,8 @@ def _update_lines(result: UpdateResult) -> list[str]:
     lines = []
     if result.outcome is Outcome.ABORTED:
         return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})"]
+    if result.outcome is Outcome.UP_TO_DATE:
+        return [f"already there: the pin {plan.from_ref} is {plan.to_ref} ({plan.to_commit[:12]}); nothing changed"]
     if result.outcome is Outcome.PLANNED and plan.report is not None:
         from vpatch import report
         from vpatch.status import Status

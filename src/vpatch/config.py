@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -12,6 +13,7 @@ from vpatch.fs import atomic_write
 CONFIG_NAME = "vpatch.yaml"
 DEFAULT_GIT_URL = "https://github.com/vllm-project/vllm.git"
 SOURCES = ("git", "releases")
+_PROJECT_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,10 @@ class Config:
     def parse(cls, text: str, *, root: Path, source: str) -> Config:
         import yaml
 
+        from vpatch import yamlload
+
         try:
-            data = yaml.safe_load(text)
+            data = yamlload.load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
         doc = _Doc(source)
@@ -83,6 +87,10 @@ class Config:
             doc.fail("upstream.source", f"must be one of {', '.join(SOURCES)}, not {upstream.source!r}")
         if upstream.source == "releases" and not upstream.releases:
             doc.fail("upstream.releases", "is required when upstream.source is 'releases' (e.g. releases: vllm)")
+        if upstream.releases is not None and not _PROJECT_NAME.match(upstream.releases):
+            # the name becomes a folder in the cache: no path may escape it
+            doc.fail("upstream.releases", f"must be a PyPI project name (letters, digits, '.', '_', '-'), "
+                     f"not {upstream.releases!r}")
         pin_data = doc.mapping(top["pin"], "pin", required={"ref"}, optional={"commit"})
         commit = doc.optional_string(pin_data, "pin.commit")
         if commit is not None and (len(commit) != 40 or any(c not in "0123456789abcdef" for c in commit)):

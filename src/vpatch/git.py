@@ -139,6 +139,28 @@ def remove_worktree(repo: Path, dest: Path) -> None:
     run(repo, ["worktree", "prune"], check=False)
 
 
+def forget_worktrees(repo: Path, *under: Path) -> None:
+    """Drop every registration of a work tree at or below one of `under`, locked ones included.
+
+    A `git worktree add` killed mid-checkout leaves its registration locked ("initializing"); `prune`
+    skips locked entries and the next `add` at that path then fails, so vpatch unlocks its own first.
+    """
+    out = run(repo, ["worktree", "list", "--porcelain", "-z"], check=False).stdout
+    roots = [os.path.realpath(u) for u in under]
+    for record in out.split(b"\0\0"):
+        fields = [f.decode("utf-8", "surrogateescape") for f in record.split(b"\0") if f]
+        path = next((f.removeprefix("worktree ") for f in fields if f.startswith("worktree ")), None)
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if not any(real == root or real.startswith(root + os.sep) for root in roots):
+            continue
+        if any(f == "locked" or f.startswith("locked ") for f in fields):
+            run(repo, ["worktree", "unlock", path], check=False)
+        run(repo, ["worktree", "remove", "--force", "--force", path], check=False)
+    run(repo, ["worktree", "prune"], check=False)
+
+
 def head(worktree: Path) -> str:
     return run(worktree, ["rev-parse", "--verify", "HEAD"]).out.strip()
 
@@ -510,6 +532,14 @@ def unmerged_paths(worktree: Path) -> list[str]:
 def index_tree(worktree: Path) -> str:
     """The tree the index of a work tree holds now (written to the object database)."""
     return run(worktree, ["write-tree"]).out.strip()
+
+
+def index_matches(worktree: Path, treeish: str) -> bool:
+    """Whether the index holds exactly `treeish`; read-only, so it works while another git holds index.lock."""
+    result = run(worktree, ["diff-index", "--cached", "--quiet", treeish, "--"], check=False)
+    if result.returncode not in (0, 1):
+        raise process.failure(["git", "diff-index", "--cached", "--quiet", treeish], result, error=GitError)
+    return result.returncode == 0
 
 
 # --- trees as files: probes run commands against a tree ----------------------

@@ -114,8 +114,10 @@ class Probe:
                              hint="a patch's Probe: trailer is relative to the patches folder") from exc
         import yaml  # imported here: status imports this module and rarely needs YAML
 
+        from vpatch import yamlload
+
         try:
-            data = yaml.safe_load(raw)
+            data = yamlload.load(raw)
         except yaml.YAMLError as exc:
             raise ProbeError(f"{path}: not valid YAML: {exc}") from exc
         return cls.parse(data, path=path, raw=raw)
@@ -206,6 +208,9 @@ def _parse_files(path: Path, value: object) -> tuple[FileCheck, ...]:
 def _parse_run(path: Path, value: object) -> tuple[str, ...]:
     run = _strings(path, "run", value)
     for arg in run:
+        if "\0" in arg:  # no process argument can hold one; refused here, not as an internal error at run time
+            raise ProbeError(f"{path}: run: an argument contains a NUL byte: {arg!r}",
+                             hint="remove the \\0 from the command")
         for match in _PLACEHOLDER.finditer(arg):
             if match.group(1) not in _PLACEHOLDERS:
                 raise ProbeError(f"{path}: run: unknown placeholder {match.group(0)}",

@@ -12,7 +12,8 @@ from vpatch.errors import SeriesError
 PATCH_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9._-]*)\.patch$")
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*): ?(?P<value>.*)$")
-_DIFF_GIT = re.compile(rb"^diff --git (\S+) (\S+)$")
+_C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13,
+              ord('"'): ord('"'), ord("\\"): ord("\\")}
 
 # Trailers vpatch reads; DEP-3 names plus vpatch's own.
 ORIGIN, BUG, FORWARDED, APPLIED_UPSTREAM, LAST_UPDATE = "Origin", "Bug", "Forwarded", "Applied-Upstream", "Last-Update"
@@ -105,6 +106,8 @@ class Patch:
                 f"{path}: not a series file name",
                 hint="patch files are named NNNN-slug.patch (four digits, lower-case slug), e.g. 0004-fix-parser.patch",
             )
+        if not path.is_file():  # a FIFO or device would block or mislead the read
+            raise SeriesError(f"{path}: not a regular file", hint="patch files are plain files; remove or replace it")
         try:
             raw = path.read_bytes()
         except OSError as exc:
@@ -178,6 +181,13 @@ class Series:
                           hint="vpatch status lists the patches by number")
 
 
+def stray_files(directory: Path) -> list[str]:
+    """Files in the patches folder that look like patches but are not part of the series (never applied)."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith((".diff", ".orig", ".rej")))
+
+
 def slugify(text: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
     return slug[:52].rstrip("-") or "patch"
@@ -185,6 +195,11 @@ def slugify(text: str) -> str:
 
 def check_path(path: str, where: str) -> None:
     """Refuse paths that would write outside the tree or into git's own folder."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SeriesError(f"{where}: touches a path that is not UTF-8: {path.encode('utf-8', 'surrogateescape')!r}",
+                          hint="vpatch handles UTF-8 file names only; rename the file") from None
     pure = PurePosixPath(path)
     if pure.is_absolute() or path.startswith("\\") or re.match(r"^[A-Za-z]:", path):
         raise SeriesError(f"{where}: touches an absolute path {path!r}", hint="paths in a patch are relative to the tree root")
@@ -201,8 +216,7 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
     i = 0
     while i < len(lines):
         line = lines[i]
-        m = _DIFF_GIT.match(line.rstrip(b"\n"))
-        if not m:
+        if not line.startswith(b"diff --git "):
             if line == b"-- \n":
                 break  # git's mail signature ("-- " then its version) ends the diff
             if not line.strip():
@@ -211,17 +225,24 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
             raise SeriesError(f"{where}: unexpected line {i + 1} of the diff: {line[:60]!r}",
                               hint="regenerate the patch with vpatch export or git format-patch")
         header = [line]
-        old: str | None = _strip_prefix(m[1].decode("utf-8", "surrogateescape"), "a/")
-        new: str | None = _strip_prefix(m[2].decode("utf-8", "surrogateescape"), "b/")
+        old, new = _diff_git_paths(line.rstrip(b"\n")[len(b"diff --git "):], where)
+        named = old is not None
         i += 1
         binary = False
         while i < len(lines) and not lines[i].startswith((b"@@", b"diff --git ")):
             text = lines[i]
             header.append(text)
+            value = text.rstrip(b"\n")
             if text.startswith(b"--- "):
-                old = None if text.strip() == b"--- /dev/null" else _strip_prefix(text[4:].strip().decode("utf-8", "surrogateescape"), "a/")
+                old = None if value == b"--- /dev/null" else _strip_prefix(_header_path(value[4:], where), "a/")
+                named = True
             elif text.startswith(b"+++ "):
-                new = None if text.strip() == b"+++ /dev/null" else _strip_prefix(text[4:].strip().decode("utf-8", "surrogateescape"), "b/")
+                new = None if value == b"+++ /dev/null" else _strip_prefix(_header_path(value[4:], where), "b/")
+                named = True
+            elif text.startswith((b"rename from ", b"copy from ")):
+                old, named = _header_path(value.split(b" ", 2)[2], where), True
+            elif text.startswith((b"rename to ", b"copy to ")):
+                new, named = _header_path(value.split(b" ", 2)[2], where), True
             elif text.startswith(b"new file mode"):
                 old = None
             elif text.startswith(b"deleted file mode"):
@@ -229,6 +250,9 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
             elif text.startswith((b"GIT binary patch", b"Binary files")):
                 binary = True
             i += 1
+        if not named:
+            raise SeriesError(f"{where}: cannot tell the file names in {line.rstrip()[:80]!r}",
+                              hint="regenerate the patch with vpatch export or git format-patch")
         for p in (old, new):
             if p is not None:
                 check_path(p, where)
@@ -279,9 +303,70 @@ def _read_hunk(lines: list[bytes], i: int, where: str, path: str) -> tuple[Hunk,
 
 
 def _strip_prefix(path: str, prefix: str) -> str:
-    if path.startswith('"') and path.endswith('"'):
-        path = path[1:-1].encode().decode("unicode_escape").encode("latin-1").decode("utf-8", "surrogateescape")
     return path[len(prefix):] if path.startswith(prefix) else path
+
+
+def _diff_git_paths(rest: bytes, where: str) -> tuple[str | None, str | None]:
+    """The two paths of a "diff --git a/X b/Y" line, quoted or not; (None, None) when names with spaces make
+    the split ambiguous (the ---/+++ or rename lines then name the files)."""
+    if rest.startswith(b'"'):
+        old, end = _unquote(rest, where)
+        if rest[end:end + 1] != b" ":
+            return None, None
+        tail = rest[end + 1:]
+        new = _unquote(tail, where)[0] if tail.startswith(b'"') else _decode(tail)
+        return _strip_prefix(old, "a/"), _strip_prefix(new, "b/")
+    if rest.endswith(b'"') and b' "' in rest:
+        cut = rest.rindex(b' "')
+        return _strip_prefix(_decode(rest[:cut]), "a/"), _strip_prefix(_unquote(rest[cut + 1:], where)[0], "b/")
+    half = (len(rest) - 1) // 2
+    if len(rest) % 2 == 1 and rest[half:half + 1] == b" " and rest[2:half] == rest[half + 3:] \
+            and rest.startswith(b"a/") and rest[half + 1:].startswith(b"b/"):
+        path = _decode(rest[2:half])  # the usual case: the same name on both sides, spaces or not
+        return path, path
+    if rest.count(b" ") == 1:
+        a, b = rest.split(b" ")
+        return _strip_prefix(_decode(a), "a/"), _strip_prefix(_decode(b), "b/")
+    return None, None
+
+
+def _header_path(value: bytes, where: str) -> str:
+    """A path on a ---/+++/rename line: C-quoted, or plain with git's trailing tab after names with spaces."""
+    if value.startswith(b'"'):
+        return _unquote(value, where)[0]
+    return _decode(value.removesuffix(b"\t"))
+
+
+def _unquote(text: bytes, where: str) -> tuple[str, int]:
+    """Git's C-style quoted path at the start of `text`: the path and the index just past the closing quote."""
+    out = bytearray()
+    i = 1
+    while i < len(text):
+        c = text[i]
+        if c == ord('"'):
+            return _decode(bytes(out)), i + 1
+        if c == ord("\\"):
+            nxt = text[i + 1:i + 2]
+            if nxt and nxt[0] in _C_ESCAPES:
+                out.append(_C_ESCAPES[nxt[0]])
+                i += 2
+                continue
+            digits = text[i + 1:i + 4]
+            if len(digits) == 3 and all(48 <= d <= 55 for d in digits):
+                out.append(int(digits, 8))
+                i += 4
+                continue
+            raise SeriesError(f"{where}: bad escape in the quoted path {text[:80].decode('utf-8', 'replace')!r}",
+                              hint="git quotes paths with \\t, \\n, \\\\, \\\" and three-digit octal escapes; "
+                                   "regenerate the patch with vpatch export or git format-patch")
+        out.append(c)
+        i += 1
+    raise SeriesError(f"{where}: unterminated quoted path {text[:80].decode('utf-8', 'replace')!r}",
+                      hint="regenerate the patch with vpatch export or git format-patch")
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _find_diff(raw: bytes) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from vpatch import git
 from vpatch.errors import ApplyError, SeriesError, VpatchError
 from vpatch.fs import atomic_write
-from vpatch.series import Patch, Series, slugify
+from vpatch.series import PATCH_NAME, Patch, Series, slugify
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -74,9 +74,9 @@ def apply_series(
     """Make `out` a work tree of `base` with each patch committed; all or nothing unless `keep`."""
     _prepare_out(out, state_dir, force=force)
     tmp = out.parent / f".{out.name}.partial"
-    if tmp.exists():
-        git.remove_worktree(upstream, tmp)
-        shutil.rmtree(tmp, ignore_errors=True)
+    # a killed apply, or a state folder deleted by hand, leaves registrations (maybe locked) of both paths
+    shutil.rmtree(tmp, ignore_errors=True)
+    git.forget_worktrees(upstream, tmp, out)
     out.parent.mkdir(parents=True, exist_ok=True)
     git.add_worktree(upstream, tmp, base)
     applied: list[AppliedPatch] = []
@@ -164,6 +164,8 @@ def _prepare_out(out: Path, state_dir: Path, *, force: bool) -> None:
     """Refuse to replace a tree that holds work not yet exported, unless forced."""
     if not out.exists():
         return
+    if not out.is_dir():
+        raise VpatchError(f"{out} exists and is not a folder", hint="choose another --out (a new or empty folder)")
     stack = load_stack(state_dir, required=False)
     if stack is None or stack.worktree != out.resolve():
         if any(out.iterdir()):
@@ -225,15 +227,27 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
 
     existing = {p.filename: p for p in series}
     next_number = series.next_number()
+    # A commit without the marker keeps the name it was first exported under: by its SHA, or (amended since)
+    # by the slug of its subject among the names recorded for commits that are gone.
+    recorded = {a.commit: a.file for a in stack.applied}
+    gone = [a.file for a in stack.applied if a.commit not in commits]
     outputs: dict[str, bytes] = {}
+    sources: dict[str, str] = {}
     for c in commits:
         raw = git.format_patch(tree, c)
         name, raw = _strip_marker(raw)
+        if name is None:
+            subject = git.run(tree, ["log", "-1", "--format=%s", c]).out.strip()
+            name = recorded.get(c) or next((f for f in gone if f[5:] == f"{slugify(subject)}.patch"), None)
+            if name in gone:
+                gone.remove(name)
         if name is None or name in outputs or not (name in existing or _is_series_name(name)):
             subject = git.run(tree, ["log", "-1", "--format=%s", c]).out.strip()
             name = f"{next_number:04d}-{slugify(subject)}.patch"
             next_number += 1
         outputs[name] = raw
+        sources[name] = c
+    _check_output(series, outputs, sources)
     numbers: dict[int, str] = {}
     for name in outputs:
         n = int(name[:4])
@@ -257,9 +271,29 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
     return result
 
 
-def _is_series_name(name: str) -> bool:
-    from vpatch.series import PATCH_NAME
+def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, str]) -> None:
+    """Export writes only files that vpatch itself reads back: each one parses, with its checks."""
+    for name, raw in outputs.items():
+        m = PATCH_NAME.match(name)
+        assert m is not None
+        try:
+            Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
+        except SeriesError as exc:
+            commit = sources[name][:12]
+            if _find_diff_start(raw) < 0:
+                raise SeriesError(f"commit {commit} ({name}) changes nothing: it would export as a patch without a diff; "
+                                  "nothing was written",
+                                  hint="make the change and `git commit --amend` it, or drop the empty commit "
+                                       "(git rebase -i), then vpatch export") from None
+            raise SeriesError(f"commit {commit} would export as {name}, which vpatch cannot read back: {exc.message}; "
+                              "nothing was written", hint=exc.hint) from None
 
+
+def _find_diff_start(raw: bytes) -> int:
+    return 0 if raw.startswith(b"diff --git ") else raw.find(b"\ndiff --git ")
+
+
+def _is_series_name(name: str) -> bool:
     return PATCH_NAME.match(name) is not None
 
 

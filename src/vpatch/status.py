@@ -120,7 +120,9 @@ def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> 
         if config.upstream.source == "git":
             refs.append(config.upstream.branch)
     commits = git.resolve_commits(repo, [config.pin.ref, *refs])
-    pin_commit = config.pin.commit or commits[config.pin.ref]
+    from vpatch.upstream import pin_commit as checked_pin
+
+    pin_commit = checked_pin(repo, config) if config.pin.commit else commits[config.pin.ref]
     if pin_commit is None:
         raise VpatchError(f"the pin {config.pin.ref!r} names nothing upstream",
                           hint="vpatch fetch (or vpatch releases) to update upstream, or fix pin.ref in vpatch.yaml")

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from vpatch import git
 from vpatch.config import Config
 from vpatch.errors import ApplyError, ConfigError, VpatchError
-from vpatch.image.definition import Base, ImageDefinition, Strategy
+from vpatch.image.definition import Base, ImageDefinition, Strategy, image_reference_ok
 from vpatch.image.docker import BuildKitInvocation, Docker, DockerError, Progress, buildkit_cli, buildkit_invocation
 from vpatch.image.plan import (
     LABEL_PREFIX,
@@ -104,6 +104,9 @@ def make_plan(
     `require_base` turns that into an error, for real builds."""
     definition, pin_commit, pin_ref = inputs.definition, inputs.pin_commit, inputs.config.pin.ref
     patches = tuple(inputs.series.patches)
+    if base is not None and not image_reference_ok(base):
+        raise VpatchError(f"--base {base!r} is not an image reference",
+                          hint="[registry/]name[:tag][@sha256:...], the name in lower case, e.g. vllm/vllm-openai:v0.31.0")
     chosen_base = Base(image=base) if base else definition.base_for(pin_ref, pin_commit)
     chosen, reason = choose(definition, patches, override=strategy, base_available=chosen_base.image is not None)
     version = version_of(pin_ref, pin_commit)

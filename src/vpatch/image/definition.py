@@ -19,7 +19,26 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REGISTRY = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::\d+)?|\[[0-9a-fA-F:]+\](?::\d+)?)$")
 _RELEASE = re.compile(r"^v\d+\.\d+\.\d+(?:[.-]?[a-z0-9.]+)?$")
+
+
+def image_reference_ok(ref: str) -> bool:
+    """Docker's reference grammar: [registry[:port]/]path[:tag][@sha256:digest], the path in lower case."""
+    rest, _, digest = ref.partition("@")
+    if digest and not _DIGEST.match(digest):
+        return False
+    name, tag = rest, ""
+    if ":" in rest.rsplit("/", 1)[-1]:
+        name, tag = rest.rsplit(":", 1)
+        if not _TAG.match(tag):
+            return False
+    first, slash, path = name.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
+        if not _REGISTRY.match(first):
+            return False
+        name = path
+    return bool(_REPOSITORY.match(name))
 
 
 class Strategy(str, Enum):
@@ -105,8 +124,10 @@ class ImageDefinition:
     def parse(cls, text: str, *, name: str, path: Path, source: str) -> ImageDefinition:
         import yaml
 
+        from vpatch import yamlload
+
         try:
-            data = yaml.safe_load(text)
+            data = yamlload.load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{source}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
         doc = _Doc(source)
@@ -133,6 +154,9 @@ class ImageDefinition:
             doc.fail("base.digest", f"must be sha256:<64 hex>, not {base.digest!r}")
         if base.digest is not None and base.image is None:
             doc.fail("base.image", "is required when base.digest is set (the digest's repository)")
+        if base.image is not None and not image_reference_ok(base.image):
+            doc.fail("base.image", f"must be an image reference ([registry/]name[:tag][@sha256:...], lower-case "
+                     f"name), not {base.image!r}")
 
         strategy_text = doc.string(top, "strategy", Strategy.AUTO.value)
         try:

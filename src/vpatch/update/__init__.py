@@ -7,7 +7,15 @@ the state that makes a stop or a kill resumable; commit.py builds and moves the 
 from vpatch.errors import ExitCode, VpatchError
 from vpatch.update.journal import KILL_ENV, STEPS
 from vpatch.update.plan import (
-    Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, commit_message, judge_with_status,
+    Action,
+    Outcome,
+    PatchPlan,
+    Plan,
+    ProbeCheck,
+    Result,
+    Stop,
+    commit_message,
+    judge_with_status,
 )
 from vpatch.update.run import abort, resume, update, validate_with_probes
 

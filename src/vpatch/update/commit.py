@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vpatch import git, stack
-from vpatch.fs import atomic_write
+from vpatch.errors import GitError, VpatchError
 from vpatch.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
 from vpatch.series import Series
-from vpatch.update.journal import JOURNAL_FILE, Project, State, checkpoint, discard
+from vpatch.update.journal import (
+    JOURNAL_FILE,
+    Project,
+    State,
+    checkpoint,
+    discard,
+    write_journal,
+)
 from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
 
 
@@ -40,22 +46,88 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
         discard(project, Path(state.repo))
         return Result(Outcome.STAGED, plan, message=message, probes=probes)
     new = git.commit_tree(top, tree, [old], message)
-    journal: dict[str, Any] = {"ref": state.head_ref, "old": old, "new": new, "repo": state.repo, "plan": plan.to_dict(),
-               "message": message}
-    atomic_write(project.work / JOURNAL_FILE, (json.dumps(journal, indent=2) + "\n").encode())
-    git.update_refs(top, [git.RefUpdate(state.head_ref, new, old)])
+    journal: dict[str, Any] = {"ref": state.head_ref, "old": old, "new": new, "repo": state.repo,
+                               "plan": plan.to_dict(), "message": message}
+    # The journal goes first: from here on a kill or an error leaves it for --continue / --abort.
+    write_journal(project, journal)
+    try:
+        git.update_refs(top, [git.RefUpdate(state.head_ref, new, old)])
+    except GitError as exc:
+        if _branch_at(project, state.head_ref) != old:
+            raise
+        (project.work / JOURNAL_FILE).unlink()  # nothing moved: the caller's cleanup leaves the project as it was
+        raise VpatchError(f"could not move {state.head_ref} to the update's commit; the project is unchanged\n"
+                          f"{exc.message}", hint="is another git command running in the project? then run the "
+                          "update again") from None
     checkpoint("committed")
     return replace(finish_commit(project, journal), probes=probes)
 
 
 def finish_commit(project: Project, journal: dict[str, Any]) -> Result:
-    """After the ref moved: bring the index and files to the new commit, then forget the update."""
-    old, new = str(journal["old"]), str(journal["new"])
-    git.switch_tree(project.top, old, new)
-    (project.work / JOURNAL_FILE).unlink()
+    """Complete a journaled commit wherever it was interrupted: move the branch if it has not moved yet,
+    bring the index and files to the new commit, then forget the update."""
+    ref, old, new = str(journal["ref"]), str(journal["old"]), str(journal["new"])
+    at = _branch_at(project, ref)
+    if at == old:
+        git.update_refs(project.top, [git.RefUpdate(ref, new, old)])  # interrupted just before the commit point
+    elif at != new:
+        raise VpatchError(
+            f"{_name(ref)} is at {(at or 'nothing')[:12]}: neither where the interrupted update started ({old[:12]}) "
+            f"nor its commit ({new[:12]}); something else moved it meanwhile",
+            hint="vpatch update --abort forgets the interrupted update (the branch stays where it is), then "
+                 "start the update again")
+    if not git.index_matches(project.top, new):
+        _switch(project, old, new, ref, undo=False)
     discard(project, Path(str(journal["repo"])))
-    plan = Plan.from_dict(journal["plan"])
-    return Result(Outcome.COMMITTED, plan, commit=new, message=str(journal["message"]))
+    return Result(Outcome.COMMITTED, Plan.from_dict(journal["plan"]), commit=new, message=str(journal["message"]))
+
+
+def undo_commit(project: Project, journal: dict[str, Any]) -> None:
+    """Put the branch, the index and the files back where a journaled commit found them (files first, so
+    that an undo that fails half-way can be run again)."""
+    ref, old, new = str(journal["ref"]), str(journal["old"]), str(journal["new"])
+    at = _branch_at(project, ref)
+    if at not in (old, new):
+        discard(project, Path(str(journal["repo"])))
+        if at is None or not git.is_ancestor(project.top, new, at):
+            return  # the update's commit never reached the branch: nothing of it to undo
+        raise VpatchError(
+            f"{_name(ref)} moved on to {(at or 'nothing')[:12]} since the update was interrupted; the update's "
+            f"commit {new[:12]} was not undone (the interrupted update is forgotten)",
+            hint=f"`git log {_name(ref)}` shows whether {new[:12]} is in it; `git revert {new[:12]}` undoes its change")
+    if git.index_matches(project.top, new) and not git.index_matches(project.top, old):
+        _switch(project, new, old, ref, undo=True)  # the check-out had happened: put the files back
+    if at == new:
+        git.update_refs(project.top, [git.RefUpdate(ref, old, new)])
+
+
+def _switch(project: Project, old: str, new: str, ref: str, *, undo: bool) -> None:
+    """Two-way check-out of the project from `old` to `new`; a failure is explained, the journal stays."""
+    try:
+        git.switch_tree(project.top, old, new)
+    except GitError as exc:
+        lock = project.git_dir / "index.lock"
+        if lock.exists():
+            why, fix = (f"another git process holds {lock}",
+                        f"when no git command is running in the project, delete {lock}")
+        else:
+            why, fix = ("local changes are in the way:\n" + exc.output.strip(),
+                        "commit or stash (git stash) those changes")
+        if undo:
+            raise VpatchError(f"could not undo the update's check-out: {why}",
+                              hint=f"{fix}, then vpatch update --abort again") from None
+        raise VpatchError(f"the update's commit {new[:12]} is on {_name(ref)}, but the project's files could not be "
+                          f"brought to it: {why}",
+                          hint=f"{fix}, then vpatch update --continue to finish (or vpatch update --abort to undo "
+                               "the update)") from None
+
+
+def _branch_at(project: Project, ref: str) -> str | None:
+    return git.resolve_commit(project.top, ref)
+
+
+def _name(ref: str) -> str:
+    return ref.removeprefix("refs/heads/")
 
 
 def _retired_entries(project: Project, series: Series, plan: Plan, head: str) -> list[RetiredPatch | NarrowedPatch]:

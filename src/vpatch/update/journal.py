@@ -100,15 +100,22 @@ def refuse_in_progress(project: Project) -> None:
 
 def clear_stale(project: Project, repo: Path) -> None:
     """Leftovers of a killed run (no state file): nothing anyone can continue, so remove them."""
-    if project.work.exists():
-        discard(project, repo)
+    discard(project, repo)  # also when the folder is gone but the mirror still registers a tree in it
 
 
 def discard(project: Project, repo: Path) -> None:
+    """Remove the update tree, its registration in the mirror, and the update's state; the commit journal
+    goes last, so that a kill half-way through leaves it for --continue / --abort."""
     # Deleting the files first and pruning the registration after is several times faster than
     # `git worktree remove` on vLLM's tree, and equally final.
+    journal = project.work / JOURNAL_FILE
+    if project.work.is_dir():
+        for entry in project.work.iterdir():
+            if entry != journal:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    git.forget_worktrees(repo, project.work)
+    journal.unlink(missing_ok=True)
     shutil.rmtree(project.work, ignore_errors=True)
-    git.run(repo, ["worktree", "prune"], check=False)
 
 
 def save_state(project: Project, state: State) -> None:
@@ -119,11 +126,35 @@ def load_state(project: Project) -> State:
     path = project.work / STATE_FILE
     if not path.is_file():
         raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
-    return State.from_json(path.read_text())
+    try:
+        return State.from_json(path.read_text())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise _unreadable(path, exc) from None
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as exc:
+        raise _unreadable(path, exc) from None
+    if not isinstance(data, dict):
+        raise _unreadable(path, TypeError("not a JSON object"))
+    return data
+
+
+def write_journal(project: Project, journal: dict[str, Any]) -> None:
+    atomic_write(project.work / JOURNAL_FILE, (json.dumps(journal, indent=2) + "\n").encode())
+
+
+def _unreadable(path: Path, exc: Exception) -> VpatchError:
+    if path.name == JOURNAL_FILE:
+        return VpatchError(f"the commit journal of an interrupted update is unreadable ({path}: {exc})",
+                           hint="check `git log -1` and `git status`: if the update's commit is there, keep or reset "
+                                f"it by hand; then delete {path.parent}")
+    return VpatchError(f"the state of the stopped update is unreadable ({path}: {exc})",
+                       hint="vpatch update --abort discards the stopped update (the project itself is untouched)")
 
 
 def checkpoint(step: str) -> None:

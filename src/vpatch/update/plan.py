@@ -28,6 +28,7 @@ class Outcome(str, Enum):
     STAGED = "staged"  # --no-commit: the changes are in the index and work tree
     STOPPED = "stopped"  # on a conflict; state kept for --continue / --abort
     ABORTED = "aborted"
+    UP_TO_DATE = "up-to-date"  # --to names the pinned commit: nothing to do, nothing changed
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class Result:
             "commit": self.commit,
             "message": self.message or None,
             "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
-            "no_local_patch_remains": self.all_landed and self.outcome is not Outcome.STOPPED,
+            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE),
         }
 
 

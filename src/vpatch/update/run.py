@@ -9,19 +9,30 @@ commit point, journaled in `commit.json` so that a kill right after it can be fi
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, stack
+from vpatch import git, lock, stack
 from vpatch.errors import ApplyError, VpatchError
 from vpatch.fs import atomic_write
 from vpatch.series import Patch, Series
 from vpatch.update import guard
-from vpatch.update.commit import commit_update, finish_commit
+from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
-    JOURNAL_FILE, STATE_FILE, Project, State, checkpoint, clear_stale, discard, load_state, read_json,
-    refuse_dirty, refuse_in_progress, save_state,
+    JOURNAL_FILE,
+    STATE_FILE,
+    Project,
+    State,
+    checkpoint,
+    clear_stale,
+    discard,
+    load_state,
+    read_json,
+    refuse_dirty,
+    refuse_in_progress,
+    save_state,
 )
 from vpatch.update.plan import (
     Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, Judge, Validator, judge_with_status, narrow_rows,
@@ -35,15 +46,28 @@ def update(
     config: Config, to: str, *, dry_run: bool = False, no_commit: bool = False, allow_downgrade: bool = False,
     judge: Judge | None = None, validator: Validator | None = None, narrow: bool = True,
 ) -> Result:
-    """Move the pin to `to`; see the module docstring. Raises VpatchError and leaves the project as it was."""
+    """Move the pin to `to`; see the module docstring. Raises VpatchError and leaves the project as it was,
+    or, past the commit point, with the journal that --continue / --abort act on."""
+    project = Project.open(config)
+    with lock.held(project.top, "update"):
+        return _update(project, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
+                       judge=judge, validator=validator, narrow=narrow)
+
+
+def _update(
+    project: Project, to: str, *, dry_run: bool, no_commit: bool, allow_downgrade: bool, judge: Judge | None,
+    validator: Validator | None, narrow: bool,
+) -> Result:
     from vpatch import upstream
 
-    project = Project.open(config)
+    config = project.config
     refuse_in_progress(project)
     refuse_dirty(project)
     repo = upstream.open_upstream(config)
     target = upstream.resolve(repo, to)
-    current = config.pin.commit or upstream.resolve(repo, config.pin.ref, what="pin")
+    current = upstream.pin_commit(repo, config)
+    if target == current:
+        return Result(Outcome.UP_TO_DATE, Plan(config.pin.ref, current, to, target, ()))
     if not allow_downgrade:
         guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
@@ -61,16 +85,25 @@ def update(
     clear_stale(project, repo)
     try:
         state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
-                       no_commit=no_commit, pending=plan.files(Action.KEEP, Action.STOP))
+                      no_commit=no_commit, pending=plan.files(Action.KEEP, Action.STOP))
         return _run(project, series, state, validator)
     except BaseException:
-        discard(project, repo)
+        # past the commit point the journal is the way back (or forward): keep it and the update tree
+        if not (project.work / JOURNAL_FILE).exists():
+            discard(project, repo)
         raise
 
 
 def resume(config: Config, *, validator: Validator | None = None) -> Result:
-    """`--continue`: commit the resolved patch in the update tree, apply the rest, finish."""
+    """`--continue`: finish an interrupted commit; or commit the resolved patch in the update tree, apply the
+    rest, finish."""
     project = Project.open(config)
+    with lock.held(project.top, "update"):
+        return _resume(project, validator)
+
+
+def _resume(project: Project, validator: Validator | None) -> Result:
+    config = project.config
     journal = read_json(project.work / JOURNAL_FILE)
     if journal is not None:
         return finish_commit(project, journal)
@@ -108,24 +141,25 @@ def resume(config: Config, *, validator: Validator | None = None) -> Result:
 def abort(config: Config) -> Result:
     """`--abort`: throw the update tree and state away; undo the project commit if a kill interrupted it."""
     project = Project.open(config)
-    journal = read_json(project.work / JOURNAL_FILE)
-    state_data = read_json(project.work / STATE_FILE)
-    if journal is None and state_data is None:
-        raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
-    plan: Plan | None = None
-    if journal is not None:
-        ref, old, new = journal["ref"], journal["old"], journal["new"]
-        if git.resolve_commit(project.top, ref) == new:
-            git.update_refs(project.top, [git.RefUpdate(ref, old, new)])
-            if git.index_tree(project.top) == git.tree_of(project.top, new):
-                git.switch_tree(project.top, new, old)  # killed after the check-out began: put the files back
-        plan = Plan.from_dict(journal["plan"])
-    if state_data is not None:
-        plan = Plan.from_dict(state_data["plan"])
-    repo = Path((journal or state_data or {})["repo"])
-    discard(project, repo)
-    assert plan is not None
-    return Result(Outcome.ABORTED, plan)
+    with lock.held(project.top, "update"):
+        journal = read_json(project.work / JOURNAL_FILE)
+        if journal is not None:
+            undo_commit(project, journal)
+            discard(project, Path(str(journal["repo"])))
+            return Result(Outcome.ABORTED, Plan.from_dict(journal["plan"]))
+        if not (project.work / STATE_FILE).exists():
+            raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
+        try:
+            state: State | None = load_state(project)
+        except VpatchError:
+            state = None  # unreadable: nothing was committed before a stop, so throwing it away is safe
+        stale = stack.load_stack(project.work, required=False) if state is None else None
+        repo = Path(state.repo) if state is not None else stale.upstream if stale is not None else None
+        shutil.rmtree(project.work, ignore_errors=True)
+        if repo is not None:
+            git.forget_worktrees(repo, project.work)
+        plan = state.plan if state is not None else Plan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
+        return Result(Outcome.ABORTED, plan)
 
 
 def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
@@ -138,7 +172,11 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     kept = [by_file[f] for f in plan.files(Action.KEEP, Action.REFRESH, Action.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
-        state = replace(state, pending=[f for f in state.pending if f not in done])
+    else:
+        # a --continue killed after committing more patches: those are in the tree already, never twice
+        recorded = stack.load_stack(project.work, required=False)
+        done = {a.file for a in recorded.applied} if recorded is not None else set()
+    state = replace(state, pending=[f for f in state.pending if f not in done])
     for i, file in enumerate(list(state.pending)):
         row = next(p for p in plan.patches if p.file == file)
         stopped = _apply_next(project, by_file[file], row, plan.to_ref)

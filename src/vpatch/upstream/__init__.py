@@ -55,3 +55,39 @@ def resolve(repo: Path, ref: str, *, what: str = "ref") -> str:
             hint="vpatch fetch (or vpatch releases) to update upstream; `git -C <cache repo> tag` lists what it has",
         )
     return commit
+
+
+def pin_commit(repo: Path, config: "Config", *, moved_ok: bool = False) -> str:
+    """The commit the project is pinned to: the recorded pin.commit, checked against upstream, else the ref's.
+
+    A recorded commit that upstream no longer has (the release history was rebuilt, then garbage-collected),
+    or that its tag no longer names (the history was rebuilt, e.g. an older release added), is explained with
+    the fix instead of surfacing as a raw git error or as a bogus "downgrade". `moved_ok` accepts a moved
+    ref while the recorded commit exists (apply keeps building what the project pinned).
+    """
+    from vpatch import git
+    from vpatch.errors import VpatchError
+
+    recorded = config.pin.commit
+    if not recorded:
+        return resolve(repo, config.pin.ref)
+    now = git.resolve_commit(repo, config.pin.ref)
+    fix = (f"re-resolve the pin: in vpatch.yaml set pin.commit to {now} (what {config.pin.ref} names now; check "
+           "it is the release you mean) and commit that" if now else
+           f"upstream has no {config.pin.ref} either: vpatch fetch / vpatch releases, or fix pin.ref in vpatch.yaml")
+    if git.resolve_commit(repo, recorded) is None:
+        raise VpatchError(f"the pin's recorded commit {recorded[:12]} ({config.pin.ref}) is not in the upstream "
+                          f"repository {repo}; upstream history was rebuilt or pruned since the pin was recorded",
+                          hint=fix)
+    if now != recorded and not moved_ok and (config.upstream.source == "releases" or _is_tag(repo, config.pin.ref)):
+        raise VpatchError(f"the pin {config.pin.ref} is recorded as commit {recorded[:12]}, but upstream's "
+                          f"{config.pin.ref} is now {(now or 'nothing')[:12]}: the upstream history was rebuilt "
+                          "(adding an older release to the release history rewrites every later commit)",
+                          hint=fix)
+    return recorded
+
+
+def _is_tag(repo: Path, ref: str) -> bool:
+    from vpatch import git
+
+    return git.resolve_commit(repo, f"refs/tags/{ref}") is not None
