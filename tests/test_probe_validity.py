@@ -4,7 +4,9 @@ way; update never drops on it; a patch landed on its own pin is a contradiction,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from conftest import KV_V1, PARSER_V1, Project, git
 from typer.testing import CliRunner
 
@@ -101,3 +103,28 @@ def test_landed_on_its_own_pin_is_a_contradiction_not_a_drop(project: Project) -
     assert git(project.root, "rev-parse", "HEAD").strip() == head
     assert (project.patches / "0001-kv-skip-null.patch").exists()
     assert run(project, "update", "--abort")[0] == 0
+
+
+@pytest.mark.releases
+def test_vacuous_0003_probe_on_the_real_history_is_flagged_and_keeps_0003(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                           release_history: Path) -> None:
+    """The reproduction from issue 9: 0003's probe replaced by `not_contains: ["NEVER"]` and committed. It used to
+    read as landed on the pin itself, and `update --to v0.31.0` dropped all three with Applied-Upstream v0.29.0."""
+    from conftest import REAL_CACHE
+    from test_update_releases import committed_copy, shipped_files, vpatch
+
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    files = shipped_files()
+    files["patches/probes/0003-qwen3-tool-call-unclosed-function.yaml"] = VACUOUS.replace(
+        "vllm/parser.py", "vllm/parser/qwen3.py").encode()
+    root = committed_copy(tmp_path / "project", files)
+    head = git(root, "rev-parse", "HEAD")
+    code, out = vpatch(root, "status", "--against", "v0.31.0", "--exit-code")
+    assert code == 4, out
+    assert "0003-qwen3-tool-call-unclosed-function.patch: its probe is INVALID: it passes on the pin v0.29.0" in out
+    assert "0003-qwen3-tool-call-unclosed-function.patch: not landed in any target" in out
+    code, out = vpatch(root, "update", "--to", "v0.31.0")
+    assert code == 1, out
+    assert "0003-qwen3-tool-call-unclosed-function.patch" in out and "passes" in out and "without the patch" in out
+    assert git(root, "rev-parse", "HEAD") == head  # nothing dropped, nothing retired
+    assert sorted(p.name[:4] for p in (root / "patches").glob("*.patch")) == ["0001", "0002", "0003"]

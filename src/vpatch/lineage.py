@@ -101,41 +101,60 @@ def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProo
     tags = release_tags(git.tags(repo, "v*"))
     containing = set(git.tags_containing(repo, commit))
     first = next((t for t in tags if t in containing), None)
-    if branch is not None:
-        main = git.resolve_commit(repo, branch)
-        for tag in tags[: tags.index(first) if first else len(tags)]:
-            pick = _cherry_pick_in(repo, tag, commit, main) if main else None
-            if pick is not None:
-                return ReleaseProof(tag, pick, _branch_of(repo, pick, branch), picked=True)
+    main = git.resolve_commit(repo, branch) if branch is not None else None
+    if main is not None:
+        earlier = tags[: tags.index(first) if first else len(tags)]
+        # a cherry-pick comes after its original: only releases tagged on a commit no older can carry one
+        tagged = git.resolve_commits(repo, earlier)
+        times = git.commit_times(repo, [commit, *(c for c in tagged.values() if c)])
+        since = times.get(commit, 0)
+        candidates = [t for t in earlier
+                      if (c := tagged[t]) and times.get(c, 0) >= since and not git.is_ancestor(repo, c, main)]
+        if candidates:
+            change = _Change.of(repo, commit)
+            for tag in candidates:
+                pick = change.picked_in(repo, tagged[tag] or "", main)
+                if pick is not None:
+                    return ReleaseProof(tag, pick, _branch_of(repo, pick, branch or "main"), picked=True)
     if first is None:
         return None
     return ReleaseProof(first, commit, _branch_of(repo, commit, branch) if branch else None, picked=False)
 
 
-def _cherry_pick_in(repo: Path, tag: str, commit: str, main: str) -> str | None:
-    """A commit on `tag`'s own release branch (past where it meets main) that carries `commit`."""
-    base = git.merge_base(repo, tag, main)
-    tag_commit = git.resolve_commit(repo, tag)
-    if base is None or tag_commit is None or base == tag_commit:
+@dataclass(frozen=True)
+class _Change:
+    """What identifies one landing commit's change on another branch."""
+
+    commit: str
+    pr: str | None  # "(#N)" from its subject
+    paths: tuple[str, ...]
+    patch_id: str | None
+
+    @classmethod
+    def of(cls, repo: Path, commit: str) -> _Change:
+        subject = commitcache.log_records(repo, None, commit, commits=[commit])[0].subject
+        prs = _PR.findall(subject)
+        paths = tuple(git.changed_paths(repo, commit))
+        return cls(commit, f"(#{prs[-1]})" if prs else None, paths,
+                   git.commit_patch_id(repo, commit, paths) if paths else None)
+
+    def picked_in(self, repo: Path, tag_commit: str, main: str) -> str | None:
+        """A commit on the tag's own release branch (past where it meets main) that carries this change."""
+        base = git.merge_base(repo, tag_commit, main)
+        if base is None or base == tag_commit:
+            return None
+        grep = [self.commit[:12], *([self.pr] if self.pr else [])]
+        for record in commitcache.log_records(repo, base, tag_commit, grep=grep):
+            picked = _PICKED.search(record.body)
+            if picked and self.commit.startswith(picked.group(1)):
+                return record.commit
+            if self.pr and self.pr in record.subject and not _is_revert(record.subject):
+                return record.commit
+        if self.patch_id:
+            found = commitcache.patch_id_commits(repo, base, tag_commit, self.paths).get(self.patch_id)
+            if found:
+                return found[-1]
         return None
-    if git.is_ancestor(repo, tag_commit, main):
-        return None  # tagged on main itself: containment already answered it
-    original = commitcache.log_records(repo, None, commit, commits=[commit])[0]
-    prs = _PR.findall(original.subject)
-    grep = [commit[:12], *(f"(#{n})" for n in prs[-1:])]
-    for record in commitcache.log_records(repo, base, tag_commit, grep=grep):
-        picked = _PICKED.search(record.body)
-        if picked and commit.startswith(picked.group(1)):
-            return record.commit
-        if prs and f"(#{prs[-1]})" in record.subject and not _is_revert(record.subject):
-            return record.commit
-    paths = git.changed_paths(repo, commit)
-    pid = git.commit_patch_id(repo, commit, paths) if paths else None
-    if pid:
-        found = commitcache.patch_id_commits(repo, base, tag_commit, paths).get(pid)
-        if found:
-            return found[-1]
-    return None
 
 
 def _branch_of(repo: Path, commit: str, main: str) -> str | None:
