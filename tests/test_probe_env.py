@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ToyUpstream
+from conftest import Project, ToyUpstream
 from test_probes import fixed, write_probe  # noqa: F401 (fixed is a fixture)
 
 from vpatch import probe_env, probes
@@ -207,3 +207,39 @@ def test_a_killed_probe_run_s_tree_is_removed_by_the_next_run(
     assert probes.run_probe(toy_upstream.path, probe, "v1.1", cache=tmp_path / "cache").outcome is ProbeOutcome.PASS
 
     assert sorted(p.name for p in runs.iterdir()) == [live.name]
+
+
+def test_status_shows_each_probe_on_stderr_and_keeps_json_on_stdout_clean(project: Project) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from test_probes import COMMAND_PROBE, SCRIPT, _project_patch
+    from vpatch.cli import app
+
+    _project_patch(project, COMMAND_PROBE, SCRIPT)
+
+    result = CliRunner().invoke(app, ["--project", str(project.root), "status", "--json"])
+
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)  # nothing but the document
+    lines = result.stderr.splitlines()
+    assert "probe venv: creating the venv" in result.stderr and any(line.startswith("probe venv: ready") for line in lines)
+    assert "probe 0001-kv-skip-null on v1.0: running" in lines
+    assert any(line.startswith("probe 0001-kv-skip-null on v1.0: fail (") for line in lines)
+
+
+def test_lock_probes_command_rewrites_the_lock_and_says_what_moved(wheels: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("# requires: tinypkg==1.1\n# omit: hugepkg\ntinypkg==1.0\n")
+
+    result = CliRunner().invoke(app, ["--project", str(tmp_path), "lock-probes", "--lock", str(lock)])
+    again = CliRunner().invoke(app, ["--project", str(tmp_path), "lock-probes", "--lock", str(lock)])
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["tinypkg 1.0 -> 1.1", "+ tinydep==2.0"]
+    assert again.stdout == "" and "requirements.lock: unchanged" in again.stderr

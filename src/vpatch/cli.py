@@ -152,6 +152,31 @@ Without arguments it refreshes: every release from 0.28.0 \
     echo(f"release history: {releases.history_path(cache_dir())}", err=True)
 
 
+@app.command(name="lock-probes")
+def lock_probes(
+    lock: Annotated[Optional[Path], typer.Option("--lock", help="The lock file (default: probes/requirements.lock "
+                                                 "in the patches folder).")] = None,
+) -> None:
+    """Refresh the probe venv's lock on purpose: resolve its '# requires:' line afresh, leave out '# omit:'.
+
+    Every probe that uses the lock gets a new venv and new verdicts (the lock is part of both keys).
+    Commit the changed lock with the reason for the refresh.
+    """
+    from vpatch import probe_env
+
+    path = lock or _config().patches_dir / "probes" / probe_env.LOCK_NAME
+    echo(f"resolving {path.name} with pip (nothing is installed)...", err=True)
+    change = probe_env.refresh_lock(path)
+    for name, old, new in change.moved:
+        echo(f"{name} {old} -> {new}")
+    for line in change.added:
+        echo(f"+ {line}")
+    for line in change.removed:
+        echo(f"- {line}")
+    if not (change.moved or change.added or change.removed):
+        echo(f"{path.name}: unchanged", err=True)
+
+
 @app.command()
 def apply(
     ref: Annotated[Optional[str], typer.Option("--ref", help="Upstream ref to apply onto (default: the pin).")] = None,
@@ -296,10 +321,15 @@ def status(
     series = _series(config)
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against or ())
-    result = core.compute(
-        repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
-        branch=config.upstream.branch, probe=None if no_probes else core.probe_fn(repo, config),
-    )
+    from vpatch.console import ProgressView
+
+    names = {t.commit: t.ref for t in [*targets, pin]}
+    with ProgressView() as view:
+        result = core.compute(
+            repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
+            branch=config.upstream.branch,
+            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names),
+        )
     if json_out:
         import json
 

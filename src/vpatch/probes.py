@@ -273,6 +273,7 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
         outcome, detail = _run_files(repo, probe, tree)
     else:
         subject = f"probe {label or probe.name}"
+        report(Event(subject, "running"))
         outcome, detail = _run_command(repo, probe, tree, cache, report)
         report(Event(subject, outcome.value, final=True, seconds=time.monotonic() - started))
     result = ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3))

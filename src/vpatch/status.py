@@ -23,13 +23,14 @@ release branch (lineage.first_release, which also names the proving commit and b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git, lineage
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.progress import Reporter, silent
 from vpatch.upstream import commitcache
 from vpatch.verdict import (
     ProbeCheck,
@@ -299,11 +300,13 @@ def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[st
     return line[hi], checks
 
 
-def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None) -> ProbeFn:
+def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None,
+             report: Reporter | None = None, names: Mapping[str, str] | None = None) -> ProbeFn:
     """The probe runner the verdict wants: (patch, commit) -> its probe's answer on that unpatched commit.
 
     Results come from probes.run_probe, cached by (probe content, tree id), so a second status runs no
-    probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way."""
+    probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way.
+    `report` hears each probe that runs, named by patch and target (`names`: commit -> ref)."""
     loaded: dict[Path, object] = {}
 
     def run(patch: Patch, commit: str) -> ProbeCheck | None:
@@ -316,7 +319,8 @@ def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = N
                 loaded[patch.probe_path] = probes.Probe.load(patch.probe_path)
             probe = loaded[patch.probe_path]
             assert isinstance(probe, probes.Probe)
-            result = probes.run_probe(repo, probe, commit, cache=cache)
+            label = f"{patch.name} on {(names or {}).get(commit, commit[:12])}"
+            result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent)
         except VpatchError as exc:
             return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
         return ProbeCheck(ProbeOutcome(result.outcome.value), _last_lines(result.detail), ran=not result.cached)
