@@ -61,7 +61,7 @@ class SimpleIndex:
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, directory=str(root), **kwargs)
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if self.path.startswith("/simple/") and "json" in self.headers.get("Accept", ""):
                     body = (root / self.path.lstrip("/") / "index.json").read_bytes()
                     self.send_response(200)

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from simpleindex import SimpleIndex, point_pip_at
 from test_releases import FakePyPI, fake_sdist, tag_table
+
 from vpatch.errors import UpstreamError
 from vpatch.lock import LockedError
 from vpatch.progress import Event, Reporter
@@ -145,8 +145,9 @@ def test_downloads_run_in_parallel_but_bounded(tmp_path: Path) -> None:
 def test_a_second_releases_run_on_the_same_cache_refuses_and_names_the_first(tmp_path: Path) -> None:
     lock = releases.lock_path(tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from vpatch.lock import exclusive\n"
-         f"with exclusive(Path({str(lock)!r}), what='x'):\n  print('held', flush=True); time.sleep(60)"],
+        [sys.executable, "-c", ("import sys, time; from pathlib import Path; from vpatch.lock import exclusive\n"
+                                f"with exclusive(Path({str(lock)!r}), what='x'):\n"
+                                "  print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"

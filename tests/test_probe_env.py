@@ -212,9 +212,9 @@ def test_a_killed_probe_run_s_tree_is_removed_by_the_next_run(
 def test_status_shows_each_probe_on_stderr_and_keeps_json_on_stdout_clean(project: Project) -> None:
     import json
 
+    from test_probes import COMMAND_PROBE, SCRIPT, _project_patch
     from typer.testing import CliRunner
 
-    from test_probes import COMMAND_PROBE, SCRIPT, _project_patch
     from vpatch.cli import app
 
     _project_patch(project, COMMAND_PROBE, SCRIPT)

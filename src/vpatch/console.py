@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Self, TextIO
 
 from vpatch.progress import Event
 
@@ -48,11 +48,17 @@ class ProgressView:
         self._progress: Progress | None = None
         self._tasks: dict[str, TaskID] = {}
 
-    def __enter__(self) -> ProgressView:
+    def __enter__(self) -> Self:
         if self.live:
             from rich.console import Console
-            from rich.progress import (BarColumn, DownloadColumn, Progress, SpinnerColumn, TextColumn,
-                                       TimeElapsedColumn)
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                       DownloadColumn(), TimeElapsedColumn(),

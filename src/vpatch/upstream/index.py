@@ -24,7 +24,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import BinaryIO
 
-from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
+from packaging.utils import (
+    InvalidSdistFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+)
 from packaging.version import Version
 
 from vpatch.errors import UpstreamError
@@ -282,7 +286,8 @@ class Index:
         done = 0
         try:
             if dist.url.startswith("file:"):
-                source: BinaryIO = Path(urllib.request.url2pathname(urllib.parse.urlsplit(dist.url).path)).open("rb")
+                local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(dist.url).path))
+                source: BinaryIO = local.open("rb")  # closed by the `with source` below
                 total = dist.size
             else:
                 response = self._open(dist.url)

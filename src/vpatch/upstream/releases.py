@@ -8,11 +8,10 @@ history was grown. The sdists come from upstream.sdists, their commits from upst
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Callable
 
 from packaging.version import InvalidVersion, Version
 
@@ -20,13 +19,18 @@ from vpatch import git
 from vpatch.errors import UpstreamError
 from vpatch.lock import exclusive
 from vpatch.progress import Event, Reporter, silent
-from vpatch.upstream import cache_dir
-from vpatch.upstream import history_path as history_path  # re-exported: where the history lives
-from vpatch.upstream import sdists
+from vpatch.upstream import cache_dir, sdists
+from vpatch.upstream import history_path as history_path  # noqa: PLC0414 (re-exported: where the history lives)
 from vpatch.upstream.index import Index
 from vpatch.upstream.sdists import Downloader
-from vpatch.upstream.stream import IDENTITY as IDENTITY  # re-exported: who made each release commit
-from vpatch.upstream.stream import SCRATCH_REF, Marks, Sdist, rewrite_stream, sdist_stream
+from vpatch.upstream.stream import IDENTITY as IDENTITY  # noqa: PLC0414 (re-exported: who made each commit)
+from vpatch.upstream.stream import (
+    SCRATCH_REF,
+    Marks,
+    Sdist,
+    rewrite_stream,
+    sdist_stream,
+)
 
 PACKAGE = "vllm"
 BRANCH = "refs/heads/releases"

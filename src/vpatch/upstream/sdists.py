@@ -65,7 +65,7 @@ def cached_versions(cache: Path | None = None, *, package: str = "vllm") -> list
     found = []
     for path in sorted(folder.glob(f"{package}-*.tar.gz")) if folder.is_dir() else []:
         try:
-            name, version = parse_sdist_filename(path.name)
+            name, _version = parse_sdist_filename(path.name)
         except InvalidSdistFilename:
             continue
         if name == package:

@@ -86,7 +86,7 @@ def sdist_stream(sdist: Sdist, parent: str | None, mark: int, marks: Marks) -> I
         with tarfile.open(sdist.path, "r:gz") as tar:
             for member in tar:
                 date = max(date, int(member.mtime))
-                name = member.name[2:] if member.name.startswith("./") else member.name
+                name = member.name.removeprefix("./")
                 if name.rstrip("/") == top.rstrip("/") and member.isdir():
                     continue
                 if not name.startswith(top):
