@@ -87,6 +87,24 @@ def test_export_removes_a_dropped_commit(project: Project) -> None:
     assert sorted(p.name for p in project.patches.glob("*.patch")) == ["0001-kv-skip-null.patch", "0005-new-module.patch"]
 
 
+def test_export_dry_run_says_what_it_would_do_and_writes_nothing(project: Project) -> None:
+    three_patches(project)
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    git(tree, "rebase", "-q", "--onto", "HEAD~2", "HEAD~1")  # drop 0002
+    (tree / "vllm/new.py").write_text("NEW = True\n")
+    git(tree, "add", "vllm/new.py")
+    git(tree, "commit", "-q", "-m", "Add a new thing\n\nBecause.")
+    before = snapshot(project.root)
+    code, out = run(project, "export", "--dry-run")
+    assert code == 0, out
+    assert "would add: 0006-add-a-new-thing.patch" in out
+    assert "would remove: 0002-parser-fix.patch" in out
+    assert snapshot(project.root) == before
+    code, out = run(project, "export")
+    assert "added: 0006-add-a-new-thing.patch" in out and "removed: 0002-parser-fix.patch" in out
+
+
 def test_failing_patch_names_file_and_hunk_and_leaves_nothing(project: Project) -> None:
     project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_V1.replace("break", "continue")}, "Skip null blocks")
     project.make_patch(2, "parser-fix", {"vllm/parser.py": PARSER_V1.replace("line 20\n", "line 20 fixed\n")}, "Fix the parser")

@@ -213,10 +213,10 @@ def export(
     config = _config()
     with lock.held(config.root, "export"):
         result = stack.export_series(_series(config), config.state_dir, dry_run=dry_run)
-    verb = "would " if dry_run else ""
-    for label, names in (("changed", result.changed), ("added", result.added), ("removed", result.removed)):
+    for planned, done, names in (("would change", "changed", result.changed), ("would add", "added", result.added),
+                                 ("would remove", "removed", result.removed)):
         for name in names:
-            echo(f"{verb}{label[:-1] if dry_run else label}: {name}" if dry_run else f"{label}: {name}")
+            echo(f"{planned if dry_run else done}: {name}")
     if not (result.changed or result.added or result.removed):
         echo(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
 

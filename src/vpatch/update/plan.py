@@ -13,6 +13,8 @@ from vpatch.series import Patch, Series
 if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.narrow import Narrowing
+    from vpatch.status import Landing, Status
+    from vpatch.verdict import ProbeFn
 
 
 class Action(str, Enum):
@@ -52,7 +54,7 @@ class Plan:
     to_ref: str
     to_commit: str
     patches: tuple[PatchPlan, ...]
-    report: object = field(default=None, compare=False, repr=False)  # status.Status of the judging, for display
+    report: Status | None = field(default=None, compare=False, repr=False)  # the judging, for display
 
     def with_action(self, file: str, action: Action) -> Plan:
         return replace(self, patches=tuple(replace(p, action=action) if p.file == file else p for p in self.patches))
@@ -134,7 +136,7 @@ class Result:
 
 # (repo, config, series, pin commit, target ref, target commit) -> one PatchPlan per patch, in series order,
 # and the status report they came from (shown by --dry-run; None when there is none).
-Judge = Callable[[Path, "Config", Series, str, str, str], "tuple[list[PatchPlan], object | None]"]
+Judge = Callable[[Path, "Config", Series, str, str, str], "tuple[list[PatchPlan], Status | None]"]
 # (repo, config, patch, base commit, patched commit) -> the probe re-validated on the new pin.
 Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
@@ -145,7 +147,7 @@ Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
 def judge_with_status(
     repo: Path, config: Config, series: Series, current: str, to: str, target: str,
-) -> tuple[list[PatchPlan], object | None]:
+) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides."""
     from vpatch import status
 
@@ -158,7 +160,7 @@ def judge_with_status(
         verdict = row.results[-1]
         state = verdict.state.value
         action = {"landed": Action.DROP, "needed": Action.KEEP}.get(state, Action.STOP)
-        decided: object = verdict.decided_by
+        decided = str(verdict.decided_by or "")
         if row.results[0].state.value == "landed" and target != current:
             # landed on its own pin: the series or the evidence is wrong, and no drop can be right
             action, state = Action.STOP, "contradiction"
@@ -167,14 +169,14 @@ def judge_with_status(
         landed_in = None
         if action is Action.DROP:
             landed_in = _landing_text(row.landed_in, to, target)
-        rows.append(PatchPlan(patch.filename, patch.subject, state, action, str(decided) if decided else "",
+        rows.append(PatchPlan(patch.filename, patch.subject, state, action, decided,
                               tuple(str(e) for e in verdict.evidence), landed_in,
                               patch.trailer("Upstream-PR")))
     return rows, report
 
 
 def narrow_rows(
-    repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: object, current: str, to: str,
+    repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: Status | None, current: str, to: str,
     target: str, validate: Callable[[Patch, str], ProbeCheck] | None,
 ) -> list[PatchPlan]:
     """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14).
@@ -211,22 +213,19 @@ def narrow_rows(
     return out
 
 
-def _landing_text(landing: object, to: str, target: str) -> str:
+def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     if landing is None:
         return f"{to} (commit {target[:12]})"
-    ref, commit, release = getattr(landing, "ref"), getattr(landing, "commit"), getattr(landing, "release")
-    proof = getattr(landing, "proof", None)
-    where = "in no release yet" if release is None else f"release {proof or release}"
-    first = "first commit" if getattr(landing, "bisected", False) else "commit"
-    return f"{ref} ({first} {commit[:12]}, {where})"
+    where = "in no release yet" if landing.release is None else f"release {landing.proof or landing.release}"
+    first = "first commit" if landing.bisected else "commit"
+    return f"{landing.ref} ({first} {landing.commit[:12]}, {where})"
 
 
-def _probe_fn(repo: Path, config: Config):  # type: ignore[no-untyped-def]
+def _probe_fn(repo: Path, config: Config) -> ProbeFn:
     """The probe runner `vpatch status` uses (probe results cached by probe content and tree)."""
     from vpatch import status
 
-    factory = getattr(status, "probe_fn", None)
-    return factory(repo, config) if factory is not None else None
+    return status.probe_fn(repo, config)
 
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:

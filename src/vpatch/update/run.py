@@ -268,19 +268,8 @@ def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str,
 
 
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str) -> ProbeCheck:
-    """The probes module's `validate_probe` (issue 3): the probe must fail on `base` and pass on `patched`.
+    """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
+    from vpatch import probes
 
-    Expected interface: validate_probe(repo, config, patch, base=<commit>, patched=<commit>) returning an
-    object with `ok` (bool) and `detail` (str), or raising VpatchError. Until that module exists the probe
-    is reported as not re-validated (in the result and the commit message) rather than blocking the update.
-    """
-    import importlib
-
-    try:
-        probes = importlib.import_module("vpatch.probes")
-        validate = getattr(probes, "validate_probe")
-    except (ImportError, AttributeError):
-        return ProbeCheck(patch.filename, patch.trailer("Probe"), True, "NOT re-validated: this vpatch has no probe runner")
-    outcome = validate(repo, config, patch, base=base, patched=patched)
-    return ProbeCheck(patch.filename, patch.trailer("Probe"), bool(getattr(outcome, "ok", outcome)),
-                      str(getattr(outcome, "detail", "")))
+    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched)
+    return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)
