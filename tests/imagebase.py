@@ -3,8 +3,8 @@
 No registry is reachable from tests, so the official image is imitated: Debian's python3.11 and a
 static busybox in a root filesystem, vLLM's Python package under
 /usr/local/lib/python3.12/dist-packages/vllm (found through a .pth file, as the official image's
-python3.12 finds it through its site-packages), imported with `docker import`. The package comes from the release history's tree, so it is byte for byte what the
-pin says. Images are cached on the
+python3.12 finds it through its site-packages), imported with `docker import`. The package comes from
+the release history's tree, so it is byte for byte what the pin says. Images are cached on the
 daemon by a tag that names their inputs, so only the first run pays for them (a few seconds).
 """
 
@@ -17,9 +17,9 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from vpatch.image.docker import Docker
 from vpatch.upstream import cache_dir

@@ -67,7 +67,7 @@ def test_agrees_with_git_apply_on_random_patches_and_upstreams(tmp_path: Path) -
             base[-1] = base[-1].rstrip(b"\n")  # no newline at the end of the file
         patched = mutate(rng, base)
         if patched == base:
-            patched = base + [b"appended\n"]
+            patched = [*base, b"appended\n"]
         c_base = write_commit(repo, {"f.txt": b"".join(base), "g.txt": None})
         c_patched = write_commit(repo, {"f.txt": b"".join(patched)})
         diff = sh(repo, "-c", "core.abbrev=40", "diff", "--full-index", c_base, c_patched).encode()

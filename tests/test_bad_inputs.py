@@ -89,7 +89,7 @@ def test_a_fifo_named_like_a_patch_is_refused_not_read(project: Project) -> None
 @pytest.mark.parametrize("name", ["../../x", "a/b", ".."])
 def test_upstream_releases_must_be_a_project_name(tmp_path: Path, name: str) -> None:
     (tmp_path / "vpatch.yaml").write_text(f"upstream:\n  source: releases\n  releases: '{name}'\npin:\n  ref: v0.29.0\n")
-    with pytest.raises(ConfigError, match="upstream.releases"):
+    with pytest.raises(ConfigError, match=r"upstream\.releases"):
         Config.load(tmp_path)
 
 
@@ -124,6 +124,6 @@ def test_a_nul_byte_in_a_probe_command_is_refused(tmp_path: Path) -> None:
 def test_bad_base_image_names_are_refused(tmp_path: Path, image: str) -> None:
     from vpatch.image.definition import ImageDefinition
 
-    with pytest.raises(ConfigError, match="base.image"):
+    with pytest.raises(ConfigError, match=r"base\.image"):
         ImageDefinition.parse(f"image:\n  repository: ml/prod\n  tag: prod\nbase:\n  image: '{image}'\n", name="prod",
                               path=tmp_path / "prod.yaml", source="prod.yaml")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from conftest import KV_V1, PARSER_V1, Project, git
+from conftest import PARSER_V1, Project, git
 from test_update import KV_FIXED, commit_all, state_of
+
 from vpatch import git as vgit
 from vpatch.config import Config
 
@@ -59,7 +59,7 @@ def test_a_conflict_on_the_target_needs_a_person_and_changes_nothing(ci_project:
     # 0001 landed, so the update runs; 0002 conflicts there, so it stops and is aborted
     assert code == 5, err
     assert summary["landed"] == ["0001-kv-skip-null.patch"]
-    assert [a["file"] for a in summary["attention"]][0] == "0002-parser-fix.patch"
+    assert summary["attention"][0]["file"] == "0002-parser-fix.patch"
     assert "stopped at 0002-parser-fix.patch" in summary["message"] and "Nothing was changed" in summary["message"]
     assert state_of(ci_project) == before
     assert not (ci_project.root / ".git" / "vpatch-update").exists()
@@ -93,7 +93,7 @@ def test_every_patch_landed_says_the_official_image_suffices(ci_project: Project
 
 
 def test_error_gives_exit_1_and_names_the_step(ci_project: Project) -> None:
-    code, summary, err = ci_rebuild(ci_project, "--to", "v9.9", "--no-fetch")
+    code, summary, _ = ci_rebuild(ci_project, "--to", "v9.9", "--no-fetch")
     assert code == 1
     assert summary["error"]["step"].startswith("vpatch status --json --against v9.9")
     assert "unknown upstream ref 'v9.9'" in summary["error"]["stderr"]
@@ -103,6 +103,7 @@ def test_error_gives_exit_1_and_names_the_step(ci_project: Project) -> None:
 def test_update_then_real_build_on_the_new_pin(ci_project: Project) -> None:
     """The whole job with a real docker build: the base image is made from the toy v1.1 tree."""
     from imagebase import ensure_base
+
     from vpatch.image.docker import Docker, DockerError
 
     try:

@@ -8,12 +8,27 @@ from pathlib import Path
 import pytest
 
 from vpatch.deploy.checks import (
-    Status, answer_is_right, judge_block_cost, judge_count, judge_kv_pool, judge_log, judge_parallel, judge_tool_call,
+    Status,
+    answer_is_right,
+    judge_block_cost,
+    judge_count,
+    judge_kv_pool,
+    judge_log,
+    judge_parallel,
+    judge_tool_call,
 )
 from vpatch.deploy.client import Timing
 from vpatch.deploy.readings import (
-    CacheGeometry, KvPool, Metrics, NotStrictJson, assemble_chat, block_cost, kv_pool_from_log, log_findings,
-    sse_events, strict_json,
+    CacheGeometry,
+    KvPool,
+    Metrics,
+    NotStrictJson,
+    assemble_chat,
+    block_cost,
+    kv_pool_from_log,
+    log_findings,
+    sse_events,
+    strict_json,
 )
 from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
 from vpatch.errors import ConfigError

@@ -9,14 +9,14 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import REAL_CACHE
 from imagebase import FLASH_MODULE, PACKAGE_DIR, PIN, SeriesFiles, ensure_base, make_flash_series, write_project
+from typer.testing import CliRunner
+
 from vpatch import git as vgit
 from vpatch.cli import app
 from vpatch.errors import ConfigError, VpatchError
@@ -419,6 +419,7 @@ def test_source_build_runs_vllms_dockerfile_from_the_patched_tree(project, toy_u
                                                                   bases: dict[str, str]) -> None:
     """The source strategy end to end on a toy upstream whose docker/Dockerfile has vLLM's args and stages."""
     from conftest import write_config
+
     from vpatch.upstream import cache_dir, mirror
 
     toy_upstream.commit({

@@ -119,8 +119,8 @@ def test_buildargs_follow_the_args_the_pins_dockerfile_declares(release_history:
 
 def test_content_hash_changes_with_each_input_and_only_then() -> None:
     one, two = patch(1, ("vllm/a.py", "vllm/a.py")), patch(2, ("vllm/b.py", "vllm/b.py"))
-    args = dict(strategy=Strategy.OVERLAY, base_identity="sha256:" + "1" * 64, pin_commit="a" * 40,
-                patches=[one, two], recipe={"dockerfile": "d"})
+    args = {"strategy": Strategy.OVERLAY, "base_identity": "sha256:" + "1" * 64, "pin_commit": "a" * 40,
+            "patches": [one, two], "recipe": {"dockerfile": "d"}}
     same = content_hash(**args)  # type: ignore[arg-type]
     assert same == content_hash(**args) and len(same) == 12  # type: ignore[arg-type]
     for key, value in (("base_identity", "sha256:" + "2" * 64), ("pin_commit", "b" * 40), ("patches", [one]),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import KV_V1, PARSER_V1, Project, git
 from typer.testing import CliRunner
 
-from conftest import KV_V1, PARSER_V1, Project, git
 from vpatch.cli import app
 from vpatch.series import Patch, Series
 

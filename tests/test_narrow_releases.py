@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
-from conftest import REAL_CACHE, git
 from vpatch import git as vgit
 from vpatch.cli import app
 from vpatch.series import Patch, parse_diff

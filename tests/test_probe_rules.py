@@ -64,7 +64,8 @@ def test_0002_errors_when_the_manager_rejects_an_argument(release_history: Path,
 def test_0002_errors_when_too_few_prefill_steps_were_in_flight(release_history: Path, tmp_path: Path) -> None:
     # v0.29.0 has the bug; here its requests cut the prompt to 4,096 tokens, so prefill is over in 3 steps and
     # the group never grows past the bound. The probe used to PASS this buggy tree; now it cannot decide.
-    call = "        self.num_prompt_tokens = length_from_prompt_token_ids_or_embeds(\n            prompt_token_ids, prompt_embeds\n        )\n"
+    call = ("        self.num_prompt_tokens = length_from_prompt_token_ids_or_embeds(\n"
+            "            prompt_token_ids, prompt_embeds\n        )\n")
     repo, tree = altered(release_history, tmp_path, "v0.29.0", "vllm/v1/request.py",
                          (call, call + "        self.num_prompt_tokens = min(self.num_prompt_tokens, 4096)\n"))
     result = run(repo, "0002-mamba-null-gap-free", tree)

@@ -165,7 +165,7 @@ def test_validate_refuses_a_probe_that_passes_everywhere(project: Project) -> No
 
 def test_validate_refuses_a_probe_that_still_fails_with_the_patch(project: Project) -> None:
     patch = _project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [never-there]\n")
-    with pytest.raises(ProbeError, match="fails on v1.0 without the patch and fails with it"):
+    with pytest.raises(ProbeError, match=r"fails on v1\.0 without the patch and fails with it"):
         probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
 
 

@@ -7,9 +7,10 @@ import hashlib
 import io
 import tarfile
 from pathlib import Path
-import pytest
 
+import pytest
 from conftest import REAL_CACHE, RELEASE_VERSIONS, git
+
 from vpatch.errors import UpstreamError
 from vpatch.progress import Event, Reporter
 from vpatch.upstream import releases, sdists
@@ -327,9 +328,9 @@ def test_releases_command_builds_a_range_and_prints_one_line_per_release(
 def test_releases_command_in_a_project_starts_from_the_pin_when_older_than_the_floor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from conftest import write_config
     from typer.testing import CliRunner
 
-    from conftest import write_config
     from vpatch.cli import app
 
     write_config(tmp_path, "https://example.invalid/vllm.git", ref="v1.1.0")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import KV_V1, Project, snapshot
 from typer.testing import CliRunner
 
-from conftest import KV_V1, Project, snapshot
 from vpatch.cli import app
 from vpatch.errors import SeriesError
 from vpatch.series import Series
@@ -61,7 +61,9 @@ BAD = [
     ("0001-bad-hunk.patch", GOOD.replace("@@ -2,4 +2,4 @@", "@@ -2,x +2,4 @@"), "broken hunk header in vllm/kv.py"),
     ("0001-short-hunk.patch", GOOD.replace("@@ -2,4 +2,4 @@", "@@ -2,9 +2,9 @@"), "is cut short"),
     ("0001-escape.patch", GOOD.replace("a/vllm/kv.py", "a/../etc/passwd").replace("b/vllm/kv.py", "b/../etc/passwd"), "outside the tree"),
-    ("0001-absolute.patch", GOOD.replace("--- a/vllm/kv.py", "--- /etc/passwd").replace("diff --git a/vllm/kv.py b/vllm/kv.py", "diff --git /etc/passwd /etc/passwd").replace("+++ b/vllm/kv.py", "+++ /etc/passwd"), "absolute path"),
+    ("0001-absolute.patch", GOOD.replace("--- a/vllm/kv.py", "--- /etc/passwd")
+     .replace("diff --git a/vllm/kv.py b/vllm/kv.py", "diff --git /etc/passwd /etc/passwd")
+     .replace("+++ b/vllm/kv.py", "+++ /etc/passwd"), "absolute path"),
     ("0001-gitdir.patch", GOOD.replace("vllm/kv.py", ".git/hooks/pre-commit"), "inside the .git folder"),
     ("1-badname.patch", GOOD, "not a series file name"),
 ]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
+from conftest import KV_V1, PARSER_V1, Project, git, snapshot
 from typer.testing import CliRunner
 
-from conftest import KV_V1, PARSER_V1, Project, git, snapshot
 from vpatch.cli import app
 
 

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import KV_V1, PARSER_V1, Project, git, snapshot
 from typer.testing import CliRunner
 
-from conftest import KV_V1, PARSER_V1, Project, git, snapshot
+from vpatch import update as core
 from vpatch.cli import app
 from vpatch.config import Config
 from vpatch.series import Series
-from vpatch import update as core
 
 
 def run(project: Project, *args: str) -> tuple[int, str]:
@@ -185,7 +185,7 @@ def test_a_probe_that_no_longer_validates_stops_the_update_and_changes_nothing(t
         seen.append((patch.filename, base, patched))
         return core.ProbeCheck(patch.filename, "probes/extra.yaml", False, "passes without the patch")
 
-    with pytest.raises(core.VpatchError, match="probe of 0003-new-module.patch no longer validates on v1.1"):
+    with pytest.raises(core.VpatchError, match=r"probe of 0003-new-module\.patch no longer validates on v1\.1"):
         core.update(Config.load(three.root), "v1.1", validator=validator)
     assert [s[0] for s in seen] == ["0003-new-module.patch"]
     assert seen[0][1] == git(three.upstream.path, "rev-parse", "v1.1").strip()

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
-from conftest import REAL_CACHE, git
 from vpatch import git as vgit
 from vpatch.cli import app
 from vpatch.config import Config

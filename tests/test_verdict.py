@@ -111,7 +111,8 @@ def test_upstream_pr_in_a_reachable_subject_is_landed_evidence(project: Project)
     p = project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_V1.replace("break", "continue")}, "Skip null blocks",
                            trailers="Origin: vendor\nUpstream-PR: 4242")
     # upstream fixes it its own way, squash-merged with the PR number in the subject
-    project.upstream.commit({"vllm/kv.py": KV_V1.replace("        if b is None:\n            break\n", "        if b is not None:\n            pass\n")},
+    own_way = KV_V1.replace("        if b is None:\n            break\n", "        if b is not None:\n            pass\n")
+    project.upstream.commit({"vllm/kv.py": own_way},
                             "[Core] Free blocks past null gaps (#4242)", tag="v1.1")
     v = verdict_on(project, p, "v1.1")
     assert v.state is State.LANDED

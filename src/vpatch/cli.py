@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -112,9 +112,9 @@ def fetch() -> None:
 
 @app.command(name="releases")
 def releases_(
-    versions: Annotated[Optional[list[str]], typer.Argument(help="Releases to add, e.g. 0.30.0 0.31.0.", show_default=False)] = None,
-    first: Annotated[Optional[str], typer.Option("--from", help="Add every release PyPI offers from this one on.")] = None,
-    last: Annotated[Optional[str], typer.Option("--to", help="...up to and including this one (default: the newest).")] = None,
+    versions: Annotated[list[str] | None, typer.Argument(help="Releases to add, e.g. 0.30.0 0.31.0.", show_default=False)] = None,
+    first: Annotated[str | None, typer.Option("--from", help="Add every release PyPI offers from this one on.")] = None,
+    last: Annotated[str | None, typer.Option("--to", help="...up to and including this one (default: the newest).")] = None,
     pre: Annotated[bool, typer.Option("--pre", help="Let --from/--to include pre-releases.")] = False,
     list_only: Annotated[bool, typer.Option("--list", help="Only list what the history holds; download nothing.")] = False,
 ) -> None:
@@ -129,9 +129,8 @@ Without arguments it refreshes: every release from 0.28.0 \
     """
     import datetime
 
-    from vpatch.upstream import cache_dir, releases
-
     from vpatch.config import CONFIG_NAME, find_root
+    from vpatch.upstream import cache_dir, releases
 
     root = find_root(state.project.resolve())
     pin = _config().pin.ref if (root / CONFIG_NAME).is_file() else None
@@ -147,14 +146,14 @@ Without arguments it refreshes: every release from 0.28.0 \
         echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
         return
     for r in result:
-        day = datetime.datetime.fromtimestamp(r.date, datetime.timezone.utc).strftime("%Y-%m-%d")
+        day = datetime.datetime.fromtimestamp(r.date, datetime.UTC).strftime("%Y-%m-%d")
         echo(f"{r.tag:<12} {r.commit[:12]}  {day}  {r.state.value}")
     echo(f"release history: {releases.history_path(cache_dir())}", err=True)
 
 
 @app.command(name="lock-probes")
 def lock_probes(
-    lock: Annotated[Optional[Path], typer.Option("--lock", help="The lock file (default: probes/requirements.lock "
+    lock: Annotated[Path | None, typer.Option("--lock", help="The lock file (default: probes/requirements.lock "
                                                  "in the patches folder).")] = None,
 ) -> None:
     """Refresh the probe venv's lock on purpose: resolve its '# requires:' line afresh, leave out '# omit:'.
@@ -179,9 +178,10 @@ def lock_probes(
 
 @app.command()
 def apply(
-    ref: Annotated[Optional[str], typer.Option("--ref", help="Upstream ref to apply onto (default: the pin).")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for the work tree (default: .vpatch/tree).")] = None,
-    keep: Annotated[bool, typer.Option("--keep", help="On failure keep the tree with the patches before the failing one, to fix it.")] = False,
+    ref: Annotated[str | None, typer.Option("--ref", help="Upstream ref to apply onto (default: the pin).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Folder for the work tree (default: .vpatch/tree).")] = None,
+    keep: Annotated[bool, typer.Option(
+        "--keep", help="On failure keep the tree with the patches before the failing one, to fix it.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing tree even if it holds work not yet exported.")] = False,
 ) -> None:
     """Materialise a work tree of the pin (or REF) with each patch committed as one commit."""
@@ -224,7 +224,7 @@ def export(
 @app.command()
 def new(
     slug: Annotated[str, typer.Argument(help="Short name of the patch, e.g. fix-parser (lower case, dashes).")],
-    subject: Annotated[Optional[str], typer.Option("--subject", help="First line of the patch message.")] = None,
+    subject: Annotated[str | None, typer.Option("--subject", help="First line of the patch message.")] = None,
 ) -> None:
     """Start a new patch: an empty commit with the header template in the applied tree."""
     from vpatch import lock, newpatch
@@ -241,8 +241,10 @@ def build(
     name: Annotated[str, typer.Argument(help="Image definition to build: images/NAME.yaml.")],
     plan: Annotated[bool, typer.Option("--plan", help="Show strategy, reason, exact build command and tags; build nothing.")] = False,
     push: Annotated[bool, typer.Option("--push", help="Push both tags to the registry named in the image definition.")] = False,
-    strategy: Annotated[Optional[Strategy], typer.Option("--strategy", help="Override the definition's strategy (default there: auto).", case_sensitive=False)] = None,
-    base: Annotated[Optional[str], typer.Option("--base", help="Base image to overlay instead of the definition's (a local mirror of it).")] = None,
+    strategy: Annotated[Strategy | None, typer.Option(
+        "--strategy", help="Override the definition's strategy (default there: auto).", case_sensitive=False)] = None,
+    base: Annotated[str | None, typer.Option(
+        "--base", help="Base image to overlay instead of the definition's (a local mirror of it).")] = None,
 ) -> None:
     """Build the production image for the pin plus the series, by the cheapest correct strategy."""
     from vpatch.image import build as image_build
@@ -289,7 +291,7 @@ def verify(
 def serve(
     name: Annotated[str, typer.Argument(help="Image definition whose serve: section to run: images/NAME.yaml.")],
     print_only: Annotated[bool, typer.Option("--print", help="Print the exact `docker run` (shell-quoted); start nothing.")] = False,
-    image: Annotated[Optional[str], typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
 ) -> None:
     """Start the server as images/NAME.yaml's serve: section says, or show the command (--print)."""
     from vpatch.image.definition import ImageDefinition
@@ -305,7 +307,7 @@ def serve(
 
 @app.command()
 def status(
-    against: Annotated[Optional[list[str]], typer.Option(
+    against: Annotated[list[str] | None, typer.Option(
         "--against", help="Upstream ref to judge on; repeat it for several. Default: the newest release and, "
         "with a git upstream, the branch tip. The pin is always a column.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document (for CI) instead of the table.")] = False,
@@ -343,7 +345,7 @@ def status(
 
 @app.command()
 def update(
-    to: Annotated[Optional[str], typer.Option("--to", help="Upstream ref to move the pin to, e.g. v0.31.0.")] = None,
+    to: Annotated[str | None, typer.Option("--to", help="Upstream ref to move the pin to, e.g. v0.31.0.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (verdicts and actions); change nothing.")] = False,
     no_commit: Annotated[bool, typer.Option("--no-commit", help="Stage the change in the project; do not commit it.")] = False,
     allow_downgrade: Annotated[bool, typer.Option("--allow-downgrade", help="Allow a REF that does not descend from the pin.")] = False,
@@ -436,7 +438,7 @@ def _update_lines(result: UpdateResult) -> list[str]:
 def main() -> None:
     try:
         app()
-    except Exception as exc:  # noqa: BLE001 - a bug, not a user error: a traceback only with --debug
+    except Exception as exc:
         if state.debug:
             raise
         echo(f"error: internal error: {type(exc).__name__}: {exc}", err=True)

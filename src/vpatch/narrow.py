@@ -210,7 +210,7 @@ def _shifted(hunk: Hunk, shift: int) -> bytes:
     assert m is not None
     new = f"+{int(m[3]) - shift}" + (f",{m[4]}" if m[4] is not None else "")
     old = f"-{m[1]}" + (f",{m[2]}" if m[2] is not None else "")
-    first, _, rest = hunk.text.partition(b"\n")
+    _, _, rest = hunk.text.partition(b"\n")
     return f"@@ {old} {new} @@{m[5]}".encode() + b"\n" + rest
 
 

@@ -36,11 +36,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path

@@ -260,7 +260,8 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
         while i < len(lines) and lines[i].startswith(b"@@"):
             hunk, i = _read_hunk(lines, i, where, new or old or "")
             hunks.append(hunk)
-        if not hunks and not binary and not any(h.startswith((b"new file", b"deleted file", b"old mode", b"rename", b"similarity")) for h in header):
+        metadata_only = (b"new file", b"deleted file", b"old mode", b"rename", b"similarity")
+        if not hunks and not binary and not any(h.startswith(metadata_only) for h in header):
             raise SeriesError(f"{where}: the diff of {new or old} has no hunks", hint="regenerate the patch with vpatch export")
         files.append(FileDiff(old, new, b"".join(header), tuple(hunks), binary))
     if not files:

@@ -139,7 +139,8 @@ def describe_failure(patch: Patch, stderr: str, three_way_ok: bool) -> Failure:
             for n, hunk in enumerate(fd.hunks, 1):
                 if int(hunk.header.split()[1].lstrip("-").split(",")[0]) == line:
                     hunks.append(f"{path} hunk {n} ({hunk.header.split(' @@')[0]} @@)")
-    for m in re.finditer(r"error: (.+?): (does not exist in index|already exists in (?:index|working directory)|No such file or directory|patch does not apply)", stderr):
+    reasons = r"does not exist in index|already exists in (?:index|working directory)|No such file or directory|patch does not apply"
+    for m in re.finditer(rf"error: (.+?): ({reasons})", stderr):
         files[m[1]] = None
         if m[2] != "patch does not apply":
             hunks.append(f"{m[1]}: {m[2]}")
@@ -301,9 +302,8 @@ def _strip_marker(raw: bytes) -> tuple[str | None, bytes]:
     """Remove the marker trailer from the message part; return the file it names."""
     diff_at = raw.find(b"\ndiff --git ")
     head, diff = (raw[:diff_at + 1], raw[diff_at + 1:]) if diff_at >= 0 else (raw, b"")
-    m = None
-    for m in _MARKER_LINE.finditer(head):
-        pass
+    markers = list(_MARKER_LINE.finditer(head))
+    m = markers[-1] if markers else None  # the last one counts: vpatch writes its marker last
     if m is None:
         return None, raw
     name = m[1].decode()

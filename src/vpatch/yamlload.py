@@ -9,7 +9,7 @@ def load(text: str | bytes) -> Any:
     """Like `yaml.safe_load`; a duplicate key raises yaml.YAMLError (PyYAML would keep the last one silently)."""
     import yaml
 
-    return yaml.load(text, Loader=_loader())  # noqa: S506 - the loader is a SafeLoader subclass
+    return yaml.load(text, Loader=_loader())
 
 
 _LOADER: Any = None

@@ -14,7 +14,15 @@ from typing import Any
 
 from vpatch.deploy.client import Server, ServerError, Timing
 from vpatch.deploy.readings import (
-    BlockCost, KvPool, LogFinding, NotStrictJson, StreamedChat, block_cost, kv_pool_from_log, log_findings, strict_json,
+    BlockCost,
+    KvPool,
+    LogFinding,
+    NotStrictJson,
+    StreamedChat,
+    block_cost,
+    kv_pool_from_log,
+    log_findings,
+    strict_json,
 )
 from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
 

@@ -6,10 +6,10 @@ import hashlib
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from vpatch import git
 from vpatch.config import Config
@@ -24,8 +24,8 @@ from vpatch.image.plan import (
     Plan,
     choose,
     content_hash,
-    in_package,
     declared_args,
+    in_package,
     labels,
     version_of,
     vllm_buildargs,
@@ -369,7 +369,7 @@ def label_instruction(labels: Mapping[str, str]) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _base_facts(

@@ -6,9 +6,10 @@ import io
 import os
 import tarfile
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from vpatch import process
 from vpatch.errors import ProcessError, VpatchError
@@ -72,7 +73,7 @@ class ContainerInfo:
     gpus: tuple[str, ...]  # one entry per --gpus device request: "all", "4" or "device=0,1"
 
     @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any]) -> "ContainerInfo":
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
         config = attrs.get("Config") or {}
         host = attrs.get("HostConfig") or {}
         state = attrs.get("State") or {}
@@ -148,11 +149,11 @@ def _tail(lines: Iterable[str]) -> str:
 class Docker:
     """A connection to one docker daemon, with methods named by what vpatch needs from it."""
 
-    def __init__(self, client: "dockersdk.DockerClient") -> None:
+    def __init__(self, client: dockersdk.DockerClient) -> None:
         self.client = client
 
     @classmethod
-    def connect(cls) -> "Docker":
+    def connect(cls) -> Docker:
         """Connect to the daemon named by DOCKER_HOST (default: the local socket) and check it answers."""
         import docker as dockersdk
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import PurePosixPath
-from typing import Mapping, Sequence
 
 from vpatch.errors import VpatchError
 from vpatch.image.definition import ImageDefinition, Strategy

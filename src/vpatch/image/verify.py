@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-import re
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from vpatch.config import Config
 from vpatch.errors import VpatchError

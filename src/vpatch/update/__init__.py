@@ -19,5 +19,22 @@ from vpatch.update.plan import (
 )
 from vpatch.update.run import abort, resume, update, validate_with_probes
 
-__all__ = ["Action", "ExitCode", "KILL_ENV", "Outcome", "Plan", "PatchPlan", "ProbeCheck", "Result", "Stop", "STEPS",
-           "abort", "commit_message", "judge_with_status", "resume", "update", "validate_with_probes", "VpatchError"]
+__all__ = [
+    "KILL_ENV",
+    "STEPS",
+    "Action",
+    "ExitCode",
+    "Outcome",
+    "PatchPlan",
+    "Plan",
+    "ProbeCheck",
+    "Result",
+    "Stop",
+    "VpatchError",
+    "abort",
+    "commit_message",
+    "judge_with_status",
+    "resume",
+    "update",
+    "validate_with_probes",
+]

@@ -143,7 +143,7 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
             continue
         entries.append(RetiredPatch(
             patch.number, patch.slug, patch.subject, row.landed_in or plan.to_ref,
-            (f"{row.decided_by} (on {plan.to_ref})",) + tuple(e for e in row.evidence if e != row.decided_by),
+            (f"{row.decided_by} (on {plan.to_ref})", *(e for e in row.evidence if e != row.decided_by)),
             f"update {plan.from_ref} -> {plan.to_ref}",
             f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}", row.upstream_pr,
         ))

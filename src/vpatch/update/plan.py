@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from vpatch.retired import RETIRED_FILE
 from vpatch.series import Patch, Series
@@ -199,7 +200,7 @@ def narrow_rows(
 
     found = narrow.narrow_series(
         repo, series.patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
-        target=target, to_ref=to, today=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+        target=target, to_ref=to, today=datetime.datetime.now(datetime.UTC).date().isoformat(),
         branch=config.upstream.branch if config.upstream.source == "git" else None,
         validate=probe if validate is not None else None)
     out = []

@@ -35,7 +35,17 @@ from vpatch.update.journal import (
     save_state,
 )
 from vpatch.update.plan import (
-    Action, Outcome, PatchPlan, Plan, ProbeCheck, Result, Stop, Judge, Validator, judge_with_status, narrow_rows,
+    Action,
+    Judge,
+    Outcome,
+    PatchPlan,
+    Plan,
+    ProbeCheck,
+    Result,
+    Stop,
+    Validator,
+    judge_with_status,
+    narrow_rows,
 )
 
 if TYPE_CHECKING:
@@ -80,7 +90,7 @@ def _update(
     checkpoint("judged")
     if dry_run:
         return Result(Outcome.PLANNED, plan)
-    guard.refuse_unproven_drops(repo, config, series, plan, 
+    guard.refuse_unproven_drops(repo, config, series, plan,
                                 lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
     clear_stale(project, repo)
     try:

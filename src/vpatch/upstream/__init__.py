@@ -25,7 +25,7 @@ def history_path(cache: Path | None = None, package: str = "vllm") -> Path:
     return (cache or cache_dir()) / "releases" / f"{package}.git"
 
 
-def open_upstream(config: "Config") -> Path:
+def open_upstream(config: Config) -> Path:
     """The bare repository that answers refs for this project; an error with a hint when it is missing."""
     from vpatch import git
     from vpatch.errors import VpatchError
@@ -57,7 +57,7 @@ def resolve(repo: Path, ref: str, *, what: str = "ref") -> str:
     return commit
 
 
-def pin_commit(repo: Path, config: "Config", *, moved_ok: bool = False) -> str:
+def pin_commit(repo: Path, config: Config, *, moved_ok: bool = False) -> str:
     """The commit the project is pinned to: the recorded pin.commit, checked against upstream, else the ref's.
 
     A recorded commit that upstream no longer has (the release history was rebuilt, then garbage-collected),
