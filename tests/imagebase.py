@@ -209,7 +209,7 @@ def make_flash_series(history: Path, workdir: Path, *, flash_module: str = FLASH
 
 def write_project(root: Path, series: SeriesFiles, repo_root: Path) -> Path:
     """A project pinned at PIN of the release history with `series`, the repo's own images/flash-next.yaml
-    and overlay Dockerfile."""
+    (with the question file its deploy: section names) and overlay Dockerfile."""
     (root / "patches").mkdir(parents=True, exist_ok=True)
     (root / "images").mkdir(exist_ok=True)
     (root / "vpatch.yaml").write_text(f"upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: {PIN}\npatches: patches\n")
@@ -222,4 +222,6 @@ def write_project(root: Path, series: SeriesFiles, repo_root: Path) -> Path:
         (root / "patches" / "probes" / name).write_text(text)
     shutil.copyfile(repo_root / "images" / "flash-next.yaml", root / "images" / "flash-next.yaml")
     shutil.copyfile(repo_root / "Dockerfile", root / "Dockerfile")
+    # flash-next.yaml's deploy: section names its question file; a project carries it beside images/.
+    shutil.copytree(repo_root / "checks", root / "checks", dirs_exist_ok=True)
     return root
