@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,9 @@ class Killer:
                 "VPATCH_GITKILL_AT": str(at), "VPATCH_GITKILL_MODE": mode,
                 "VPATCH_REAL_GIT": str(shutil.which("git")), **extra}
 
-    def start(self, *args: str, at: int = 0, mode: str = "before", **extra: str) -> int:
-        """vpatch in a forked child (no interpreter start-up per run); the wrapper kills that child."""
+    def start(self, *args: str, at: int = 0, mode: str = "before", kill_at_write: int = 0, **extra: str) -> int:
+        """vpatch in a forked child (no interpreter start-up per run); the wrapper kills that child.
+        `kill_at_write`: the child kills itself just after its n-th file write (export's writes run no git)."""
         self.counter.write_text("0")
         out = self.counter.with_suffix(".out")
         out.unlink(missing_ok=True)
@@ -54,6 +56,8 @@ class Killer:
             code = 1
             try:
                 os.environ.update(env)
+                if kill_at_write:
+                    _die_at_write(kill_at_write)
                 result = CliRunner().invoke(app, ["--project", str(self.project.root), *args])
                 out.write_text(result.output)
                 code = result.exit_code
@@ -67,14 +71,29 @@ class Killer:
         out = self.counter.with_suffix(".out")
         return Ran(code, out.read_text() if out.exists() else "")
 
-    def run(self, *args: str, at: int = 0, mode: str = "before", **extra: str) -> Ran:
-        return self.wait(self.start(*args, at=at, mode=mode, **extra))
+    def run(self, *args: str, at: int = 0, mode: str = "before", kill_at_write: int = 0, **extra: str) -> Ran:
+        return self.wait(self.start(*args, at=at, mode=mode, kill_at_write=kill_at_write, **extra))
 
     def count(self, *args: str) -> int:
         """How many git commands an unkilled run makes (and that it succeeds)."""
         proc = self.run(*args)
         assert proc.returncode == 0, proc.output
         return int(self.counter.read_text())
+
+
+def _die_at_write(n: int) -> None:
+    """In a forked child only: SIGKILL this process right after its n-th atomic file write."""
+    from vpatch import stack
+
+    real, count = stack.atomic_write, [0]
+
+    def write(path: Path, data: bytes) -> None:
+        real(path, data)
+        count[0] += 1
+        if count[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    stack.atomic_write = write  # type: ignore[assignment]
 
 
 @pytest.fixture
@@ -317,3 +336,62 @@ def test_a_lock_left_by_a_dead_process_is_no_obstacle(two: Project) -> None:
     code, out = cli(two, "update", "--to", "v1.1")
     assert code == 0, out
     assert_updated(two, out)
+
+
+def patch_files(project: Project) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(project.patches.iterdir()) if p.is_file()}
+
+
+def test_apply_killed_at_every_git_command_leaves_no_half_tree(two: Project, killer: Killer, tmp_path: Path) -> None:
+    calls = git_calls(killer, tmp_path, "apply")
+    tree = two.root / ".vpatch" / "tree"
+    want = git(tree, "log", "--format=%s", "HEAD~2..HEAD")
+    files = patch_files(two)
+    kills = [(n, "before") for n in range(1, len(calls) + 1)]
+    kills += [(n, "after") for n, c in enumerate(calls, 1) if c.split()[0] in WRITES]
+    kills += [(n, "locked") for n, c in enumerate(calls, 1) if c.startswith("worktree add")]
+    for n, mode in kills:
+        assert killer.run("apply", "--force", at=n, mode=mode).returncode == -9, (n, mode)
+        assert patch_files(two) == files
+        # no half-applied tree: the old complete one, none, or the new complete one
+        if tree.exists():
+            assert git(tree, "log", "--format=%s", "HEAD~2..HEAD") == want, (n, mode)
+            assert git(tree, "status", "--porcelain") == "", (n, mode)
+        code, out = cli(two, "apply", "--force")
+        assert code == 0, (n, mode, out)
+        assert git(tree, "log", "--format=%s", "HEAD~2..HEAD") == want
+    assert len(calls) > 8
+
+
+def test_export_killed_at_every_git_command_is_completed_by_exporting_again(two: Project, killer: Killer,
+                                                                           tmp_path: Path) -> None:
+    assert cli(two, "apply")[0] == 0
+    tree = two.root / ".vpatch" / "tree"
+    # an amended patch (a changed file) and a plain new commit (a new file, numbered by export)
+    git(tree, "checkout", "-q", "HEAD~1")
+    (tree / "vllm/kv.py").write_text(KV_FIXED + "# amended\n")
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    git(tree, "cherry-pick", git(tree, "rev-parse", "HEAD@{2}").strip())  # 0002 back on top
+    (tree / "vllm/new.py").write_text("NEW = 1\n")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "Add a new module")
+    before = patch_files(two)
+    record = (two.root / ".vpatch" / "tree.json").read_bytes()
+    calls = git_calls(killer, tmp_path, "export")
+    after = patch_files(two)
+    assert sorted(after) == ["0001-kv-skip-null.patch", "0002-parser-fix.patch", "0003-add-a-new-module.patch"]
+    assert after != before
+    kills = [{"at": n} for n in range(1, len(calls) + 1)] + [{"kill_at_write": n} for n in (1, 2, 3)]
+    for kill in kills:
+        for name in set(after) - set(before):
+            (two.patches / name).unlink()
+        for name, data in before.items():
+            (two.patches / name).write_bytes(data)
+        (two.root / ".vpatch" / "tree.json").write_bytes(record)
+        assert killer.run("export", **kill).returncode == -9, kill  # type: ignore[arg-type]
+        # each file is the old or the new one, never a mix; exporting again completes it
+        assert all(patch_files(two).get(name) in (before.get(name), after.get(name)) for name in after), kill
+        code, out = cli(two, "export")
+        assert code == 0, (kill, out)
+        assert patch_files(two) == after, kill
+    assert len(calls) >= 6

@@ -85,8 +85,8 @@ def apply_series(
             failure = _apply_one(tmp, patch)
             if failure is not None:
                 if keep:
-                    git.run(upstream, ["worktree", "move", str(tmp), str(out)])
                     _record(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
+                    git.run(upstream, ["worktree", "move", str(tmp), str(out)])
                 raise _apply_error(failure, ref=ref, kept=out if keep else None)
             applied.append(AppliedPatch(patch.filename, git.head(tmp)))
     except BaseException:
@@ -94,9 +94,11 @@ def apply_series(
             git.remove_worktree(upstream, tmp)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    git.run(upstream, ["worktree", "move", str(tmp), str(out)])
+    # The record first: a kill before the move leaves a record of a missing tree (apply makes it again),
+    # never a tree without a record (which the next apply would refuse to replace).
     stack = Stack(out.resolve(), upstream, ref, base, tuple(applied))
     _record(state_dir, stack)
+    git.run(upstream, ["worktree", "move", str(tmp), str(out)])
     return stack
 
 
@@ -263,12 +265,14 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
     result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added})
     if dry_run:
         return result
+    # The record first: it fixes each new commit's number, so an export killed half-way and run again
+    # writes the same files under the same names. Each file is replaced atomically.
+    applied = tuple(AppliedPatch(n, c) for n, c in zip(outputs, commits))
+    _record(state_dir, Stack(stack.worktree, stack.upstream, stack.ref, stack.base, applied))
     for name in changed + added:
         atomic_write(series.directory / name, outputs[name])
     for name in removed:
         (series.directory / name).unlink()
-    applied = tuple(AppliedPatch(n, c) for n, c in zip(outputs, commits))
-    _record(state_dir, Stack(stack.worktree, stack.upstream, stack.ref, stack.base, applied))
     return result
 
 

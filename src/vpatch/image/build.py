@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 import time
@@ -171,8 +172,9 @@ def _overlay_recipe(
         buildargs={
             "BASE_IMAGE": facts.image_id if facts else reference,
             "VLLM_PACKAGE_DIR": package_dir,
-            "VPATCH_DELETE": " ".join(in_package(p) for p in changes.deleted),
-            "VPATCH_STALE_MODULES": " ".join(in_package(p) for p in changes.paths if p.endswith(".py")),
+            # one path a line: the recipe reads them line by line, so spaces and glob characters stay literal
+            "VPATCH_DELETE": "\n".join(in_package(p) for p in changes.deleted),
+            "VPATCH_STALE_MODULES": "\n".join(in_package(p) for p in changes.paths if p.endswith(".py")),
         },
         dockerfile=OVERLAY_DOCKERFILE,
         context=f"<context: {OVERLAY_DOCKERFILE} + overlay/ with {len(changes.written)} file(s)>",
@@ -241,10 +243,22 @@ def build(
     return BuildResult(plan, image_id, reused, pushed, time.monotonic() - started)
 
 
+SYMLINK_MODE, EXECUTABLE_MODE = "120000", "100755"
+
+
 def expected_files(
     upstream: Path, pin_commit: str, patches: Sequence[Patch], paths: Sequence[str]
 ) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
     """The pin's copies of `paths` and their copies after the series (None: absent), from git alone."""
+    pre, post, _modes = expected_entries(upstream, pin_commit, patches, paths)
+    return pre, post
+
+
+def expected_entries(
+    upstream: Path, pin_commit: str, patches: Sequence[Patch], paths: Sequence[str]
+) -> tuple[dict[str, bytes | None], dict[str, bytes | None], dict[str, str]]:
+    """As expected_files, plus the git mode of each file after the series (100644, 100755, or 120000 for a
+    symlink, whose "content" is its target): the overlay must carry exec bits and links, not just bytes."""
     pre = git.read_blobs(upstream, pin_commit, list(paths))
     with git.temp_index(upstream) as env:
         git.load_index(upstream, env, pin_commit, list(paths))
@@ -257,7 +271,8 @@ def expected_files(
                 )
         tree = git.write_tree(upstream, env)
     post = git.read_blobs(upstream, tree, list(paths))
-    return pre, post
+    modes = {path: mode for mode, _kind, _sha, path in git.ls_tree(upstream, tree, list(paths))}
+    return pre, post, modes
 
 
 def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> None:
@@ -288,7 +303,7 @@ def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> 
 def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
     if plan.base_facts is None:
         raise DockerError(f"base image {plan.base} is not on the docker daemon", hint=f"docker pull {plan.base}")
-    pre, post = expected_files(inputs.upstream, inputs.pin_commit, plan.patches, plan.changes.paths)
+    pre, post, modes = expected_entries(inputs.upstream, inputs.pin_commit, plan.patches, plan.changes.paths)
     verify_base(docker, plan, pre)
     with tempfile.TemporaryDirectory(prefix="vpatch-overlay-") as tmp:
         context = Path(tmp)
@@ -303,8 +318,12 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
             assert data is not None, path
             target = overlay / in_package(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-            target.chmod(0o644)
+            # COPY keeps what the context holds: a link stays a link, an executable stays executable
+            if modes.get(path) == SYMLINK_MODE:
+                target.symlink_to(os.fsdecode(data))
+            else:
+                target.write_bytes(data)
+                target.chmod(0o755 if modes.get(path) == EXECUTABLE_MODE else 0o644)
         return docker.build(
             context,
             tag=plan.content_tag,

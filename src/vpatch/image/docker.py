@@ -28,6 +28,17 @@ class DockerError(VpatchError):
     """The docker daemon is unreachable, an image is missing, or a build, run or push failed."""
 
 
+SYMLINK = "120000"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A file in an image as git records one: mode 100644, 100755 or 120000 (a symlink; data is its target)."""
+
+    mode: str
+    data: bytes
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     id: str
@@ -278,13 +289,19 @@ class Docker:
         return RunResult(code, stdout, stderr)
 
     def read_files(self, image: str, paths: Sequence[str]) -> dict[str, bytes | None]:
-        """Contents of absolute `paths` inside `image` (None: absent), read without starting a container."""
+        """Contents of absolute `paths` inside `image` (None: absent, or not a regular file)."""
+        return {path: e.data if e is not None and e.mode != SYMLINK else None
+                for path, e in self.read_entries(image, paths).items()}
+
+    def read_entries(self, image: str, paths: Sequence[str]) -> dict[str, FileEntry | None]:
+        """Each of the absolute `paths` inside `image` as git would record it (None: absent, or neither a
+        regular file nor a symlink), read without starting a container."""
         import docker as dockersdk
 
         self.image(image)
         # A created, never-started container exposes the image's filesystem; nothing runs and no layer is kept.
         container = self.client.api.create_container(image, command=["true"], network_disabled=True)
-        found: dict[str, bytes | None] = {}
+        found: dict[str, FileEntry | None] = {}
         try:
             for path in paths:
                 try:
@@ -292,7 +309,7 @@ class Docker:
                 except dockersdk.errors.NotFound:
                     found[path] = None
                     continue
-                found[path] = _single_file(b"".join(stream), path)
+                found[path] = _single_entry(b"".join(stream))
         finally:
             self.client.api.remove_container(container["Id"], force=True)
         return found
@@ -483,13 +500,17 @@ def _tar_of(files: Mapping[str, bytes]) -> bytes:
     return data.getvalue()
 
 
-def _single_file(archive: bytes, path: str) -> bytes | None:
+def _single_entry(archive: bytes) -> FileEntry | None:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         member = tar.next()
-        if member is None or not member.isfile():
+        if member is None:
+            return None
+        if member.issym():
+            return FileEntry(SYMLINK, os.fsencode(member.linkname))
+        if not member.isfile():
             return None
         handle = tar.extractfile(member)
-        return handle.read() if handle else None
+        return FileEntry("100755" if member.mode & 0o111 else "100644", handle.read() if handle else b"")
 
 
 def _docker_clis() -> Iterator[str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from vpatch.config import Config
 from vpatch.errors import VpatchError
-from vpatch.image.build import expected_files
+from vpatch.image.build import expected_entries
 from vpatch.image.definition import Strategy
 from vpatch.image.docker import Docker
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
@@ -65,25 +65,34 @@ def verify_image(config: Config, image: str, *, probes: bool = False, docker: Do
 
     repo = upstream.open_upstream(config)
     changes = Changes.of(patches).within(PACKAGE)
-    _pre, post = expected_files(repo, pin_commit, patches, changes.paths)
+    _pre, post, modes = expected_entries(repo, pin_commit, patches, changes.paths)
     package_dir = labels.get(f"{LABEL_PREFIX}.package_dir") or _discover(docker, info.id)
     in_image = {p: f"{package_dir}/{in_package(p)}" for p in changes.paths}
-    found = docker.read_files(info.id, list(in_image.values()))
+    found = docker.read_entries(info.id, list(in_image.values()))
     for path in changes.paths:
-        actual, wanted = found[in_image[path]], post[path]
-        if actual == wanted:
-            checks.append(Check(CheckKind.FILE, path, True, "deleted as the series says" if wanted is None else ""))
+        entry, wanted = found[in_image[path]], post[path]
+        if entry is None and wanted is None:
+            checks.append(Check(CheckKind.FILE, path, True, "deleted as the series says"))
         elif wanted is None:
             checks.append(Check(CheckKind.FILE, path, False, "the series deletes it, but the image has it"))
-        elif actual is None:
+        elif entry is None:
             checks.append(Check(CheckKind.FILE, path, False, "missing from the image"))
-        else:
+        elif entry.data != wanted:
             checks.append(Check(CheckKind.FILE, path, False, "differs from the pin plus the series"))
+        elif entry.mode != modes.get(path):
+            checks.append(Check(CheckKind.FILE, path, False, f"{_kind(entry.mode)} in the image, but "
+                                f"{_kind(modes.get(path, '100644'))} in the pin plus the series"))
+        else:
+            checks.append(Check(CheckKind.FILE, path, True, ""))
     if labels.get(f"{LABEL_PREFIX}.strategy") == Strategy.OVERLAY.value:
         checks += _bytecode_checks(docker, info.id, package_dir, changes)
     if probes:
         checks += _probe_checks(docker, info.id, package_dir, patches)
     return Report(image, tuple(checks))
+
+
+def _kind(mode: str) -> str:
+    return {"120000": "a symlink", "100755": "an executable file"}.get(mode, "a plain (non-executable) file")
 
 
 def _labelled_patches(labels: Mapping[str, str], series: Series) -> tuple[tuple[Patch, ...], list[Check]]:
