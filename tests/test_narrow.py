@@ -211,3 +211,26 @@ def test_the_proof_refuses_a_hunk_found_only_elsewhere_in_the_file(project: Proj
             "vllm/parser.py") in out
     assert (project.patches / "0001-parser-three.patch").read_bytes() == before
     assert run(project, "update", "--abort")[0] == 0
+
+
+def test_a_narrowed_patch_without_last_update_gets_one_among_its_trailers(project: Project) -> None:
+    from vpatch.narrow import narrowed_patch
+
+    path = project.make_patch(1, "parser-three", {"vllm/parser.py": THREE}, "Fix the parser in three places",
+                              trailers="Origin: vendor\nForwarded: no")
+    old = Patch.load(path)
+    assert old.trailer("Last-Update") is None
+    drop = {"vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)"}
+    new = narrowed_patch(old, drop, "2026-11-30")
+    assert new.trailers == (("Origin", "vendor"), ("Forwarded", "no"), ("Last-Update", "2026-11-30"))
+    assert new.body.startswith("Why this change exists.\n\n") and new.subject == old.subject
+    assert hunk_headers_of(new) == ["@@ -2,7 +2,7 @@", "@@ -32,7 +32,7 @@"]
+    # a message without a body: the trailer becomes the body
+    bare = Patch.parse(old.raw.replace(b"Why this change exists.\n\nOrigin: vendor\nForwarded: no\n", b""),
+                       number=1, slug="parser-three", path=path)
+    assert bare.body == ""
+    assert narrowed_patch(bare, drop, "2026-11-30").trailers == (("Last-Update", "2026-11-30"),)
+
+
+def hunk_headers_of(patch: Patch) -> list[str]:
+    return [h.header.split(" @@")[0] + " @@" for fd in patch.files for h in fd.hunks]
