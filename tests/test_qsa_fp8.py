@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import git, probes
+from vpatch import git, probe_env, probes
 from vpatch.series import Series
 
 pytestmark = [pytest.mark.releases, pytest.mark.probe_venv]
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHECK = Path(__file__).resolve().parent / "qsa_fp8_check.py"
 QSA = "vllm/models/qwen4_exp/nvidia/qsa.py"
 FILES = [QSA, "vllm/models/qwen4_exp/nvidia/ops/qsa.py"]  # all the check reads of a tree
-# 0002's probe venv already has CPU torch; sharing it builds nothing new.
+# The behavioural probes' venv (from their lock) already has CPU torch: sharing it builds nothing new.
 VENV_PROBE = ROOT / "patches" / "probes" / "0002-mamba-null-gap-free.yaml"
 MUTANTS = {
     # The block remap off by one: each selected entry points at the next compact block.
@@ -67,7 +67,7 @@ def reports(release_history: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     for name, (old, new) in MUTANTS.items():
         trees[name] = mutate(materialise(release_history, "v0.29.0", base / name), old, new)
     trees["unpatched"] = materialise(release_history, "v0.29.0", base / "unpatched", patched=False)
-    python = probes.probe_venv(probes.Probe.load(VENV_PROBE).requirements, cache=REAL_CACHE)
+    python = probe_env.probe_venv(probes.Probe.load(VENV_PROBE).environment(), cache=REAL_CACHE)
     proc = subprocess.run([str(python), str(CHECK), *map(str, trees.values())], capture_output=True, text=True,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=600, check=False)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
