@@ -291,18 +291,54 @@ def verify(
 def serve(
     name: Annotated[str, typer.Argument(help="Image definition whose serve: section to run: images/NAME.yaml.")],
     print_only: Annotated[bool, typer.Option("--print", help="Print the exact `docker run` (shell-quoted); start nothing.")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Compare the running container with the yaml and the image; exit 7 on drift.")] = False,
     image: Annotated[str | None, typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="Replace a container of the same name (after the lint passed).")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="With --diff: one JSON document.")] = False,
 ) -> None:
-    """Start the server as images/NAME.yaml's serve: section says, or show the command (--print)."""
+    """Start the server as images/NAME.yaml's serve: section says: lint it against the image, run it, wait for /health.
+
+    --print shows the exact `docker run` that would run; --diff shows how the running container differs.
+    """
     from vpatch.image.definition import ImageDefinition
     from vpatch.serve import render
 
     definition = ImageDefinition.load(_config().root, name)
-    command = render.for_definition(definition, image=image)
     if print_only:
-        echo(command.shell_line())
+        echo(render.for_definition(definition, image=image).shell_line())
         return
-    raise VpatchError("starting is not in this version yet", hint=f"vpatch serve {name} --print, and run that")
+    from vpatch.image.docker import Docker
+    from vpatch.upstream import cache_dir
+
+    docker = Docker.connect()
+    if diff:
+        from vpatch.serve import drift
+
+        result = drift.diff(docker, definition, image=image)
+        if json_out:
+            import json
+
+            echo(json.dumps({"container": result.container.name, "image": result.image,
+                             "drifts": [vars(d) for d in result.drifts]}, indent=2))
+        elif result.drifts:
+            echo(f"{result.container.name} differs from images/{name}.yaml:")
+            width = max(len(d.what) for d in result.drifts)
+            for d in result.drifts:
+                echo(f"  {d.what:<{width}}  yaml: {d.yaml}")
+                echo(f"  {'':<{width}}  running: {d.running}")
+        else:
+            echo(f"{result.container.name} runs exactly what images/{name}.yaml says ({result.image})")
+        if result.drifts:
+            raise typer.Exit(int(ExitCode.DRIFT))
+        return
+    from vpatch.serve import run
+
+    served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace,
+                       progress=lambda line: echo(line, err=True))
+    echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
+         f"{run.health_url(definition.serve.port if definition.serve else 0)}")
+    echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
+         f"vLLM {served.lint.vllm_version}")
 
 
 @app.command()

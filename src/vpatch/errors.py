@@ -15,6 +15,7 @@ class ExitCode(IntEnum):
     ATTENTION = 4  # status --exit-code: some patch conflicts or is only partly upstream
     CONFLICT = 5  # apply/update stopped on a patch that does not apply
     ROLLED_BACK = 6  # deploy: a check failed; the old production container is back and healthy
+    DRIFT = 7  # serve --diff: the running container differs from the yaml
     INTERRUPTED = 130
 
 

@@ -354,6 +354,28 @@ class Docker:
         except dockersdk.errors.NotFound:
             pass
 
+    def set_restart_policy(self, name: str, policy: str) -> None:
+        """Change a container's restart policy (no | always | unless-stopped | on-failure[:N]) in place."""
+        import docker as dockersdk
+
+        kind, _, retries = policy.partition(":")
+        spec: dict[str, Any] = {"Name": kind}
+        if retries:
+            spec["MaximumRetryCount"] = int(retries)
+        try:
+            self.client.api.update_container(name, restart_policy=spec)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot set the restart policy of {name} to {policy}: {exc.explanation or exc}") from exc
+
+    def stop_container(self, name: str, *, timeout: int = 30) -> None:
+        """Stop the container `name` (SIGTERM, SIGKILL after `timeout` seconds); kept, not deleted."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.stop(name, timeout=timeout)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot stop container {name}: {exc.explanation or exc}") from exc
+
     def run_cli(self, argv: Sequence[str], *, timeout: float | None = None) -> RunResult:
         """Run a docker CLI command given as argv (argv[0] is the docker executable) against this daemon.
 

@@ -1,0 +1,151 @@
+"""Lint a `docker run` against the image before anything is touched: its entrypoint, and every flag
+against the vLLM inside it (the option strings of that version's own argument parser)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Sequence
+
+from vpatch.errors import VpatchError
+from vpatch.fs import atomic_write
+from vpatch.image.docker import Docker, ImageInfo
+from vpatch.serve.render import RunCommand
+
+Progress = Callable[[str], None]
+
+# Run with the image's python3: prints vLLM's version and every option string its OpenAI server accepts.
+# The parser moved between releases; each known home is tried, newest first.
+_DUMP_OPTIONS = r"""
+import importlib, json
+import vllm
+for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    try:
+        make_arg_parser = importlib.import_module(module).make_arg_parser
+        break
+    except (ImportError, AttributeError):
+        continue
+else:
+    raise SystemExit("vpatch: no make_arg_parser in this vLLM")
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+parser = make_arg_parser(FlexibleArgumentParser())
+options = sorted({o for action in parser._actions for o in action.option_strings})
+print("VPATCH-VLLM-OPTIONS " + json.dumps({"version": vllm.__version__, "options": options}))
+"""
+_MARKER = "VPATCH-VLLM-OPTIONS "
+_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+_NUMBER = re.compile(r"^-\d")
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """What the vLLM inside one image accepts."""
+
+    version: str
+    options: frozenset[str]  # every option string, e.g. --max-model-len, -tp, --no-enforce-eager
+
+    def knows(self, flag: str) -> bool:
+        # vLLM's FlexibleArgumentParser reads --max_model_len as --max-model-len.
+        name = flag.split("=", 1)[0]
+        return name in self.options or (name.startswith("--") and "--" + name[2:].replace("_", "-") in self.options)
+
+
+@dataclass(frozen=True)
+class LintReport:
+    entrypoint: tuple[str, ...]
+    vllm_version: str
+    flags: tuple[str, ...]  # the flags checked, in the order they appear
+
+
+def vllm_options(docker: Docker, image: ImageInfo, ref: str, *, cache: Path,
+                 progress: Progress | None = None) -> VllmOptions:
+    """The flags the vLLM in `image` accepts, read by running its python3 once; cached by image id."""
+    path = cache / "serve" / "vllm-options" / f"{image.id.replace(':', '-')}.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        return VllmOptions(data["version"], frozenset(data["options"]))
+    if progress:
+        progress(f"reading the vLLM flags of {ref} (imports vLLM once in a container; cached by image id)")
+    result = docker.execute(ref, ["python3", "-c", _DUMP_OPTIONS], network="none", timeout=600)
+    lines = [ln for ln in result.out.splitlines() if ln.startswith(_MARKER)]
+    if result.returncode != 0 or not lines:
+        tail = "\n".join((result.err or result.out).strip().splitlines()[-15:])
+        raise VpatchError(
+            f"cannot read the vLLM flags of {ref}: python3 exited with {result.returncode}\n{tail}",
+            hint="the image needs python3 on PATH with vLLM importable (as the official vllm/vllm-openai has)",
+        )
+    data = json.loads(lines[-1][len(_MARKER):])
+    atomic_write(path, json.dumps(data).encode())
+    return VllmOptions(data["version"], frozenset(data["options"]))
+
+
+def check(docker: Docker, command: RunCommand, *, definition: str, cache: Path,
+          progress: Progress | None = None) -> LintReport:
+    """Refuse `command` unless the image's entrypoint plus its arguments start vLLM's server exactly once
+    and every flag exists in the image's vLLM. Runs only the image's python3; touches no container."""
+    image = docker.image(command.image, missing_hint=f"build it (vpatch build {definition}) or pass --image")
+    source = f"images/{definition}.yaml"
+    flags_from = _check_entrypoint(image.entrypoint, command.args, source)
+    options = vllm_options(docker, image, command.image, cache=cache, progress=progress)
+    flags = [a for a in command.args[flags_from:] if a.startswith("-") and not _NUMBER.match(a)]
+    unknown = [f for f in flags if not options.knows(f)]
+    if unknown:
+        lines = []
+        for flag in unknown:
+            near = difflib.get_close_matches(flag.split("=", 1)[0], sorted(options.options), n=1)
+            lines.append(f"{flag}" + (f" (did you mean {near[0]}?)" if near else ""))
+        raise VpatchError(
+            f"vLLM {options.version} in {command.image} has no flag " + ", ".join(lines),
+            hint=f"fix or remove it in {source} (serve: or serve.extra_args); nothing was started or stopped",
+        )
+    return LintReport(entrypoint=image.entrypoint, vllm_version=options.version, flags=tuple(flags))
+
+
+def serves(words: Sequence[str]) -> int | None:
+    """Where vLLM's server arguments begin in an entrypoint+command, or None when these words start no
+    server: after `vllm serve` or `python -m vllm.entrypoints.openai.api_server`."""
+    for i, word in enumerate(words):
+        if PurePosixPath(word).name == "vllm" and i + 1 < len(words) and words[i + 1] == "serve":
+            return i + 2
+        if word == _SERVER_MODULE and i > 0 and words[i - 1] == "-m":
+            return i + 1
+    return None
+
+
+def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source: str) -> int:
+    """The index in `args` where the server's own arguments (model, flags) begin; VpatchError otherwise."""
+    shown = " ".join(entrypoint) or "(none)"
+    start = serves(entrypoint)
+    if start == len(entrypoint):
+        # The entrypoint already serves: the arguments must begin with the model, not another `serve`.
+        if args and (args[0] == "serve" or serves(args) is not None):
+            extra = "vllm serve" if serves(args) is not None else "serve"
+            raise VpatchError(
+                f"the image's entrypoint is already `{shown}`: these arguments would run "
+                f"`{shown} {' '.join(args[:3])} …` and vLLM refuses it (a crash loop under a restart policy)",
+                hint=f"remove `{extra}` from serve.command (or serve.model) in {source}: the model comes first",
+            )
+        return 0
+    if start is not None:
+        raise VpatchError(
+            f"the image's entrypoint `{shown}` starts vLLM with arguments of its own; vpatch cannot append to it",
+            hint="use an image whose entrypoint ends in `vllm serve` (the official vllm/vllm-openai's does)",
+        )
+    inner = serves(args)
+    if inner is None:
+        raise VpatchError(
+            f"the image's entrypoint `{shown}` does not start vLLM's server, and serve.command does not either",
+            hint=f"set serve.command: [vllm, serve] in {source}",
+        )
+    if serves(args[inner:]) is not None or args[inner:inner + 1] == ("serve",):
+        raise VpatchError(
+            f"serve.command starts vLLM's server twice: `{' '.join(args[:inner + 2])} …`",
+            hint=f"say `serve` once in serve.command in {source}",
+        )
+    return inner
