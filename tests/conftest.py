@@ -169,3 +169,14 @@ def release_history() -> Path:
     from vpatch.upstream import releases
 
     return releases.ensure_history(RELEASE_VERSIONS, cache=REAL_CACHE)
+
+
+# --- the real vLLM CPU server image (serve, deploy) ----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def vllm_server_image() -> str:
+    """Tag of the real vLLM 0.32.0 CPU server image, built once per machine (see tests/serverimage.py)."""
+    from serverimage import ensure_server_image
+
+    return ensure_server_image()
