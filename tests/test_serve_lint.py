@@ -43,7 +43,7 @@ def images() -> Iterator[dict[str, str]]:
         ref = f"vpatch-serve-test/entrypoint:{kind}"
         empty.seek(0)
         changes = [f"ENTRYPOINT {entrypoint}"] if entrypoint else []
-        docker.import_rootfs(io.BytesIO(empty.getvalue()), ref, changes + [f"LABEL kind={kind}"])
+        docker.import_rootfs(io.BytesIO(empty.getvalue()), ref, [*changes, f"LABEL kind={kind}"])
         made[kind] = ref
     yield made
     for ref in made.values():

@@ -291,7 +291,7 @@ def verify(
 def serve(
     name: Annotated[str, typer.Argument(help="Image definition whose serve: section to run: images/NAME.yaml.")],
     print_only: Annotated[bool, typer.Option("--print", help="Print the exact `docker run` (shell-quoted); start nothing.")] = False,
-    diff: Annotated[bool, typer.Option("--diff", help="Compare the running container with the yaml and the image; exit 7 on drift.")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Compare the running container with the yaml; exit 7 on drift.")] = False,
     image: Annotated[str | None, typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a container of the same name (after the lint passed).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --diff: one JSON document.")] = False,

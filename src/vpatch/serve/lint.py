@@ -6,9 +6,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Sequence
 
 from vpatch.errors import VpatchError
 from vpatch.fs import atomic_write
