@@ -234,3 +234,18 @@ def test_a_narrowed_patch_without_last_update_gets_one_among_its_trailers(projec
 
 def hunk_headers_of(patch: Patch) -> list[str]:
     return [h.header.split(" @@")[0] + " @@" for fd in patch.files for h in fd.hunks]
+
+
+def test_a_file_whose_every_hunk_landed_leaves_the_narrowed_patch(project: Project) -> None:
+    kv_fixed = KV_V1.replace("break", "continue")
+    path = project.make_patch(1, "two-files", {"vllm/kv.py": kv_fixed, "vllm/parser.py": THREE}, "Fix kv and parser")
+    commit_all(project)
+    release(project, {"vllm/kv.py": kv_fixed}, "v1.1")
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 0, out
+    narrowed = Patch.load(path)
+    assert [fd.path for fd in narrowed.files] == ["vllm/parser.py"] and len(narrowed.files[0].hunks) == 3
+    assert "Dropped: vllm/kv.py hunk 1 (@@ -1,5 +1,5 @@)" in git(project.root, "log", "-1", "--format=%B")
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree" / "vllm"
+    assert (tree / "parser.py").read_text() == THREE and (tree / "kv.py").read_text() == kv_fixed
