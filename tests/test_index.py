@@ -198,3 +198,14 @@ def test_html_pages_with_relative_links_and_yanked_files(tmp_path: Path) -> None
         ("vllm-2.2.0-py3-none-any.whl", "https://i.invalid/simple/vllm/vllm-2.2.0-py3-none-any.whl", "sha256", "bb",
          False),
     ]
+
+
+def test_without_pip_the_pip_variables_still_name_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    point_pip_at(monkeypatch, "https://env.invalid/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "https://extra.invalid/simple")
+
+    settings = IndexSettings.from_pip(str(bare / "bin" / "python"))
+
+    assert settings.index_urls == ("https://env.invalid/simple", "https://extra.invalid/simple")

@@ -86,8 +86,15 @@ class IndexSettings:
         """pip's own view of its configuration (files, PIP_* variables), as `pip config list` shows it."""
         from vpatch import process
 
-        result = process.run([python, "-m", "pip", "config", "list"],
-                             hint="vpatch reads the package index from pip's configuration; check `pip config list`")
+        result = process.run([python, "-m", "pip", "config", "list"], check=False)
+        if result.returncode != 0 and "No module named pip" in result.err:
+            # An interpreter without pip (a pipx or --without-pip venv): its PIP_* variables still count.
+            return cls.parse({f":env:.{k[4:].lower().replace('_', '-')}": v
+                              for k, v in os.environ.items() if k.startswith("PIP_")})
+        if result.returncode != 0:
+            raise UpstreamError(f"cannot read pip's configuration: pip config list exited with {result.returncode}\n"
+                                + result.err.strip()[-2000:],
+                                hint="vpatch reads the package index from pip's configuration; check `pip config list`")
         items: dict[str, str] = {}
         for line in result.out.splitlines():
             key, sep, value = line.partition("=")
