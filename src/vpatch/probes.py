@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING, Any
 from vpatch import git, process
 from vpatch.errors import ProcessError, VpatchError
 from vpatch.fs import atomic_write
-from vpatch.probe_env import LOCK_NAME, EnvError, Requirements, probe_venv, remove_stale_runs
+from vpatch.probe_env import (
+    LOCK_NAME,
+    EnvError,
+    Requirements,
+    probe_venv,
+    remove_stale_runs,
+)
 from vpatch.progress import Event, Reporter, silent
 from vpatch.upstream import cache_dir
 
@@ -270,10 +276,7 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
     if probe.kind is ProbeKind.FILES:
         outcome, detail = _run_files(repo, probe, tree)
     else:
-        subject = f"probe {label or probe.name}"
-        report(Event(subject, "running"))
-        outcome, detail = _run_command(repo, probe, tree, cache, report)
-        report(Event(subject, outcome.value, final=True, seconds=time.monotonic() - started))
+        outcome, detail = _run_command(repo, probe, tree, cache, report, f"probe {label or probe.name}")
     result = ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3))
     # An ERROR may be passing trouble (a timeout, a failed venv build): ask again next time.
     if outcome is not ProbeOutcome.ERROR:
@@ -304,11 +307,22 @@ def _run_files(repo: Path, probe: Probe, tree: str) -> tuple[ProbeOutcome, str]:
     return ProbeOutcome.PASS, f"all {len(probe.files)} file checks hold"
 
 
-def _run_command(repo: Path, probe: Probe, tree: str, cache: Path, report: Reporter) -> tuple[ProbeOutcome, str]:
+def _run_command(repo: Path, probe: Probe, tree: str, cache: Path, report: Reporter,
+                 subject: str) -> tuple[ProbeOutcome, str]:
     try:
         python = probe_venv(probe.environment(), cache=cache, report=report)
     except EnvError as exc:
+        report(Event(subject, ProbeOutcome.ERROR.value, "the probe venv could not be built", final=True))
         return ProbeOutcome.ERROR, exc.message
+    # Timed from here: the venv build (once) is reported on its own.
+    started = time.monotonic()
+    report(Event(subject, "running"))
+    outcome, detail = _run_in_tree(repo, probe, tree, cache, python)
+    report(Event(subject, outcome.value, final=True, seconds=time.monotonic() - started))
+    return outcome, detail
+
+
+def _run_in_tree(repo: Path, probe: Probe, tree: str, cache: Path, python: Path) -> tuple[ProbeOutcome, str]:
     runs = cache / "probe-runs"
     runs.mkdir(parents=True, exist_ok=True)
     # A killed run leaves its extracted tree (100+ MB); the folder's pid says when it is stale.
