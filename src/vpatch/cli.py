@@ -471,6 +471,79 @@ def _update_lines(result: UpdateResult) -> list[str]:
     return lines
 
 
+@app.command()
+def deploy(
+    name: Annotated[str, typer.Argument(help="Image definition to deploy: images/NAME.yaml (serve: and deploy: sections).")],
+    image: Annotated[Optional[str], typer.Option("--image", help="Candidate image (default: the definition's moving tag).")] = None,
+    rollback: Annotated[bool, typer.Option("--rollback", help="Bring the parked production container back (after a kill, or after a deploy).")] = False,
+    where: Annotated[bool, typer.Option("--status", help="Say where the last deploy stands: journal phase and containers.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
+) -> None:
+    """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
+    import json
+
+    from vpatch.deploy import report as deploy_report
+    from vpatch.deploy import switch
+    from vpatch.image.definition import ImageDefinition
+    from vpatch.image.docker import Docker
+
+    definition = ImageDefinition.load(_config().root, name)
+    if definition.serve is None:
+        raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
+    docker = Docker.connect()
+    progress = lambda line: echo(line, err=True)  # noqa: E731
+    if where:
+        found = switch.status(definition=name, docker=docker)
+        if found.journal is None:
+            echo(f"no deploy of {name} is recorded on this host")
+            return
+        j = found.journal
+        echo(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
+        for role, cname, state in found.containers:
+            echo(f"  {role:16} {cname:40} {state}")
+        if not j.phase.final:
+            echo(f"unfinished: `vpatch deploy {name} --rollback` restores production")
+        return
+    if rollback:
+        restored = switch.rollback(definition=name, serve=definition.serve, suite=definition.deploy, docker=docker,
+                                   progress=progress)
+        echo(f"rolled back: {switch.describe(restored)}")
+        return
+    result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy,
+                           image=image or definition.moving_ref, docker=docker, progress=progress)
+    if as_json:
+        echo(json.dumps(deploy_report.to_json(result), indent=2))
+    else:
+        _show_deploy(result)
+    raise typer.Exit(int(result.decision.exit_code))
+
+
+def _show_deploy(result: Any) -> None:
+    from rich.table import Table
+
+    from vpatch.deploy import report as deploy_report
+
+    console = _console()
+    checks = Table(title=f"deploy {result.definition}: {result.image} as {result.container}")
+    for column in ("check", "baseline", "candidate", "figure", "s"):
+        checks.add_column(column)
+    for row in deploy_report.check_rows(result):
+        checks.add_row(*row)
+    console.print(checks)
+    figures = Table(title="baseline vs candidate")
+    for column in ("figure", "baseline", "candidate"):
+        figures.add_column(column)
+    for frow in deploy_report.figure_rows(result):
+        figures.add_row(*frow)
+    console.print(figures)
+    echo("steps: " + ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps))
+    failed = result.failed_check
+    echo(f"decision: {result.decision.value}" + (f" ({failed.name} failed)" if failed else ""))
+    echo(result.rollback)
+    for hook in result.hooks:
+        echo(f"after_switch hook failed: {hook}")
+
+
 def main() -> None:
     try:
         app()

@@ -1,0 +1,81 @@
+"""A deploy's report as rows (baseline and candidate side by side) and as JSON; the CLI renders them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from vpatch.deploy.checks import CheckResult, Figures
+from vpatch.deploy.switch import Report
+
+# The figures compared side by side, with how each is shown.
+_FIGURES: tuple[tuple[str, str], ...] = (
+    ("kv_pool_tokens", "KV pool (tokens)"),
+    ("max_concurrency", "max concurrency"),
+    ("tokens_per_block", "tokens per KV block held"),
+    ("blocks_ratio", "blocks held / predicted"),
+    ("ttft_s", "time to first token (median, s)"),
+    ("decode_tps", "decode tokens/s (median)"),
+    ("needles_found", "needles found"),
+    ("questions_right", "questions right"),
+    ("preemptions", "preemptions (parallel)"),
+    ("log_findings", "log findings"),
+)
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def figure_rows(report: Report) -> list[tuple[str, str, str]]:
+    """(figure, baseline, candidate) for every figure either side measured."""
+    base = report.baseline.figures if report.baseline else Figures()
+    cand = report.candidate.figures
+    rows = []
+    for key, label in _FIGURES:
+        b, c = getattr(base, key), getattr(cand, key)
+        if b is not None or c is not None:
+            if key == "max_concurrency":
+                label += f" at {_show(cand.concurrency_tokens or base.concurrency_tokens)} tokens"
+            rows.append((label, _show(b), _show(c)))
+    return rows
+
+
+def check_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
+    """(check, baseline status, candidate status, candidate figure and detail, seconds)."""
+    base = {c.name: c for c in report.baseline.checks} if report.baseline else {}
+    rows = []
+    for check in report.candidate.checks:
+        b = base.get(check.name)
+        text = check.figure + (f" - {check.detail}" if check.detail and check.failed else "")
+        rows.append((check.name, b.status.value if b else "-", check.status.value, text, f"{check.seconds:.1f}"))
+    return rows
+
+
+def _check(c: CheckResult) -> dict[str, Any]:
+    return {"name": c.name, "status": c.status.value, "figure": c.figure, "detail": c.detail,
+            "seconds": round(c.seconds, 2)}
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    def outcome(o: Any) -> dict[str, Any] | None:
+        if o is None:
+            return None
+        return {"checks": [_check(c) for c in o.checks], "figures": asdict(o.figures)}
+
+    failed = report.failed_check
+    return {
+        "definition": report.definition, "container": report.container, "image": report.image,
+        "decision": report.decision.value, "exit_code": int(report.decision.exit_code),
+        "failed_check": failed.name if failed else None,
+        "baseline": outcome(report.baseline), "candidate": outcome(report.candidate),
+        "steps": [{"name": s.name, "seconds": round(s.seconds, 2)} for s in report.steps],
+        "parked_as": report.parked_as, "candidate_kept_as": report.candidate_kept_as,
+        "rollback": report.rollback, "failed_hooks": list(report.hooks),
+    }

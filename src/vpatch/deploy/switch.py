@@ -1,0 +1,236 @@
+"""`vpatch deploy`: baseline, park, start the candidate, check it, then keep it or roll back by itself."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from vpatch.deploy.checks import CheckResult, Figures, Run, Status, run_checks
+from vpatch.deploy.client import Server
+from vpatch.deploy.container import (
+    Restored, RollbackError, park, restore, signals_as_interrupt, stamp, wait_healthy, watch_start,
+)
+from vpatch.deploy.journal import Journal, Phase
+from vpatch.deploy.readings import KvPool, kv_pool_from_log
+from vpatch.deploy.suite import Suite
+from vpatch import process
+from vpatch.errors import ExitCode, ProcessError, VpatchError
+from vpatch.image.docker import Docker
+
+if TYPE_CHECKING:
+    from vpatch.serve.config import ServeConfig
+
+Progress = Callable[[str], None]
+
+
+class Decision(str, Enum):
+    DEPLOYED = "deployed"
+    ROLLED_BACK = "rolled back"  # a check failed; production is back and healthy
+    INTERRUPTED = "interrupted, rolled back"  # Ctrl-C or SIGTERM; production is back and healthy
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {Decision.DEPLOYED: ExitCode.OK, Decision.ROLLED_BACK: ExitCode.ROLLED_BACK,
+                Decision.INTERRUPTED: ExitCode.INTERRUPTED}[self]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One server's pass through the suite."""
+
+    checks: tuple[CheckResult, ...]
+    figures: Figures
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Report:
+    definition: str
+    container: str
+    image: str
+    decision: Decision
+    candidate: Outcome
+    baseline: Outcome | None
+    steps: tuple[Step, ...]
+    parked_as: str | None  # where the old production container is now (deployed: parked; rolled back: None)
+    candidate_kept_as: str | None  # a rolled-back candidate, stopped, with its logs
+    rollback: str  # one sentence: what state production is in
+    hooks: tuple[str, ...] = field(default_factory=tuple)  # hook commands that failed (after_switch)
+
+    @property
+    def failed_check(self) -> CheckResult | None:
+        return next((c for c in self.candidate.checks if c.failed), None)
+
+
+def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker,
+           progress: Progress) -> Report:
+    """Switch the container of `serve` to `image` with the checks of `suite`; roll back when one fails."""
+    from vpatch.serve.render import render
+
+    current = Journal.load(definition)
+    if current is not None and not current.phase.final:
+        raise VpatchError(
+            f"a deploy of {definition} did not finish (phase {current.phase.value}, started {current.started})",
+            hint=f"`vpatch deploy {definition} --status` shows where things are; `--rollback` restores production")
+    docker.image(image)
+    name = serve.container.name
+    server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
+    journal = Journal(definition, name, image, Phase.BASELINE, started=stamp()).save()
+    steps: list[Step] = []
+    clock = time.monotonic()
+
+    def step(label: str) -> None:
+        nonlocal clock
+        steps.append(Step(label, time.monotonic() - clock))
+        clock = time.monotonic()
+
+    production = docker.container(name)
+    baseline: Outcome | None = None
+    if production is not None and production.status == "running":
+        progress(f"baseline: checking the running {name} ({production.image_ref})")
+        prod_id = production.id
+        run = Run(server, suite, lambda: docker.container_logs(prod_id), progress)
+        run_checks(run, fail_fast=False)
+        baseline = Outcome(tuple(run.results), run.figures)
+        step("baseline")
+    _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
+    candidate: list[CheckResult] = []
+    figures = Figures()
+    try:
+        with signals_as_interrupt():
+            if production is not None:
+                progress(f"park: {name} -> {name}-parked-{journal.started} (restart policy no, stopped)")
+                journal = park(docker, journal, production.id, production.restart_policy)
+                step("park")
+            journal = journal.advance(Phase.STARTING)
+            progress(f"start: {image} as {name} on port {serve.port}")
+            docker.run_cli(render(serve, image, definition=definition, restart="no").argv)
+            started = docker.container(name)
+            if started is None:
+                raise VpatchError(f"docker run reported success but there is no container {name}")
+            journal = journal.advance(Phase.CHECKING, candidate_id=started.id)
+            step("start")
+            cid = started.id
+            starts: list[tuple[str, Callable[[], CheckResult]]] = [
+                ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
+                ("health", lambda: wait_healthy(docker, cid, server, suite.health_timeout_s, progress))]
+            for label, check in starts:
+                progress(f"check: {label}")
+                result = check()
+                candidate.append(result)
+                progress(f"  {result.status.value}: {result.figure}" + (f" ({result.detail})" if result.failed else ""))
+                if result.failed:
+                    break
+            if not any(c.failed for c in candidate):
+                pool = baseline_pool(docker, production.id) if production is not None and baseline else None
+                run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool)
+                run_checks(run, fail_fast=True)
+                candidate += run.results
+                figures = run.figures
+            step("checks")
+            if not any(c.failed for c in candidate):
+                docker.set_restart_policy(cid, serve.container.restart)
+                journal = journal.advance(Phase.DEPLOYED, note=f"passed {len(candidate)} checks")
+                progress(f"deployed: {image} serves as {name} (restart policy {serve.container.restart})")
+                decision = Decision.DEPLOYED
+                restored: Restored | None = None
+            else:
+                progress("a check failed: rolling back")
+                restored = restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
+                step("rollback")
+                decision = Decision.ROLLED_BACK
+    except KeyboardInterrupt:
+        progress("interrupted: rolling back")
+        restored = _rollback_or_raise(docker, definition, server, suite, progress, "interrupted")
+        step("rollback")
+        decision = Decision.INTERRUPTED
+    except VpatchError as exc:
+        progress(f"error: {exc.message}; rolling back")
+        restored = _rollback_or_raise(docker, definition, server, suite, progress, exc.message)
+        raise VpatchError(f"{exc.message}\nrolled back: {describe(restored)}", hint=exc.hint) from exc
+    failed_hooks = _hooks(suite.hooks.after_switch, "after_switch", progress, strict=False)
+    return Report(
+        definition=definition, container=name, image=image, decision=decision,
+        candidate=Outcome(tuple(candidate), figures), baseline=baseline, steps=tuple(steps),
+        parked_as=journal.parked_name if decision is Decision.DEPLOYED else None,
+        candidate_kept_as=restored.candidate_kept_as if restored else None,
+        rollback=describe(restored) if restored else f"{name} runs {image}; the old container is parked "
+        f"as {journal.parked_name or '(none)'} (`vpatch deploy {definition} --rollback` brings it back)",
+        hooks=tuple(failed_hooks),
+    )
+
+
+def baseline_pool(docker: Docker, container: str) -> KvPool | None:
+    return kv_pool_from_log(docker.container_logs(container))
+
+
+def describe(restored: Restored) -> str:
+    if restored.production is None:
+        return f"no production container to restore ({restored.journal.note}); candidate kept as {restored.candidate_kept_as}"
+    return (f"{restored.production} is running again, verified healthy after {restored.healthy_after_s:.0f}s, restart "
+            f"policy {restored.journal.parked_restart}; the candidate is stopped and kept as {restored.candidate_kept_as}")
+
+
+def _rollback_or_raise(docker: Docker, definition: str, server: Server, suite: Suite, progress: Progress,
+                       why: str) -> Restored:
+    journal = Journal.load(definition)
+    assert journal is not None
+    try:
+        return restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
+    except VpatchError as exc:
+        raise RollbackError(f"{why}; and the rollback failed: {exc.message}",
+                            hint=f"`vpatch deploy {definition} --rollback` retries; --status shows the state") from exc
+
+
+def rollback(*, definition: str, serve: ServeConfig, suite: Suite, docker: Docker, progress: Progress) -> Restored:
+    """`vpatch deploy NAME --rollback`: bring the parked container back, after a kill or after a deploy."""
+    journal = Journal.load(definition)
+    if journal is None:
+        raise VpatchError(f"no deploy of {definition} is recorded on this host ({Journal.path_for(definition)})",
+                          hint="nothing to roll back; `docker ps -a` shows the containers")
+    if journal.phase is Phase.ROLLED_BACK:
+        raise VpatchError(f"the last deploy of {definition} was already rolled back ({journal.note})")
+    server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
+    return restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
+
+
+@dataclass(frozen=True)
+class Where:
+    journal: Journal | None
+    containers: tuple[tuple[str, str, str], ...]  # (role, name, status) as the daemon sees them now
+
+
+def status(*, definition: str, docker: Docker) -> Where:
+    """`vpatch deploy NAME --status`: the journal and the containers it names, as they are now."""
+    journal = Journal.load(definition)
+    if journal is None:
+        return Where(None, ())
+    rows = []
+    for role, ref in (("production name", journal.container), ("parked", journal.parked_id),
+                      ("candidate", journal.candidate_id)):
+        info = docker.container(ref) if ref else None
+        rows.append((role, info.name if info else (ref or "-"), f"{info.status} ({info.restart_policy})" if info else "absent"))
+    return Where(journal, tuple(rows))
+
+
+def _hooks(commands: Sequence[Sequence[str]], label: str, progress: Progress, *, strict: bool) -> list[str]:
+    """Run hook commands in order (argv lists, no shell); before_switch must succeed, after_switch is reported."""
+    failed = []
+    for argv in commands:
+        progress(f"{label}: {' '.join(argv)}")
+        try:
+            process.run(argv, timeout=600, merge_output=True,
+                        hint="nothing was switched; fix the hook in deploy.hooks of the image definition")
+        except ProcessError as exc:
+            if strict:
+                raise VpatchError(f"{label} hook failed: {exc.message}", hint=exc.hint) from exc
+            failed.append(exc.message)
+    return failed
