@@ -17,7 +17,9 @@ from vpatch.errors import VpatchError
 from vpatch.image.docker import Docker
 
 Progress = Callable[[str], None]
-_ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b|error:", re.I)
+_EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
+# Wrapper exceptions that only point at the real one above them (vLLM's engine start-up failure).
+_POINTERS = ("see root cause above",)
 
 
 class RollbackError(VpatchError):
@@ -29,11 +31,13 @@ def stamp(now: datetime | None = None) -> str:
 
 
 def last_error(log: str) -> str:
-    """The line that says why a container died: the last one naming an error, else the last line."""
+    """The line that says why a container died: the last exception message that is not a mere pointer
+    to another one (vLLM's "Engine core initialization failed. See root cause above."), else the last line."""
     lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
     for line in reversed(lines):
-        if _ERROR_LINE.search(line):
-            return line[:400]
+        found = _EXCEPTION.search(line)
+        if found and not any(p in line.lower() for p in _POINTERS):
+            return found[0][:400]
     return lines[-1][:400] if lines else "(no output)"
 
 
