@@ -17,9 +17,9 @@ def test_journal_round_trips_each_phase_and_lives_in_the_state_folder(tmp_path: 
     assert journal.path == tmp_path / "state" / "deploy" / "flash-next.json"
     parked = journal.advance(Phase.PARKING, parked_id="abc123", parked_name="vllm-flash-next-parked-20260924-201500",
                              parked_restart="unless-stopped")
-    assert Journal.load("flash-next") == parked and not parked.phase.final
+    assert Journal.load("flash-next") == parked and not parked.phase.settled
     assert Journal.load("flash-next").phase is Phase.PARKING  # type: ignore[union-attr]
-    assert parked.advance(Phase.ROLLED_BACK).phase.final
+    assert parked.advance(Phase.ROLLED_BACK).phase.settled
     assert Journal.load("other") is None
     assert not list((tmp_path / "state" / "deploy").glob(".*.tmp"))  # atomic writes leave no temporary file
 

@@ -501,7 +501,7 @@ def deploy(
         echo(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
         for role, cname, state in found.containers:
             echo(f"  {role:16} {cname:40} {state}")
-        if not j.phase.final:
+        if not j.phase.settled:
             echo(f"unfinished: `vpatch deploy {name} --rollback` restores production")
         return
     if rollback:

@@ -263,7 +263,8 @@ def _needles(run: Run) -> tuple[Status, str, str]:
         rest = run.server.filler(length - length // 2, f"needle-b-{length}")
         text = f"{half}The access code for the north gate is {code}.\n{rest}"
         question = "What is the access code for the north gate? Answer with the code only."
-        chat, timing, _raw = run.server.chat([{"role": "user", "content": text + "\n" + question}], max_tokens=32)
+        chat, timing, _raw = run.server.chat([{"role": "user", "content": text + "\n" + question}],
+                                            max_tokens=check.max_tokens)
         run.timings.append(timing)
         if code in chat.text:
             found += 1
@@ -308,8 +309,12 @@ def _parallel(run: Run) -> tuple[Status, str, str]:
         except ServerError as exc:
             return exc.message
 
-    with ThreadPoolExecutor(max_workers=check.requests) as pool:
+    pool = ThreadPoolExecutor(max_workers=check.requests)
+    try:
         timings = list(pool.map(one, prompts))
+    finally:
+        # On Ctrl-C the rollback must not wait for requests to the candidate it is about to stop.
+        pool.shutdown(wait=False, cancel_futures=True)
     preemptions = int((run.server.metrics().preemptions or 0.0) - before)
     run.note(preemptions=preemptions)
     return judge_parallel(timings, preemptions, check)

@@ -161,7 +161,7 @@ def restore(docker: Docker, journal: Journal, server: Server, *, health_timeout:
 def _retire_candidate(docker: Docker, journal: Journal, progress: Progress) -> str | None:
     """Stop the candidate and free the production name; it keeps its logs under another name."""
     candidate = docker.container(journal.candidate_id) if journal.candidate_id else None
-    if candidate is None:
+    if candidate is None and journal.candidate_started:
         # Killed between `docker run` and the journal write: the candidate is whatever holds the name now.
         holder = docker.container(journal.container)
         if holder is not None and holder.id != journal.parked_id:

@@ -28,8 +28,9 @@ class Phase(str, Enum):
     ROLLED_BACK = "rolled-back"  # final: production is back and was verified healthy
 
     @property
-    def final(self) -> bool:
-        return self in (Phase.DEPLOYED, Phase.ROLLED_BACK)
+    def settled(self) -> bool:
+        """Nothing is half-done: production was never touched (baseline), or the deploy ended."""
+        return self in (Phase.BASELINE, Phase.DEPLOYED, Phase.ROLLED_BACK)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Journal:
     parked_id: str | None = None  # the production container's id (stable across the rename)
     parked_name: str | None = None
     parked_restart: str | None = None  # its restart policy before parking, restored on rollback
+    candidate_started: bool = False  # set before `docker run`: from then on the production name may be the candidate's
     candidate_id: str | None = None
     candidate_kept_as: str | None = None  # the name a rolled-back candidate keeps (with its logs)
     note: str = ""
@@ -80,6 +82,6 @@ class Journal:
         atomic_write(self.path, (json.dumps(data, indent=2) + "\n").encode())
         return self
 
-    def advance(self, phase: Phase, **changes: str | None) -> Journal:
+    def advance(self, phase: Phase, **changes: str | bool | None) -> Journal:
         """The journal moved to `phase` (with `changes`), written to disk before the step it announces."""
         return replace(self, phase=phase, **changes).save()  # type: ignore[arg-type]

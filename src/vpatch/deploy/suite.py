@@ -30,6 +30,7 @@ class BlockCostCheck:
 class NeedleCheck:
     lengths: tuple[int, ...]  # prompt lengths in tokens, one needle each
     min_found: int | None = None  # default: every needle
+    max_tokens: int = 32
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _block_cost(doc: _Doc, value: Any) -> BlockCostCheck | None:
 
 def _needles(doc: _Doc, value: Any) -> NeedleCheck | None:
     key = "deploy.checks.needles"
-    data = _section(doc, value, key, {"lengths"}, {"min_found"})
+    data = _section(doc, value, key, {"lengths"}, {"min_found", "max_tokens"})
     if data is None:
         return None
     lengths = data["lengths"]
@@ -166,7 +167,7 @@ def _needles(doc: _Doc, value: Any) -> NeedleCheck | None:
     min_found = _count(doc, data, f"{key}.min_found", zero=True) if "min_found" in data else None
     if min_found is not None and min_found > len(lengths):
         doc.fail(f"{key}.min_found", f"is {min_found}, more than the {len(lengths)} needles")
-    return NeedleCheck(lengths=tuple(lengths), min_found=min_found)
+    return NeedleCheck(lengths=tuple(lengths), min_found=min_found, max_tokens=_count(doc, data, f"{key}.max_tokens", 32))
 
 
 def _tool_call(doc: _Doc, value: Any) -> ToolCallCheck | None:

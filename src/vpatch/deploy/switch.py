@@ -76,7 +76,7 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
     from vpatch.serve.render import render
 
     current = Journal.load(definition)
-    if current is not None and not current.phase.final:
+    if current is not None and not current.phase.settled:
         raise VpatchError(
             f"a deploy of {definition} did not finish (phase {current.phase.value}, started {current.started})",
             hint=f"`vpatch deploy {definition} --status` shows where things are; `--rollback` restores production")
@@ -110,7 +110,7 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
                 progress(f"park: {name} -> {name}-parked-{journal.started} (restart policy no, stopped)")
                 journal = park(docker, journal, production.id, production.restart_policy)
                 step("park")
-            journal = journal.advance(Phase.STARTING)
+            journal = journal.advance(Phase.STARTING, candidate_started=True)
             progress(f"start: {image} as {name} on port {serve.port}")
             docker.run_cli(render(serve, image, definition=definition, restart="no").argv)
             started = docker.container(name)
@@ -198,6 +198,10 @@ def rollback(*, definition: str, serve: ServeConfig, suite: Suite, docker: Docke
                           hint="nothing to roll back; `docker ps -a` shows the containers")
     if journal.phase is Phase.ROLLED_BACK:
         raise VpatchError(f"the last deploy of {definition} was already rolled back ({journal.note})")
+    if journal.phase is Phase.BASELINE:
+        journal.advance(Phase.ROLLED_BACK, note="stopped during the baseline: nothing had been switched")
+        raise VpatchError(f"the last deploy of {definition} stopped during the baseline; nothing had been switched",
+                          hint="production was never touched; the journal is now closed")
     server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
     return restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
 
