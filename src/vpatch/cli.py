@@ -474,8 +474,9 @@ def _update_lines(result: UpdateResult) -> list[str]:
 @app.command()
 def deploy(
     name: Annotated[str, typer.Argument(help="Image definition to deploy: images/NAME.yaml (serve: and deploy: sections).")],
-    image: Annotated[Optional[str], typer.Option("--image", help="Candidate image (default: the definition's moving tag).")] = None,
-    rollback: Annotated[bool, typer.Option("--rollback", help="Bring the parked production container back (after a kill, or after a deploy).")] = False,
+    image: Annotated[str | None, typer.Option("--image", help="Candidate image (default: the definition's moving tag).")] = None,
+    rollback: Annotated[bool, typer.Option(
+        "--rollback", help="Bring the parked production container back (after a kill, or after a deploy).")] = False,
     where: Annotated[bool, typer.Option("--status", help="Say where the last deploy stands: journal phase and containers.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
 ) -> None:
@@ -509,8 +510,10 @@ def deploy(
                                    progress=progress)
         echo(f"rolled back: {switch.describe(restored)}")
         return
+    from vpatch.upstream import cache_dir
+
     result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy,
-                           image=image or definition.moving_ref, docker=docker, progress=progress)
+                           image=image or definition.moving_ref, docker=docker, cache=cache_dir(), progress=progress)
     if as_json:
         echo(json.dumps(deploy_report.to_json(result), indent=2))
     else:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.client import Server
@@ -27,7 +27,7 @@ class RollbackError(VpatchError):
 
 
 def stamp(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    return (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
 
 
 def last_error(log: str) -> str:
@@ -65,20 +65,19 @@ def watch_start(docker: Docker, cid: str, seconds: float) -> CheckResult:
 
 
 def wait_healthy(docker: Docker, cid: str, server: Server, timeout: float, progress: Progress) -> CheckResult:
-    """/health answers 200 within `timeout` while the container keeps running (an exit fails at once)."""
+    """/health answers 200 within `timeout` while the container keeps running (serve's wait: an exit or a
+    restart fails at once), as a check whose detail is the line that says why it died."""
+    from vpatch.serve.run import wait_healthy as serve_wait
+
     start = time.monotonic()
-    last_note = start
-    while (elapsed := time.monotonic() - start) < timeout:
-        if server.healthy():
-            return CheckResult("health", Status.PASS, f"healthy after {elapsed:.0f}s", "", elapsed)
-        why = _down(docker, cid)
-        if why is not None:
-            return CheckResult("health", Status.FAIL, f"died after {elapsed:.0f}s while loading", why, elapsed)
-        if time.monotonic() - last_note > 30:
-            progress(f"  waiting for /health ({elapsed:.0f}s)")
-            last_note = time.monotonic()
-        time.sleep(1)
-    return CheckResult("health", Status.FAIL, f"not healthy after {timeout:.0f}s", "raise deploy.health_timeout_s if loading takes longer", timeout)
+    try:
+        seconds = serve_wait(docker, cid, f"{server.base_url}/health", timeout=timeout, progress=progress)
+    except VpatchError as exc:
+        elapsed = time.monotonic() - start
+        first = exc.message.splitlines()[0]
+        why = f"{first} {last_error(exc.message)}" if "log" in first else first
+        return CheckResult("health", Status.FAIL, f"not healthy after {elapsed:.0f}s", why, elapsed)
+    return CheckResult("health", Status.PASS, f"healthy after {seconds:.0f}s", "", seconds)
 
 
 def park(docker: Docker, journal: Journal, cid: str, restart: str) -> Journal:

@@ -6,17 +6,25 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.deploy.checks import CheckResult, Figures, Run, Status, run_checks
+from vpatch import process
+from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
-    Restored, RollbackError, park, restore, signals_as_interrupt, stamp, wait_healthy, watch_start,
+    Restored,
+    RollbackError,
+    park,
+    restore,
+    signals_as_interrupt,
+    stamp,
+    wait_healthy,
+    watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.deploy.readings import KvPool, kv_pool_from_log
 from vpatch.deploy.suite import Suite
-from vpatch import process
 from vpatch.errors import ExitCode, ProcessError, VpatchError
 from vpatch.image.docker import Docker
 
@@ -70,17 +78,22 @@ class Report:
         return next((c for c in self.candidate.checks if c.failed), None)
 
 
-def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker,
+def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
            progress: Progress) -> Report:
     """Switch the container of `serve` to `image` with the checks of `suite`; roll back when one fails."""
+    from vpatch.serve import lint
     from vpatch.serve.render import render
+    from vpatch.serve.run import start
 
     current = Journal.load(definition)
     if current is not None and not current.phase.settled:
         raise VpatchError(
             f"a deploy of {definition} did not finish (phase {current.phase.value}, started {current.started})",
             hint=f"`vpatch deploy {definition} --status` shows where things are; `--rollback` restores production")
-    docker.image(image)
+    # Lint before anything is stopped: an entrypoint that already serves plus `serve` again, or a flag the
+    # image's vLLM does not know, is refused while production still runs untouched.
+    command = render(serve, image, definition=definition, restart="no")
+    lint.check(docker, command, definition=definition, cache=cache, progress=progress)
     name = serve.container.name
     server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
     journal = Journal(definition, name, image, Phase.BASELINE, started=stamp()).save()
@@ -112,13 +125,9 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
                 step("park")
             journal = journal.advance(Phase.STARTING, candidate_started=True)
             progress(f"start: {image} as {name} on port {serve.port}")
-            docker.run_cli(render(serve, image, definition=definition, restart="no").argv)
-            started = docker.container(name)
-            if started is None:
-                raise VpatchError(f"docker run reported success but there is no container {name}")
-            journal = journal.advance(Phase.CHECKING, candidate_id=started.id)
+            cid = start(docker, command)
+            journal = journal.advance(Phase.CHECKING, candidate_id=cid)
             step("start")
-            cid = started.id
             starts: list[tuple[str, Callable[[], CheckResult]]] = [
                 ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
                 ("health", lambda: wait_healthy(docker, cid, server, suite.health_timeout_s, progress))]

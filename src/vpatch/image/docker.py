@@ -376,6 +376,24 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot stop container {name}: {exc.explanation or exc}") from exc
 
+    def rename_container(self, name: str, new_name: str) -> None:
+        """Rename a container; it keeps its id, so deploy addresses a parked container by id."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.rename(name, new_name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot rename container {name} to {new_name}: {exc.explanation or exc}") from exc
+
+    def start_container(self, name: str) -> None:
+        """Start an existing (stopped) container."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.start(name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot start container {name}: {exc.explanation or exc}") from exc
+
     def run_cli(self, argv: Sequence[str], *, timeout: float | None = None) -> RunResult:
         """Run a docker CLI command given as argv (argv[0] is the docker executable) against this daemon.
 
@@ -485,31 +503,6 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"push of {ref} failed: {exc.explanation or exc}") from exc
         return digest
-
-    # Switching production (deploy): the container keeps its id through a rename, so it is addressed by id.
-
-    def rename_container(self, container: str, new_name: str) -> None:
-        self._container_call("rename", container, lambda: self.client.api.rename(container, new_name))
-
-    def set_restart_policy(self, container: str, policy: str) -> None:
-        """no | always | unless-stopped | on-failure[:N], as `docker update --restart`."""
-        name, _, count = policy.partition(":")
-        spec = {"Name": name, "MaximumRetryCount": int(count or 0)}
-        self._container_call("update", container, lambda: self.client.api.update_container(container, restart_policy=spec))
-
-    def stop_container(self, container: str, timeout: int = 30) -> None:
-        self._container_call("stop", container, lambda: self.client.api.stop(container, timeout=timeout))
-
-    def start_container(self, container: str) -> None:
-        self._container_call("start", container, lambda: self.client.api.start(container))
-
-    def _container_call(self, what: str, container: str, call: Callable[[], object]) -> None:
-        import docker as dockersdk
-
-        try:
-            call()
-        except dockersdk.errors.APIError as exc:
-            raise DockerError(f"docker {what} {container} failed: {exc.explanation or exc}") from exc
 
 
 def buildkit_invocation(
