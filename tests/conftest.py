@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -10,6 +11,19 @@ from pathlib import Path
 import pytest
 
 FIXED_DATE = "2026-09-01T12:00:00+00:00"
+
+
+# A test that uses one of these fixtures needs what the marker names, so it carries the marker: selection
+# by marker (-m "not releases and not docker and not network") then leaves out exactly what cannot run here.
+FIXTURE_MARKERS = {"release_history": "releases", "docker": "docker", "pip_index": "network"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture in getattr(item, "fixturenames", ()):
+            marker = FIXTURE_MARKERS.get(fixture)
+            if marker is not None and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)
@@ -160,7 +174,15 @@ def snapshot(root: Path) -> dict[str, bytes]:
 from vpatch.upstream import cache_dir as _cache_dir  # noqa: E402
 
 REAL_CACHE = _cache_dir()
+_PIP_CACHE = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
 RELEASE_VERSIONS = ["0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0"]
+
+
+@pytest.fixture
+def pip_index() -> dict[str, str]:
+    """The environment for a pip that installs from the package index (the network), reusing the user's
+    pip cache (read before hermetic_git moved HOME)."""
+    return {**os.environ, "PIP_CACHE_DIR": _PIP_CACHE}
 
 
 @pytest.fixture(scope="session")

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import venv
 from pathlib import Path
 
-import pytest
 from conftest import PARSER_V1, Project
 
 ROOT = Path(__file__).resolve().parent.parent
-# Read before hermetic_git moves HOME: pip may reuse what it downloaded before.
-_PIP_CACHE = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
 
 
-@pytest.mark.network
-def test_plain_install_runs_help_and_status(project: Project, tmp_path: Path) -> None:
+def test_plain_install_runs_help_and_status(project: Project, tmp_path: Path, pip_index: dict[str, str]) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python, vpatch = env_dir / "bin" / "python", env_dir / "bin" / "vpatch"
-    env = {**os.environ, "PIP_CACHE_DIR": _PIP_CACHE}
+    env = pip_index
     install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(ROOT)], env=env,
                              capture_output=True, text=True, check=False)
     assert install.returncode == 0, install.stdout + install.stderr
