@@ -143,6 +143,17 @@ class Project:
         return path
 
 
+def vpatch_cli(project: Project | Path, *args: str) -> tuple[int, str]:
+    """`vpatch --project <root> ARGS` in this process (typer's CliRunner): its exit code and output."""
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    root = project.root if isinstance(project, Project) else project
+    result = CliRunner().invoke(app, ["--project", str(root), *args])
+    return result.exit_code, result.output
+
+
 def write_config(root: Path, url: str, ref: str = "v1.0") -> None:
     (root / "vpatch.yaml").write_text(f"upstream:\n  source: git\n  git: {url}\npin:\n  ref: {ref}\npatches: patches\n")
 

@@ -8,16 +8,12 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, Project, git, snapshot
+from conftest import vpatch_cli as run
 from typer.testing import CliRunner
 
 from vpatch.cli import app
 from vpatch.config import Config
 from vpatch.errors import ConfigError, VpatchError
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def committed(project: Project) -> Project:

@@ -95,7 +95,7 @@ def test_a_corrupt_cache_is_ignored_and_rebuilt(project: Project, tmp_path: Path
     for i, shard in enumerate(shards):
         # half cut short mid-file, half well-formed JSON of the wrong shape
         shard.write_bytes(shard.read_bytes()[:37] if i % 2 else b'{"version": 1, "entries": {"x": 5}}')
-    commitcache._open.clear()  # what a new process sees
+    commitcache.reset()  # what a new process sees
     calls = counting_git(tmp_path, monkeypatch)
     assert status(project) == clean
     assert log_p_calls(calls) >= 1  # recomputed, not trusted
@@ -121,7 +121,7 @@ def test_only_new_commits_are_diffed_when_the_tip_moves(project: Project, monkey
         return real(repo, commits, paths)
 
     monkeypatch.setattr(git, "commit_patch_ids", spy)
-    commitcache._open.clear()
+    commitcache.reset()
     moved = commitcache.patch_id_commits(repo, pin, newer[-1], paths)
     assert diffed == [list(reversed(newer))]  # the three new commits, newest first, and nothing seen before
     monkeypatch.setattr(git, "commit_patch_ids", real)

@@ -6,16 +6,10 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, Project, git, snapshot
-from typer.testing import CliRunner
+from conftest import vpatch_cli as run
 
-from vpatch.cli import app
 from vpatch.errors import SeriesError
 from vpatch.series import Patch, Series
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 @pytest.fixture

@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, snapshot
+from conftest import vpatch_cli as cli
 from typer.testing import CliRunner
 
 from vpatch.cli import app
 from vpatch.config import Config
+from vpatch.upstream import cache_dir, commitcache
 
 GITKILL = Path(__file__).with_name("gitkill.sh")
 KV_FIXED = KV_V1.replace("break", "continue")
@@ -51,6 +53,9 @@ class Killer:
         out = self.counter.with_suffix(".out")
         out.unlink(missing_ok=True)
         env = self.env(at, mode, extra)
+        # Each run starts from an empty commit cache, so it makes the git commands the counting run made.
+        shutil.rmtree(cache_dir() / "commit-facts", ignore_errors=True)
+        commitcache.reset()
         pid = os.fork()
         if pid == 0:  # the child: run the command, report its output through a file, never return to pytest
             code = 1
@@ -102,11 +107,6 @@ def killer(project: Project, tmp_path: Path) -> Killer:
     bindir.mkdir()
     (bindir / "git").symlink_to(GITKILL)
     return Killer(project, bindir, tmp_path / "gitkill-count")
-
-
-def cli(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def state_of(project: Project) -> dict[str, object]:

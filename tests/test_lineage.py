@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, git, write_config
-from typer.testing import CliRunner
+from conftest import vpatch_cli as vpatch
 
 from vpatch import lineage
-from vpatch.cli import app
 from vpatch.config import Config
 from vpatch.series import Series
 from vpatch.upstream import cache_dir, mirror
@@ -139,11 +138,6 @@ def make_project(root: Path, history: History, names: list[str], prs: dict[str, 
     git(root, "commit", "-q", "-m", "project")
     mirror.fetch(cache_dir(), history.url)
     return root
-
-
-def vpatch(root: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(root), *args])
-    return result.exit_code, result.output
 
 
 PRS = {"kv": 101, "parser": 102, "sched": 104, "tool": 107, "misc": 109}

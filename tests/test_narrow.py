@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 
 from conftest import KV_V1, PARSER_V1, Project, git
-from typer.testing import CliRunner
+from conftest import vpatch_cli as run
 
-from vpatch.cli import app
 from vpatch.series import Patch, Series
 
 # 0001 changes the parser in three places; hunk 2 grows the file by two lines, so hunk 3's new-side
@@ -18,11 +17,6 @@ THREE = (PARSER_V1.replace("line 5\n", "line 5 fixed\n")
          .replace("line 35\n", "line 35 fixed\n"))
 HUNK_2_ONLY = PARSER_V1.replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
 PROBE = "kind: files\nfiles:\n  vllm/parser.py:\n    contains: [\"line 35 fixed\"]\n"
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def commit_all(project: Project, message: str = "project") -> None:

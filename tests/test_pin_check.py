@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import KV_V1, Project, git
-from typer.testing import CliRunner
-
-from vpatch.cli import app
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
+from conftest import vpatch_cli as run
 
 
 def pin(project: Project, commit: str) -> None:

@@ -8,18 +8,11 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git
-from typer.testing import CliRunner
-
-from vpatch.cli import app
+from conftest import vpatch_cli as run
 
 KV_FIX = KV_V1.replace("break", "continue")
 PARSER_FIX = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 VACUOUS = "kind: files\nfiles:\n  vllm/parser.py:\n    not_contains: [\"NEVER\"]\n"
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def commit_all(project: Project) -> str:

@@ -8,18 +8,12 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git
-from typer.testing import CliRunner
+from conftest import vpatch_cli as run
 
 from vpatch import process
-from vpatch.cli import app
 from vpatch.errors import GitError, ProcessError
 
 FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def decoy_repo(tmp_path: Path) -> Path:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, Project, snapshot
+from conftest import vpatch_cli as cli
 from typer.testing import CliRunner
 
 from vpatch.cli import app
@@ -94,11 +95,6 @@ def test_two_files_with_one_number(project: Project) -> None:
 def test_missing_patches_folder(tmp_path: Path) -> None:
     with pytest.raises(SeriesError, match="does not exist"):
         Series.load(tmp_path / "nope")
-
-
-def cli(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def test_pin_that_does_not_resolve(project: Project) -> None:

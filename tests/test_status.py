@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project
+from conftest import vpatch_cli as run
 from typer.testing import CliRunner
 
 from vpatch import git
@@ -20,11 +21,6 @@ from vpatch.verdict import ProbeCheck, ProbeOutcome, State
 
 FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 KV_FIX = KV_V1.replace("break", "continue")
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def refresh(project: Project) -> Path:

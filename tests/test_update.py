@@ -9,17 +9,11 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, snapshot
-from typer.testing import CliRunner
+from conftest import vpatch_cli as run
 
 from vpatch import update as core
-from vpatch.cli import app
 from vpatch.config import Config
 from vpatch.series import Series
-
-
-def run(project: Project, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["--project", str(project.root), *args])
-    return result.exit_code, result.output
 
 
 def state_of(project: Project) -> dict[str, object]:

@@ -85,6 +85,11 @@ def store() -> CommitCache:
     return _open[root]
 
 
+def reset() -> None:
+    """Forget what this process has read: the next use reads the folder again, as a new process would."""
+    _open.clear()
+
+
 def _is_sha(ref: str | None) -> bool:
     return ref is None or bool(_SHA.fullmatch(ref))
 
