@@ -15,15 +15,20 @@ FIXED_DATE = "2026-09-01T12:00:00+00:00"
 
 # A test that uses one of these fixtures needs what the marker names, so it carries the marker: selection
 # by marker (-m "not releases and not docker and not network") then leaves out exactly what cannot run here.
-FIXTURE_MARKERS = {"release_history": "releases", "docker": "docker", "pip_index": "network"}
+FIXTURE_MARKERS = {
+    "release_history": ("releases",),
+    "docker": ("docker",),
+    "pip_index": ("network",),
+    "vllm_server_image": ("vllm_server", "docker"),
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
-            marker = FIXTURE_MARKERS.get(fixture)
-            if marker is not None and item.get_closest_marker(marker) is None:
-                item.add_marker(marker)
+            for marker in FIXTURE_MARKERS.get(fixture, ()):
+                if item.get_closest_marker(marker) is None:
+                    item.add_marker(marker)
 
 
 @pytest.fixture(autouse=True)
