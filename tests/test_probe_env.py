@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import Project, ToyUpstream
+from conftest import Project, ToyUpstream, git
 from test_probes import fixed, write_probe  # noqa: F401 (fixed is a fixture)
 
 from vpatch import probe_env, probes
@@ -243,3 +243,29 @@ def test_lock_probes_command_rewrites_the_lock_and_says_what_moved(wheels: Path,
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == ["tinypkg 1.0 -> 1.1", "+ tinydep==2.0"]
     assert again.stdout == "" and "requirements.lock: unchanged" in again.stderr
+
+
+def test_update_shows_each_probe_it_runs_on_stderr(project: Project) -> None:
+    import json
+
+    from test_probes import COMMAND_PROBE, KV_FIXED, SCRIPT, _project_patch
+    from test_update import commit_all, release
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    _project_patch(project, COMMAND_PROBE, SCRIPT)
+    commit_all(project)
+    # v1.1 has the fix and another change, so the pin + the patch is a tree of its own.
+    release(project, {"vllm/kv.py": KV_FIXED, "README": "toy vllm 1.1\n"}, "v1.1")
+
+    result = CliRunner().invoke(app, ["--project", str(project.root), "update", "--to", "v1.1", "--json"])
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["outcome"]
+    lines = result.stderr.splitlines()
+    # The verdicts on the pin and the target, then the drop's re-validation (the pin's answer is cached).
+    assert any(line.startswith("probe 0001-kv-skip-null on v1.0: fail (") for line in lines)
+    assert any(line.startswith("probe 0001-kv-skip-null on v1.1: pass (") for line in lines)
+    pin = git(project.upstream.path, "rev-parse", "v1.0").strip()[:12]
+    assert any(line.startswith(f"probe 0001-kv-skip-null on {pin} with the patch: pass (") for line in lines)

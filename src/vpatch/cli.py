@@ -396,15 +396,22 @@ def update(
     if sum(bool(x) for x in (to, continue_, abort)) != 1:
         raise VpatchError("give exactly one of --to REF, --continue, --abort", exit_code=ExitCode.USAGE,
                           hint="vpatch update --to v0.31.0 [--dry-run]")
+    import functools
+
+    from vpatch.console import ProgressView
+
     config = _config()
-    if abort:
-        result = core.abort(config)
-    elif continue_:
-        result = core.resume(config)
-    else:
-        assert to is not None
-        result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
-                             narrow=not no_narrow)
+    with ProgressView() as view:
+        validator = functools.partial(core.validate_with_probes, report=view)
+        if abort:
+            result = core.abort(config)
+        elif continue_:
+            result = core.resume(config, validator=validator)
+        else:
+            assert to is not None
+            result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
+                                 narrow=not no_narrow, judge=functools.partial(core.judge_with_status, progress=view),
+                                 validator=validator)
     if json_out:
         import json
 

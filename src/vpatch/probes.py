@@ -383,7 +383,7 @@ def check_patch(repo: Path, patch: Patch, commit: str, *, cache: Path | None = N
 
 
 def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str, patched: str | None = None,
-                   cache: Path | None = None) -> Validation:
+                   cache: Path | None = None, report: Reporter = silent) -> Validation:
     """Check that the patch's probe FAILs on `base` and PASSes on `patched` (default: `base` + the patch).
 
     Raises ProbeError when the patch has no probe or the probe does not tell the two apart.
@@ -397,8 +397,9 @@ def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str
         if patched is None:
             raise ProbeError(f"{patch.filename} does not apply to {base}, so its probe cannot be validated there",
                              hint=f"vpatch apply --ref {base} to see the conflict")
-    before = run_probe(repo, probe, base, cache=cache)
-    after = run_probe(repo, probe, patched, cache=cache)
+    before = run_probe(repo, probe, base, cache=cache, report=report, label=f"{patch.name} on {base[:12]}")
+    after = run_probe(repo, probe, patched, cache=cache, report=report,
+                      label=f"{patch.name} on {base[:12]} with the patch")
     if before.outcome is ProbeOutcome.FAIL and after.outcome is ProbeOutcome.PASS:
         return Validation(True, f"{probe.name} fails without the patch and passes with it", before, after)
     raise ProbeError(

@@ -14,8 +14,8 @@ from vpatch.series import Patch, Series
 if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.narrow import Narrowing
+    from vpatch.progress import Reporter
     from vpatch.status import Landing, Status
-    from vpatch.verdict import ProbeFn
 
 
 class Action(str, Enum):
@@ -147,7 +147,7 @@ Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
 
 def judge_with_status(
-    repo: Path, config: Config, series: Series, current: str, to: str, target: str,
+    repo: Path, config: Config, series: Series, current: str, to: str, target: str, *, progress: Reporter | None = None,
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides."""
     from vpatch import status
@@ -155,7 +155,8 @@ def judge_with_status(
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
     report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
-                            branch=config.upstream.branch, probe=_probe_fn(repo, config))
+                            branch=config.upstream.branch,
+                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}))
     rows = []
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
@@ -220,13 +221,6 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     where = "in no release yet" if landing.release is None else f"release {landing.proof or landing.release}"
     first = "first commit" if landing.bisected else "commit"
     return f"{landing.ref} ({first} {landing.commit[:12]}, {where})"
-
-
-def _probe_fn(repo: Path, config: Config) -> ProbeFn:
-    """The probe runner `vpatch status` uses (probe results cached by probe content and tree)."""
-    from vpatch import status
-
-    return status.probe_fn(repo, config)
 
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from vpatch import git, lock, stack
 from vpatch.errors import ApplyError, VpatchError
 from vpatch.fs import atomic_write
+from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
 from vpatch.update import guard
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
@@ -277,9 +278,10 @@ def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str,
     return (validator or validate_with_probes)(repo, config, patch, base, patched)
 
 
-def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str) -> ProbeCheck:
+def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str, *,
+                         report: Reporter = silent) -> ProbeCheck:
     """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
     from vpatch import probes
 
-    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched)
+    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report)
     return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)
