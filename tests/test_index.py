@@ -3,6 +3,7 @@ bounded parallel downloads, one releases run per cache, and no leftovers from ki
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -209,3 +210,29 @@ def test_without_pip_the_pip_variables_still_name_the_index(tmp_path: Path, monk
     settings = IndexSettings.from_pip(str(bare / "bin" / "python"))
 
     assert settings.index_urls == ("https://env.invalid/simple", "https://extra.invalid/simple")
+
+
+def test_a_dropped_connection_is_tried_again_and_a_missing_file_is_not(
+    simple: SimpleIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transfers: list[str] = []
+    real = Index._transfer
+
+    def flaky(self: Index, dist: index_mod.Distribution, out: io.BufferedWriter, progress: object) -> str:
+        transfers.append(dist.filename)
+        if len(transfers) == 1:
+            out.write(b"the first half")
+            raise ConnectionResetError("connection reset by peer")
+        return real(self, dist, out, None)
+
+    monkeypatch.setattr(index_mod.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(Index, "_transfer", flaky)
+    point_pip_at(monkeypatch, simple.file_url)
+    path = sdists.fetch_sdist("1.0.0", cache=tmp_path / "cache")
+
+    (simple.root / "files" / "vllm-1.1.0.tar.gz").unlink()  # the index names a file that is gone
+    with pytest.raises(UpstreamError, match=r"cannot download vllm-1\.1\.0\.tar\.gz"):
+        sdists.fetch_sdist("1.1.0", cache=tmp_path / "cache")
+
+    assert path.read_bytes() == fake_sdist("1.0.0")  # the retry started over: no leftover bytes
+    assert transfers == ["vllm-1.0.0.tar.gz", "vllm-1.0.0.tar.gz", "vllm-1.1.0.tar.gz"]

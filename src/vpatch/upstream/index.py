@@ -15,6 +15,7 @@ import os
 import ssl
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -40,6 +41,9 @@ _JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 # The hashes pip accepts in an index link; the strongest one the index gives is checked.
 _HASHES = ("sha512", "sha384", "sha256", "sha224")
 _CHUNK = 1 << 20
+_ATTEMPTS = 3
+# Failures worth another attempt: the network, not the request (an HTTP 4xx is not retried).
+_TRANSIENT = (urllib.error.URLError, ConnectionError, TimeoutError, http.client.HTTPException)
 
 BytesFn = Callable[[int, int | None], None]  # (bytes so far, total or None)
 
@@ -285,38 +289,55 @@ class Index:
         return context
 
     def download(self, dist: Distribution, out: BinaryIO, progress: BytesFn | None = None) -> None:
-        """Write `dist` to `out`, checking the index's hash; UpstreamError on a mismatch."""
+        """Write `dist` to `out`, checking the index's hash; UpstreamError on a mismatch.
+
+        A dropped connection is tried again (from the start, `out` rewound) up to _ATTEMPTS times, as pip does."""
         if dist.hash_name is None or dist.hash_value is None:
             raise UpstreamError(f"the index gives no hash for {dist.filename}, so its download cannot be checked",
                                 hint="use an index that publishes sha256 hashes (PyPI does)")
-        digest = hashlib.new(dist.hash_name)
-        done = 0
-        try:
-            if dist.url.startswith("file:"):
-                local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(dist.url).path))
-                source: BinaryIO = local.open("rb")  # closed by the `with source` below
-                total = dist.size
-            else:
-                response = self._open(dist.url)
-                source = response
-                length = response.headers.get("Content-Length")
-                total = int(length) if length else dist.size
-            with source:
-                for chunk in iter(lambda: source.read(_CHUNK), b""):
-                    digest.update(chunk)
-                    out.write(chunk)
-                    done += len(chunk)
-                    if progress:
-                        progress(done, total)
-        except (OSError, urllib.error.URLError) as exc:
-            raise UpstreamError(f"cannot download {dist.filename} from {_redact(dist.url)}: {_reason(exc)}",
-                                hint="check the network and pip's index settings, then run the command again") from exc
-        if digest.hexdigest() != dist.hash_value:
+        for attempt in range(1, _ATTEMPTS + 1):
+            out.seek(0)
+            out.truncate()
+            try:
+                got = self._transfer(dist, out, progress)
+                break
+            except _TRANSIENT as exc:
+                if attempt == _ATTEMPTS or (isinstance(exc, urllib.error.HTTPError) and exc.code < 500):
+                    raise UpstreamError(f"cannot download {dist.filename} from {_redact(dist.url)}: {_reason(exc)}",
+                                        hint="check the network and pip's index settings, then run the command again"
+                                        ) from exc
+                time.sleep(attempt)
+            except OSError as exc:  # a missing file, an HTTP 404, a full disk: trying again changes nothing
+                raise UpstreamError(f"cannot download {dist.filename} from {_redact(dist.url)}: {_reason(exc)}",
+                                    hint="check pip's index settings and the disk, then run the command again") from exc
+        if got != dist.hash_value:
             raise UpstreamError(
-                f"{dist.filename}: {dist.hash_name} mismatch: the index says {dist.hash_value},"
-                f" the download has {digest.hexdigest()}",
+                f"{dist.filename}: {dist.hash_name} mismatch: the index says {dist.hash_value}, the download has {got}",
                 hint="the file changed on the way or on the index; nothing was kept. Try again, or check the index",
             )
+
+    def _transfer(self, dist: Distribution, out: BinaryIO, progress: BytesFn | None) -> str:
+        """One attempt: copy the file to `out`; returns the hex digest of what arrived."""
+        assert dist.hash_name is not None
+        digest = hashlib.new(dist.hash_name)
+        done = 0
+        if dist.url.startswith("file:"):
+            local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(dist.url).path))
+            source: BinaryIO = local.open("rb")  # closed by the `with source` below
+            total = dist.size
+        else:
+            response = self._open(dist.url)
+            source = response
+            length = response.headers.get("Content-Length")
+            total = int(length) if length else dist.size
+        with source:
+            for chunk in iter(lambda: source.read(_CHUNK), b""):
+                digest.update(chunk)
+                out.write(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total)
+        return digest.hexdigest()
 
 
 def _reason(exc: BaseException) -> str:
