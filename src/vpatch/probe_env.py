@@ -132,7 +132,7 @@ def _replace(final: Path, built: Path) -> None:
 
 def _build(dest: Path, requirements: Requirements, report: Reporter) -> None:
     # A venv can be renamed once built: vpatch runs `bin/python` (a link), never a script's shebang.
-    report(Event(_SUBJECT, "creating the venv", dest.name.lstrip(".")))
+    report(Event(_SUBJECT, "creating the venv", dest.name.lstrip(".").rsplit("-", 1)[0]))
     args = [sys.executable, "-m", "venv", str(dest)]
     if not requirements.lines:
         args.insert(3, "--without-pip")
