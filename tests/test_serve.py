@@ -176,3 +176,22 @@ def test_diff_is_clean_then_finds_max_model_len_env_and_image_drift(served: Serv
         assert "--max-model-len" not in moved.stdout  # only the image moved
     finally:
         docker.remove_image(other)
+
+
+def test_a_server_that_dies_at_start_is_stopped_not_left_restarting(served: Served) -> None:
+    """The incident's lane restarted every second for hours: a start that fails ends stopped, restart policy no,
+    with vLLM's own reason in the error. Here: a KV budget of 512 tokens for max_model_len 1024."""
+    docker = Docker.connect()
+    name = f"{served.name}-dies"
+    dying = tiny_serve(free_port(), name, kv_cache_memory_bytes=512 * 1024)
+    dying["container"]["restart"] = "unless-stopped"
+    try:
+        result = served.vpatch("serve", "tiny", serve=dying)
+        assert result.exit_code == 1, result.output
+        assert f"container {name} " in result.output and "/health answered: ValueError: " in result.output
+        assert "restart policy no" in result.output
+        info = docker.container(name)
+        assert info is not None and info.status == "exited" and info.restart_policy == "no"
+        assert info.restart_count <= 1
+    finally:
+        docker.remove_container(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.error
 import urllib.request
@@ -86,24 +87,30 @@ def wait_healthy(docker: Docker, container: str, url: str, *, timeout: float,
         if info.status in ("exited", "dead") or info.restart_count > 0 or info.status == "restarting":
             why = (f"exited with code {info.exit_code}" if info.status in ("exited", "dead")
                    else f"is restarting (restart {info.restart_count}, exit code {info.exit_code})")
-            raise VpatchError(
-                f"container {info.name} {why} before {url} answered; the end of its log:\n"
-                + docker.container_logs(container, tail=25).rstrip(),
-                hint=f"docker logs {info.name}",
-            )
+            raise VpatchError(f"container {info.name} {why} before {url} answered" + _log_summary(docker, container),
+                              hint=f"docker logs {info.name}")
         if _answers(url):
             return time.monotonic() - began
         now = time.monotonic()
         if now - began > timeout:
-            raise VpatchError(
-                f"{url} did not answer within {timeout:.0f}s; the end of {info.name}'s log:\n"
-                + docker.container_logs(container, tail=25).rstrip(),
-                hint="raise serve.health_timeout if the server needs longer to load",
-            )
+            raise VpatchError(f"{url} did not answer within {timeout:.0f}s" + _log_summary(docker, container),
+                              hint="raise serve.health_timeout if the server needs longer to load")
         if progress and now - last_report >= _REPORT_EVERY_S:
             last_report = now
             progress(f"waiting for {url}: {now - began:.0f}s, container {info.status}")
         time.sleep(1.0)
+
+
+# vLLM's root cause, as its own log line or a bare traceback line: "ValueError: No available memory ...".
+_ERROR_LINE = re.compile(r"^(?:\(.*?\) ERROR .*?\] )?([A-Z]\w*(?:Error|Exception): .+)$", re.M)
+
+
+def _log_summary(docker: Docker, container: str) -> str:
+    """The first error the log names (vLLM's root cause comes before the generic ones), and the log's end."""
+    log = docker.container_logs(container)
+    first = _ERROR_LINE.search(log)
+    tail = "\n".join(log.rstrip().splitlines()[-20:])
+    return (f": {first[1]}" if first else "") + f"\nthe end of its log:\n{tail}"
 
 
 def _answers(url: str) -> bool:
