@@ -226,9 +226,22 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
     done = threading.Event()
     result: list[Timing] = []
 
+    def sample() -> None:
+        usage = run.server.metrics().kv_usage
+        if usage is not None:
+            samples.append(usage)
+
     def request() -> None:
         try:
-            result.append(run.server.complete(prompt, max_tokens=check.max_tokens))
+            # Also sampled as the first tokens arrive: a short request can finish between two timed samples.
+            seen = [0]
+
+            def on_token() -> None:
+                seen[0] += 1
+                if seen[0] <= 3:
+                    sample()
+
+            result.append(run.server.complete(prompt, max_tokens=check.max_tokens, on_token=on_token))
         finally:
             done.set()
 
@@ -236,9 +249,7 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
     worker.start()
     # The mamba write-up sampled twenty times a second; a held block shows up as usage while the request runs.
     while not done.wait(0.05):
-        usage = run.server.metrics().kv_usage
-        if usage is not None:
-            samples.append(usage)
+        sample()
     worker.join()
     if not result:
         return Status.FAIL, "request failed", "the long request did not finish"

@@ -6,7 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,8 +91,10 @@ class Server:
         lines = max(1, lines + int(missing / per_line))
         return "".join(_line(n, nonce) for n in range(lines))
 
-    def complete(self, prompt: str, *, max_tokens: int, extra: Mapping[str, Any] | None = None) -> Timing:
-        """A streamed completion that generates exactly `max_tokens` (EOS ignored), timed."""
+    def complete(self, prompt: str, *, max_tokens: int, extra: Mapping[str, Any] | None = None,
+                 on_token: Callable[[], None] | None = None) -> Timing:
+        """A streamed completion that generates exactly `max_tokens` (EOS ignored), timed; `on_token` is
+        called as each piece of text arrives (while the request still runs and holds its KV blocks)."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
         start = time.monotonic()
@@ -101,8 +103,10 @@ class Server:
         with self._open("/v1/completions", body) as resp:
             for event in sse_events(_lines(resp)):
                 choices = event.get("choices")
-                if first is None and isinstance(choices, list) and any(c.get("text") for c in choices):
-                    first = time.monotonic()
+                if isinstance(choices, list) and any(c.get("text") for c in choices):
+                    first = first or time.monotonic()
+                    if on_token is not None:
+                        on_token()
                 if isinstance(event.get("usage"), dict):
                     usage = event["usage"]  # type: ignore[assignment]
         end = time.monotonic()

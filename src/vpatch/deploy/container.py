@@ -171,7 +171,7 @@ def _retire_candidate(docker: Docker, journal: Journal, progress: Progress) -> s
     docker.set_restart_policy(candidate.id, "no")
     if candidate.status in ("running", "restarting"):
         progress(f"rollback: stopping the candidate {candidate.name}")
-        docker.stop_container(candidate.id)
+        docker.stop_container(candidate.id, timeout=10)  # a failed candidate needs no graceful drain
     if candidate.name == journal.container:
         kept = f"{journal.container}-candidate-{journal.started}"
         docker.rename_container(candidate.id, kept)

@@ -23,7 +23,7 @@ from vpatch.deploy.container import (
     watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.deploy.readings import KvPool, kv_pool_from_log
+from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.suite import Suite
 from vpatch.errors import ExitCode, ProcessError, VpatchError
 from vpatch.image.docker import Docker
@@ -109,8 +109,9 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
     baseline: Outcome | None = None
     if production is not None and production.status == "running":
         progress(f"baseline: checking the running {name} ({production.image_ref})")
-        prod_id = production.id
-        run = Run(server, suite, lambda: docker.container_logs(prod_id), progress)
+        prod_id, since = production.id, production.started_at
+        # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
+        run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress)
         run_checks(run, fail_fast=False)
         baseline = Outcome(tuple(run.results), run.figures)
         step("baseline")
@@ -139,7 +140,7 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
                 if result.failed:
                     break
             if not any(c.failed for c in candidate):
-                pool = baseline_pool(docker, production.id) if production is not None and baseline else None
+                pool = kv_pool_from_log(docker.container_logs(production.id)) if production and baseline else None
                 run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool)
                 run_checks(run, fail_fast=True)
                 candidate += run.results
@@ -175,10 +176,6 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
         f"as {journal.parked_name or '(none)'} (`vpatch deploy {definition} --rollback` brings it back)",
         hooks=tuple(failed_hooks),
     )
-
-
-def baseline_pool(docker: Docker, container: str) -> KvPool | None:
-    return kv_pool_from_log(docker.container_logs(container))
 
 
 def describe(restored: Restored) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tarfile
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -340,9 +341,17 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot inspect container {name}: {exc.explanation or exc}") from exc
 
-    def container_logs(self, name: str, *, tail: int | None = None) -> str:
-        """The container's output so far (stdout and stderr interleaved); `tail`: only the last lines."""
-        logs = self.client.api.logs(name, stdout=True, stderr=True, tail=tail if tail is not None else "all")
+    def container_logs(self, name: str, *, tail: int | None = None, since: str | None = None) -> str:
+        """The container's output so far (stdout and stderr interleaved); `tail`: only the last lines;
+        `since`: only what it wrote from that RFC 3339 time on (e.g. its State.StartedAt: this run only)."""
+        from datetime import datetime
+
+        start = None
+        if since:
+            # Docker writes nanoseconds; Python's datetime takes microseconds.
+            start = datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", since).replace("Z", "+00:00"))
+        logs = self.client.api.logs(name, stdout=True, stderr=True, tail=tail if tail is not None else "all",
+                                    since=start)
         return bytes(logs).decode("utf-8", "replace")
 
     def remove_container(self, name: str) -> None:
