@@ -169,7 +169,7 @@ def test_update_to_a_newer_release_tag_on_another_release_branch_needs_no_flag(p
     assert Config.load(project).pin.ref == "v1.1.1"
     retired = (project / "patches" / "RETIRED.md").read_text()
     pick = vllm_like.commits["tool-pick"][:12]
-    assert f"release v1.1.1 ({pick} on releases/v1.1)" in retired
+    assert f"release v1.1.1 ({pick} on releases/v1.1, cherry-picked from {vllm_like.commits['tool'][:12]})" in retired
 
 
 def test_a_real_downgrade_still_needs_the_flag_and_says_why(project: Path) -> None:
@@ -204,18 +204,20 @@ def test_first_release_is_the_release_branch_tag_carrying_the_cherry_pick(projec
     # first landed on the v1.1.1 target: bisected on the release branch itself (main at the fork lacks it)
     assert code == 3  # some patch landed; nothing partial, conflicting or disputed
     assert (tool["ref"], tool["commit"], tool["release"]) == ("v1.1.1", c["tool-pick"], "v1.1.1")
-    assert tool["release_proof"] == {"commit": c["tool-pick"], "branch": "releases/v1.1", "cherry_pick": False}
+    assert tool["release_proof"] == {"commit": c["tool-pick"], "branch": "releases/v1.1", "cherry_pick": False,
+                                     "cherry_picked_from": c["tool"]}
     # #101 reached v1.1.0 on main before the fork: bisected on main between the merge-bases
     kv = by_slug(doc, "kv")["landed_in"]
     assert kv["commit"] == c["kv"] and kv["release"] == "v1.1.0" and kv["bisected"]
-    assert kv["release_proof"] == {"commit": c["kv"], "branch": "main", "cherry_pick": False}
+    assert kv["release_proof"] == {"commit": c["kv"], "branch": "main", "cherry_pick": False, "cherry_picked_from": None}
 
     # judged on main only: the landing is #107 on main; its first release is v1.1.1 through the
     # cherry-pick on releases/v1.1, not v1.2.0 (the first tag that contains #107 itself)
     _, doc = status_json(project, "main")
     tool = by_slug(doc, "tool")["landed_in"]
     assert tool["commit"] == c["tool"] and tool["release"] == "v1.1.1"
-    assert tool["release_proof"] == {"commit": c["tool-pick"], "branch": "releases/v1.1", "cherry_pick": True}
+    assert tool["release_proof"] == {"commit": c["tool-pick"], "branch": "releases/v1.1", "cherry_pick": True,
+                                     "cherry_picked_from": None}
 
 
 def test_a_reverted_landing_is_not_landed_and_the_revert_is_evidence(project: Path, vllm_like: History) -> None:

@@ -87,11 +87,13 @@ class ReleaseProof:
     commit: str  # the commit in that release that carries the change
     branch: str | None  # a branch that holds `commit` ("main", "releases/v1.1"); None: on none
     picked: bool  # `commit` is a cherry-pick of the landing commit, not the landing commit itself
+    original: str | None = None  # the commit `commit` says it was cherry-picked from, when it says so
 
     def __str__(self) -> str:
         where = f" on {self.branch}" if self.branch else ""
         how = "cherry-pick " if self.picked else ""
-        return f"{self.release} ({how}{self.commit[:12]}{where})"
+        of = f", cherry-picked from {self.original[:12]}" if self.original else ""
+        return f"{self.release} ({how}{self.commit[:12]}{where}{of})"
 
 
 def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProof | None:
@@ -118,7 +120,13 @@ def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProo
                     return ReleaseProof(tag, pick, _branch_of(repo, pick, branch or "main"), picked=True)
     if first is None:
         return None
-    return ReleaseProof(first, commit, _branch_of(repo, commit, branch) if branch else None, picked=False)
+    on = _branch_of(repo, commit, branch) if branch else None
+    original = None
+    if branch and on != branch:
+        # landed on a release branch itself: name the main commit it was picked from, when it says
+        picked = _PICKED.search(commitcache.log_records(repo, None, commit, commits=[commit])[0].body)
+        original = picked.group(1) if picked else None
+    return ReleaseProof(first, commit, on, picked=False, original=original)
 
 
 @dataclass(frozen=True)

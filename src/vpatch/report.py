@@ -66,7 +66,8 @@ def _landing_json(landing: Landing | None, branch: str) -> dict[str, Any] | None
         "checks": landing.checks,
         "candidates": landing.candidates,
         "release_proof": None if landing.proof is None else {
-            "commit": landing.proof.commit, "branch": landing.proof.branch, "cherry_pick": landing.proof.picked},
+            "commit": landing.proof.commit, "branch": landing.proof.branch, "cherry_pick": landing.proof.picked,
+            "cherry_picked_from": landing.proof.original},
     }
 
 
