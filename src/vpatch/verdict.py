@@ -13,7 +13,11 @@ Rules, in order:
   probe tests behaviour; upstream may have fixed it differently). A probe that FAILs overrides any
   textual sign of landing. A probe ERROR counts as neither: it is shown and the textual evidence decides.
 - Without a deciding probe: the whole diff reverse-applies, an upstream commit with the same patch-id
-  is in pin..commit, or the patch's Upstream-PR "(#N)" is in a subject in pin..commit -> LANDED.
+  is in pin..commit, or the patch's Upstream-PR "(#N)" is in a subject in pin..commit -> LANDED. A
+  landing reverted later in pin..commit (and not re-landed) counts as none (lineage.identity), and the
+  revert is evidence of its own.
+- Identity evidence (patch-id, PR) says landed while the diff still applies cleanly (or with offsets)
+  and does not reverse-apply, and no probe decides -> DISPUTED: a person must look.
 - Otherwise per hunk: some hunks already upstream (they reverse-apply) while others are not -> PARTIAL,
   naming both sets (never LANDED: a patch is never dropped because part of it landed).
 - Otherwise it forward-applies (cleanly, with offsets, or only 3-way) -> NEEDED, else CONFLICT.
