@@ -162,12 +162,6 @@ class ServeConfig:
         )
 
 
-def flag_spec(flag: str) -> VllmFlag | None:
-    """The typed key behind a `--flag` (dashes or underscores), or None for a flag only extra_args can hold."""
-    name = flag[2:].split("=", 1)[0].replace("-", "_")
-    return _BY_KEY.get(name[3:] if name.startswith("no_") and name[3:] in _BY_KEY else name)
-
-
 def _typed(doc: _Doc, value: Any, key: str, kind: type) -> Any:
     if kind is bool:
         if not isinstance(value, bool):
