@@ -314,11 +314,12 @@ def serve(
     if diff:
         from vpatch.serve import drift
 
-        result = drift.diff(docker, definition, image=image)
+        result = drift.diff(docker, definition, image=image, pin=_config().pin)
         if json_out:
             import json
 
             echo(json.dumps({"container": result.container.name, "image": result.image,
+                             "running_image": result.running_image,
                              "drifts": [vars(d) for d in result.drifts]}, indent=2))
         elif result.drifts:
             echo(f"{result.container.name} differs from images/{name}.yaml:")
@@ -327,7 +328,7 @@ def serve(
                 echo(f"  {d.what:<{width}}  yaml: {d.yaml}")
                 echo(f"  {'':<{width}}  running: {d.running}")
         else:
-            echo(f"{result.container.name} runs exactly what images/{name}.yaml says ({result.image})")
+            echo(f"{result.container.name} runs exactly what images/{name}.yaml says: {result.running_image}")
         if result.drifts:
             raise typer.Exit(int(ExitCode.DRIFT))
         return

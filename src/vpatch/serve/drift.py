@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vpatch.config import Pin
 from vpatch.errors import VpatchError
 from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import ContainerInfo, Docker, DockerError, ImageInfo
+from vpatch.image.plan import LABEL_PREFIX
 from vpatch.serve import render
 from vpatch.serve.lint import serves
 
@@ -25,14 +27,16 @@ class Drift:
 class DriftReport:
     container: ContainerInfo
     image: str  # the reference the yaml (or --image) names
+    running_image: str  # the image the container runs, with its version/pin/content labels
     drifts: tuple[Drift, ...]
 
 
 ABSENT = "(absent)"
 
 
-def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = None) -> DriftReport:
-    """Compare the container the yaml names with what the yaml would start now."""
+def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = None, pin: Pin | None = None) -> DriftReport:
+    """Compare the container the yaml names with what the yaml would start now; with the project's `pin`,
+    also the pin the running image's vpatch labels say it was built from."""
     command = render.for_definition(definition, image=image)
     serve = definition.serve
     assert serve is not None
@@ -45,9 +49,13 @@ def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = Non
         wanted: ImageInfo | None = docker.image(command.image)
     except DockerError:
         wanted = None
+    have = docker.image(running.image_id) if docker.has_image(running.image_id) else None
     if wanted is None or wanted.id != running.image_id:
-        have = docker.image(running.image_id) if docker.has_image(running.image_id) else None
         drifts.append(Drift("image", _describe(command.image, wanted), _describe(running.image_ref, have)))
+    built_from = have.labels.get(f"{LABEL_PREFIX}.pin.commit") if have else None
+    if pin is not None and pin.commit and built_from and built_from != pin.commit:
+        label_ref = have.labels.get(f"{LABEL_PREFIX}.pin.ref", "?") if have else "?"
+        drifts.append(Drift("image pin", f"{pin.ref} ({pin.commit[:12]}, vpatch.yaml)", f"{label_ref} ({built_from[:12]})"))
     drifts += _args(command.args, running)
     image_env = _env_map(docker.image(running.image_id).env if docker.has_image(running.image_id) else ())
     drifts += _env(serve.environment, _env_map(running.env), image_env)
@@ -63,7 +71,7 @@ def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = Non
         drifts += _field("published port", f"{serve.port}/tcp->{serve.port}", published)
     drifts += _field("gpus", options.gpus or ABSENT, ", ".join(running.gpus) or ABSENT)
     drifts += _field("volumes", " ".join(sorted(options.volumes)) or ABSENT, " ".join(sorted(running.binds)) or ABSENT)
-    return DriftReport(running, command.image, tuple(drifts))
+    return DriftReport(running, command.image, _describe(running.image_ref, have), tuple(drifts))
 
 
 def _describe(ref: str, info: ImageInfo | None) -> str:
