@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from serverimage import tiny_serve, tiny_yaml
+
 from vpatch.config import Pin
 from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import Docker
