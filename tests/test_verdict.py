@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, Project
+from conftest import KV_V1, PARSER_V1, Project, git, vpatch_cli
 
 from vpatch.series import Patch, Series
 from vpatch.upstream import cache_dir, mirror
@@ -224,3 +224,72 @@ def test_every_verdict_has_evidence_that_decided_it(project: Project, outcome: P
     p = project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
     v = verdict_on(project, p, "v1.0", probe=probe_says(outcome))
     assert v.decided_by is not None
+
+
+# Reverse-apply is location-aware: a post-image found in a copy elsewhere in the file is no landing while the
+# hunk's own place still holds the pre-image (a false drop otherwise), and moved code is still found.
+
+FIX_5_20 = FIX_20.replace("line 5\n", "line 5 fixed\n")
+
+
+def block(first: int, last: int, fixed: int | None = None) -> str:
+    """Lines first..last of the parser, `fixed` with its fix: a copy of a hunk's image."""
+    return "".join(f"line {i}" + (" fixed" if i == fixed else "") + "\n" for i in range(first, last + 1))
+
+
+def test_a_copy_of_the_post_image_far_away_is_not_a_landing(project: Project) -> None:
+    p = project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    # upstream copies the block (lines 17-23) below and fixes only the copy; line 20 itself is as before
+    project.upstream.commit({"vllm/parser.py": PARSER_V1 + "copy\n" + block(17, 23, fixed=20)}, "Copy", tag="v1.1")
+    v = verdict_on(project, p, "v1.1")
+    assert v.state is State.NEEDED
+    reverse = next(ev for ev in v.evidence if ev.kind is Kind.REVERSE)
+    assert reverse.says is Says.NOT_LANDED
+    assert "post-image at hunk 1 at line 42 (+25)" in reverse.detail and "not a landing" in reverse.detail
+
+
+def test_moved_code_with_the_change_is_still_landed(project: Project) -> None:
+    p = project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    # upstream moves the block to the end of the file, with the fix: the pre-image is nowhere
+    moved = block(1, 16) + block(24, 40) + block(17, 23, fixed=20)
+    project.upstream.commit({"vllm/parser.py": moved}, "Move and fix", tag="v1.1")
+    v = verdict_on(project, p, "v1.1")
+    assert v.state is State.LANDED
+    assert v.decided_by is not None and v.decided_by.kind is Kind.REVERSE
+
+
+def test_one_hunk_landed_and_one_only_copied_is_partial_not_landed(project: Project) -> None:
+    p = project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_5_20}, "Fix the parser twice")
+    # hunk 1 (line 5) lands for real; hunk 2's post-image exists only as a copy far below line 20
+    upstream = PARSER_V1.replace("line 5\n", "line 5 fixed\n") + "copy\n" + block(17, 23, fixed=20)
+    project.upstream.commit({"vllm/parser.py": upstream}, "Half, and a copy", tag="v1.1")
+    v = verdict_on(project, p, "v1.1")
+    assert v.state is State.PARTIAL
+    assert v.landed_hunks == ("vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@)",)
+    assert v.needed_hunks == ("vllm/parser.py hunk 2 (@@ -17,7 +17,7 @@)",)
+
+
+def test_post_image_nearer_than_a_stale_pre_image_copy_is_disputed(project: Project) -> None:
+    p = project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    # the fix is at its place, and an unfixed copy of the block sits far below: text cannot tell which one
+    # the patch meant, so a person looks (never landed, never applied blindly)
+    upstream = FIX_20 + "copy\n" + block(17, 23)
+    project.upstream.commit({"vllm/parser.py": upstream}, "Fix, and an old copy", tag="v1.1")
+    v = verdict_on(project, p, "v1.1")
+    assert v.state is State.DISPUTED
+    assert v.decided_by is not None and "both the pre-image and the post-image" in v.decided_by.detail
+
+
+def test_update_keeps_a_patch_whose_post_image_is_only_copied(project: Project) -> None:
+    project.make_patch(1, "parser-fix", {"vllm/parser.py": FIX_20}, "Fix the parser")
+    git(project.root, "init", "-q", "-b", "main")
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", "project")
+    project.upstream.commit({"vllm/parser.py": PARSER_V1 + "copy\n" + block(17, 23, fixed=20)}, "Copy", tag="v1.1")
+    assert vpatch_cli(project, "fetch")[0] == 0
+    code, out = vpatch_cli(project, "status", "--against", "v1.1", "--exit-code")
+    assert code == 0, out  # nothing landed (3), nothing for a person (4)
+    code, out = vpatch_cli(project, "update", "--to", "v1.1")
+    assert code == 0, out
+    assert "drop" not in out and (project.patches / "0001-parser-fix.patch").exists()
+    assert "ref: v1.1" in (project.root / "vpatch.yaml").read_text()

@@ -111,6 +111,8 @@ def _short(ev: Evidence, v: Verdict) -> str:
         return "same patch-id as " + ev.detail.split()[2]
     if ev.kind is Kind.UPSTREAM_PR:
         return ev.detail.split('"')[0].strip()
+    if ev.kind is Kind.DISAGREEMENT and ev.detail.startswith("both the pre-image"):
+        return "pre- and post-image both in the file: a person must look"
     if ev.kind is Kind.DISAGREEMENT:
         return "identity says landed, content says not: " + ev.detail.split(",")[0]
     if ev.kind is Kind.REVERT:

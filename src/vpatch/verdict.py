@@ -18,6 +18,10 @@ Rules, in order:
   revert is evidence of its own.
 - Identity evidence (patch-id, PR) says landed while the diff still applies cleanly (or with offsets)
   and does not reverse-apply, and no probe decides -> DISPUTED: a person must look.
+- Reverse-apply counts only where the forward application fails: git finds a post-image anywhere in the
+  file, also in a copy far from the hunk's place. Where both directions apply, the image nearer the hunk's
+  line numbers is taken as its place: the pre-image (or a tie) -> the hunk is needed; the post-image ->
+  DISPUTED when no probe decides (see _textual).
 - Otherwise per hunk: some hunks already upstream (they reverse-apply) while others are not -> PARTIAL,
   naming both sets (never LANDED: a patch is never dropped because part of it landed).
 - Otherwise it forward-applies (cleanly, with offsets, or only 3-way) -> NEEDED, else CONFLICT.
@@ -55,7 +59,9 @@ class State(str, Enum):
     NEEDED = "needed"  # applies, and nothing says upstream has it
     PARTIAL = "partial"  # some hunks are upstream, others are not: a person must refresh it
     CONFLICT = "conflict"  # does not apply and has not landed: a person must rebase it
-    DISPUTED = "disputed"  # identity (patch-id, PR) says landed, the content says not, no probe decides: a person must look
+    # the evidence contradicts itself (identity vs content, or both images of a hunk in the file) and no
+    # probe decides: a person must look
+    DISPUTED = "disputed"
 
 
 class Kind(str, Enum):
@@ -150,6 +156,9 @@ class _Text:
     conflict: tuple[str, ...] = ()
     three_way_tried: bool = False
     three_way_output: str = ""
+    # The post-image is in the file but so is the pre-image (see _placed): never a landing by text.
+    elsewhere: str = ""  # the pre-image is nearer the hunk's place: the post-image is a copy elsewhere
+    ambiguous: tuple[str, ...] = ()  # the post-image is nearer: a person must look (whole diff: "the diff")
 
 
 _OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) (?:\(offset (-?\d+) lines?\))?(?: ?\(fuzz (\d+)\))?")
@@ -254,17 +263,16 @@ class _Tree:
             self._env = env
         return self._env
 
-    def check(self, files: Sequence[FileDiff], diff: bytes, *, reverse: bool = False) -> tuple[bool, str]:
-        """Whether the diff applies, and where hunks moved ("" when they did not)."""
+    def check(self, files: Sequence[FileDiff], diff: bytes, *, reverse: bool = False) -> _Placed | None:
+        """Where the diff applies (None: it does not)."""
         if self.memory:
             found = applycheck.check(files, self.blobs, reverse=reverse)
             if found.outcome is not Outcome.UNKNOWN:
-                moved = ", ".join(f"hunk {n} at line {line} ({off:+d})" for n, line, off in found.offsets)
-                return found.outcome is not Outcome.FAILS, moved
+                return None if found.outcome is Outcome.FAILS else _Placed(found.offsets)
         result = git.apply_cached(self.repo, self.index(), diff, reverse=reverse)
-        moved = ", ".join(f"hunk {m[1]} at line {m[2]}" + (f" ({int(m[3]):+d})" if m[3] else "")
-                          for m in _OFFSET.finditer(result.err))
-        return result.returncode == 0, moved
+        if result.returncode != 0:
+            return None
+        return _Placed(tuple((int(m[1]), int(m[2]), int(m[3] or 0)) for m in _OFFSET.finditer(result.err)))
 
     def three_way_clean(self, patch: Patch) -> tuple[bool, str]:
         three = git.apply_cached(self.repo, self.index(), patch.diff, three_way=True)
@@ -295,27 +303,69 @@ def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> se
     return wanted
 
 
+@dataclass(frozen=True)
+class _Placed:
+    """Where a diff went: (hunk number in its file, line, offset) for every hunk not at its named line."""
+
+    offsets: tuple[tuple[int, int, int], ...]
+
+    @property
+    def distance(self) -> int:
+        return sum(abs(off) for _, _, off in self.offsets)
+
+    def __str__(self) -> str:
+        return ", ".join(f"hunk {n} at line {line}" + (f" ({off:+d})" if off else "") for n, line, off in self.offsets)
+
+
+def _both_ways(forward: _Placed, reverse: _Placed) -> str:
+    """How far each image is from where the hunks belong, for the evidence."""
+    return (f"its pre-image at {forward or 'the named lines'}, its post-image at {reverse or 'the named lines'}")
+
+
 def _textual(tree: _Tree, patch: Patch) -> _Text:
-    forward, moved = tree.check(patch.files, patch.diff)
-    reverse, _ = tree.check(patch.files, patch.diff, reverse=True)
-    if forward:
-        return _Text(Applies.OFFSETS if moved else Applies.CLEAN, moved, reverse)
-    if reverse:
+    # Both directions search the whole file (git's own rule), so a post-image can be "found" in a copy of
+    # the code far from where the hunk belongs. The rule: reverse-apply is landing evidence only where the
+    # forward application fails. Where both work, the file holds both images and text cannot say which is
+    # the hunk's own place: the one nearer the hunk's line numbers is taken as its place (pre-image nearer
+    # or as near: needed, the post-image is a copy elsewhere; post-image nearer: ambiguous, a person must
+    # look). Moved code keeps working: its pre-image is gone, so forward fails and the reverse stands.
+    forward = tree.check(patch.files, patch.diff)
+    reverse = tree.check(patch.files, patch.diff, reverse=True)
+    if forward is not None:
+        applies = Applies.OFFSETS if forward.offsets else Applies.CLEAN
+        if reverse is None:
+            return _Text(applies, str(forward), False)
+        if forward.distance <= reverse.distance:
+            return _Text(applies, str(forward), False, elsewhere=_both_ways(forward, reverse))
+        return _Text(applies, str(forward), False, ambiguous=(f"the diff ({_both_ways(forward, reverse)})",))
+    by_hunk = _by_hunk(tree, patch)
+    if reverse is not None and not (by_hunk.needed or by_hunk.ambiguous):
         return _Text(Applies.NO, "", True)
-    # Neither direction works whole: look hunk by hunk, and whether a 3-way merge would be clean.
-    landed, needed, conflict = [], [], []
+    # Neither direction works whole (or the whole reverse found some hunk's post-image while that hunk's
+    # pre-image is in the file too): hunk by hunk, and later whether a 3-way merge would be clean.
+    return by_hunk
+
+
+def _by_hunk(tree: _Tree, patch: Patch) -> _Text:
+    landed, needed, conflict, ambiguous, elsewhere = [], [], [], [], []
     for fd in patch.files:
         for n, hunk in enumerate(fd.hunks, 1):
             name = hunk_name(fd, n, hunk)
             one = (replace(fd, hunks=(hunk,)),)
             mini = fd.header + hunk.text
-            if tree.check(one, mini, reverse=True)[0]:
+            back, ahead = tree.check(one, mini, reverse=True), tree.check(one, mini)
+            if back is not None and ahead is None:
                 landed.append(name)
-            elif tree.check(one, mini)[0]:
+            elif back is not None and ahead is not None and back.distance < ahead.distance:
+                ambiguous.append(f"{name} ({_both_ways(ahead, back)})")
+            elif ahead is not None:
                 needed.append(name)
+                if back is not None:
+                    elsewhere.append(f"{name}: {_both_ways(ahead, back)}")
             else:
                 conflict.append(name)
-    return _Text(Applies.NO, "", False, tuple(landed), tuple(needed), tuple(conflict))
+    return _Text(Applies.NO, "", False, tuple(landed), tuple(needed), tuple(conflict),
+                 elsewhere="; ".join(elsewhere), ambiguous=tuple(ambiguous))
 
 
 def _three_way_decides(text: _Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> bool:
@@ -356,6 +406,10 @@ def _evidence(patch: Patch, *, text: _Text, probe: ProbeCheck | None, history: S
                                 f"{probe_name} could not run (error, counted neither way)" + _tail(probe.detail)))
     if text.reverse:
         out.append(Evidence(Kind.REVERSE, Says.LANDED, "the whole diff reverse-applies: the change is there verbatim"))
+    elif text.elsewhere:
+        out.append(Evidence(Kind.REVERSE, Says.NOT_LANDED,
+                            "the post-image is only a copy away from where the hunks belong, the pre-image is "
+                            f"nearer ({text.elsewhere}): not a landing"))
     else:
         out.append(Evidence(Kind.REVERSE, Says.NOT_LANDED, "the diff does not reverse-apply"))
     out += history
@@ -368,7 +422,7 @@ def _evidence(patch: Patch, *, text: _Text, probe: ProbeCheck | None, history: S
     else:
         out.append(Evidence(Kind.FORWARD, Says.UNAVAILABLE, "the diff does not apply"
                             + (", not even 3-way" if text.three_way_tried else "")))
-    if text.landed or text.conflict:
+    if text.landed or text.conflict or (text.ambiguous and text.forward is Applies.NO):
         parts = []
         if text.landed:
             parts.append("upstream already has " + "; ".join(text.landed))
@@ -376,7 +430,9 @@ def _evidence(patch: Patch, *, text: _Text, probe: ProbeCheck | None, history: S
             parts.append("still needed: " + "; ".join(text.needed))
         if text.conflict:
             parts.append("do not apply: " + "; ".join(text.conflict))
-        says = Says.NOT_LANDED if (text.needed or text.conflict) else Says.LANDED
+        if text.ambiguous:
+            parts.append("both pre- and post-image in the file: " + "; ".join(text.ambiguous))
+        says = Says.NOT_LANDED if (text.needed or text.conflict or text.ambiguous) else Says.LANDED
         out.append(Evidence(Kind.HUNKS, says, ". ".join(parts)))
     return tuple(out)
 
@@ -441,6 +497,13 @@ def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ..
     probe_failed = probe is not None and probe.outcome is ProbeOutcome.FAIL
     if not probe_failed and any(ev.says is Says.LANDED and ev.kind is not Kind.HUNKS for ev in evidence):
         return verdict(State.LANDED)
+    if text.ambiguous and not probe_decides:
+        # The file holds the pre-image and the post-image of a hunk, the post-image nearer its place: a copy
+        # of either could be the one that moved; dropping could lose a fix and applying could hit a copy.
+        note = Evidence(Kind.DISAGREEMENT, Says.UNAVAILABLE,
+                        "both the pre-image and the post-image are in the file, the post-image nearer: "
+                        + "; ".join(text.ambiguous) + "; no probe decides: a person must look")
+        return verdict(State.DISPUTED, (note,))
     if text.landed and (text.needed or text.conflict):
         return verdict(State.PARTIAL)
     if text.forward is not Applies.NO:
