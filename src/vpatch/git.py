@@ -92,24 +92,7 @@ def tags(repo: Path, pattern: str = "v*") -> list[str]:
 
 def read_blobs(repo: Path, treeish: str, paths: Sequence[str]) -> dict[str, bytes | None]:
     """Contents of `paths` in `treeish`, read from the object database (None: path absent)."""
-    if not paths:
-        return {}
-    request = "".join(f"{treeish}:{p}\n" for p in paths).encode()
-    out = run(repo, ["cat-file", "--batch"], input=request).stdout
-    blobs: dict[str, bytes | None] = {}
-    pos = 0
-    for path in paths:
-        nl = out.index(b"\n", pos)
-        header = out[pos:nl].split()
-        pos = nl + 1
-        if header[-1] == b"missing" or len(header) != 3:
-            blobs[path] = None
-            continue
-        size = int(header[2])
-        # a tree at that path is no file, but its content is in the stream all the same
-        blobs[path] = out[pos : pos + size] if header[1] == b"blob" else None
-        pos += size + 1
-    return blobs
+    return read_blobs_at(repo, [treeish], paths)[treeish]
 
 
 def ls_tree(repo: Path, treeish: str, paths: Sequence[str]) -> list[tuple[str, str, str, str]]:
@@ -323,34 +306,67 @@ def resolve_commits(repo: Path, refs: Sequence[str]) -> dict[str, str | None]:
 
 
 def commit_times(repo: Path, commits: Sequence[str]) -> dict[str, int]:
-    """Committer time (seconds since the epoch) of each commit, in one call."""
+    """Committer time (seconds since the epoch) of each commit, read from the commit objects."""
     if not commits:
         return {}
-    out = run(repo, ["log", "--no-walk=unsorted", "--format=%H %ct", *commits, "--"]).out
-    return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
+    if not all(_is_object_id(c) for c in commits):
+        out = run(repo, ["log", "--no-walk=unsorted", "--format=%H %ct", *commits, "--"]).out
+        return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
+    times: dict[str, int] = {}
+    for sha, found in zip(commits, _cat_file(repo, list(commits))):
+        if found is None or found[0] != "commit":
+            raise GitError(f"git cat-file: {sha} is no commit in {repo}", command=("git", "cat-file", "--batch"),
+                           returncode=None, output="")
+        header = found[1].split(b"\n\n", 1)[0]
+        committer = next(line for line in header.split(b"\n") if line.startswith(b"committer "))
+        times[sha] = int(committer.rsplit(b" ", 2)[1])
+    return times
 
 
 def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, dict[str, bytes | None]]:
-    """`read_blobs` for several commits in one `cat-file --batch` call: commit -> path -> content."""
+    """Contents of `paths` at each of `commits` (commit -> path -> content; None: absent, or no file there).
+
+    Names that are object ids are read by this process's one `cat-file --batch` for `repo` (catfile.py);
+    others (a branch, HEAD) by a `cat-file --batch` of their own, so a moved ref is always read as it is now."""
     out: dict[str, dict[str, bytes | None]] = {c: {} for c in commits}
     if not commits or not paths:
         return out
-    request = "".join(f"{c}:{p}\n" for c in commits for p in paths).encode()
-    data = run(repo, ["cat-file", "--batch"], input=request).stdout
-    pos = 0
-    for c in commits:
+    by_id = [c for c in commits if _is_object_id(c)]
+    found = iter(_cat_file(repo, [f"{c}:{p}" for c in by_id for p in paths]))
+    for c in by_id:
         for p in paths:
-            nl = data.index(b"\n", pos)
-            header = data[pos:nl].split()
-            pos = nl + 1
-            if header[-1] == b"missing" or len(header) != 3:
-                out[c][p] = None
-                continue
-            size = int(header[2])
-            # a tree or gitlink at that path is no file: skip its content too
-            out[c][p] = data[pos:pos + size] if header[1] == b"blob" else None
-            pos += size + 1
+            obj = next(found)
+            # a tree or gitlink at that path is no file
+            out[c][p] = obj[1] if obj is not None and obj[0] == "blob" else None
+    others = [c for c in commits if not _is_object_id(c)]
+    if others:
+        request = "".join(f"{c}:{p}\n" for c in others for p in paths).encode()
+        data = run(repo, ["cat-file", "--batch"], input=request).stdout
+        pos = 0
+        for c in others:
+            for p in paths:
+                nl = data.index(b"\n", pos)
+                header = data[pos:nl].split()
+                pos = nl + 1
+                if header[-1] == b"missing" or len(header) != 3:
+                    out[c][p] = None
+                    continue
+                size = int(header[2])
+                # a tree at that path is no file, but its content is in the stream all the same
+                out[c][p] = data[pos:pos + size] if header[1] == b"blob" else None
+                pos += size + 1
     return out
+
+
+def _is_object_id(name: str) -> bool:
+    return len(name) in (40, 64) and all(ch in "0123456789abcdef" for ch in name)
+
+
+def _cat_file(repo: Path, names: Sequence[str]) -> list[tuple[str, bytes] | None]:
+    """(type, content) of each object named by an object id, from the repository's long-lived reader."""
+    from vpatch import catfile
+
+    return catfile.read(repo, ["git", *_STABLE_CONFIG, "cat-file", "--batch"], ["git", "cat-file", "--batch"], names)
 
 
 def reachable_count(repo: Path, commit: str) -> int:

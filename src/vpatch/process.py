@@ -216,6 +216,65 @@ def feed(
     return result
 
 
+class Child:
+    """A long-lived child spoken to over its stdin and stdout, one request at a time (`git cat-file --batch`).
+
+    Its stderr goes to a temporary file, so a child that complains cannot block on a full pipe, and what it said
+    ends up in the error `failed` builds.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        shown: Sequence[str] | None = None,
+        hint: str | None = None,
+        error: type[ProcessError] = ProcessError,
+    ) -> None:
+        self.command, self.shown, self.hint, self.error = tuple(argv), shown, hint, error
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(self.command, cwd=cwd, env=child_env(env), stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=self._stderr)
+        except OSError as exc:
+            self._stderr.close()
+            raise _not_started(self.command, shown, exc, error, hint) from exc
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self.stdin, self.stdout = self._proc.stdin, self._proc.stdout
+
+    def running(self) -> bool:
+        return self._proc.poll() is None
+
+    def failed(self, what: str) -> ProcessError:
+        """The error for a conversation that broke off (`what`: how), with the child's exit code and stderr."""
+        self._end()
+        self._stderr.seek(0)
+        output = _tail(self._stderr.read())
+        self._stderr.close()
+        return self.error(f"{_name(self.shown or self.command)}: {what} (exit code {self._proc.returncode})"
+                          + (f"\nstderr:\n{output}" if output else ""),
+                          command=self.command, returncode=self._proc.returncode, output=output, hint=self.hint)
+
+    def close(self) -> None:
+        """End the conversation: the child sees the end of its input and exits; one that does not is killed."""
+        self._end()
+        self._stderr.close()
+
+    def _end(self) -> None:
+        for pipe in (self.stdin, self.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass  # a broken pipe to a child that is gone already
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
 def failure(
     command: Sequence[str],
     result: Output,

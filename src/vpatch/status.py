@@ -248,7 +248,7 @@ def _landing(
     if base is None:
         proof = lineage.first_release(repo, top.commit, branch=main)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
-    line = git.first_parent_commits(repo, base, tip)
+    line = commitcache.first_parent_commits(repo, base, tip)
     # A revert makes "landed" non-monotonic along the line: search only after the last revert before the tip.
     floor = _after_last_revert(line, results[first])
     found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)

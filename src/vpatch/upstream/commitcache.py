@@ -183,6 +183,20 @@ def topo_order(repo: Path, base: str | None, tip: str) -> list[str]:
     return order
 
 
+def first_parent_commits(repo: Path, base: str, tip: str) -> list[str]:
+    """`git.first_parent_commits`, kept per range of commit ids (the line a bisection walks)."""
+    if not _is_sha(base) or not _is_sha(tip):
+        return git.first_parent_commits(repo, base, tip)
+    cache = store()
+    range_key = _key("first-parent", base)
+    line = _sha_list(cache.get(tip, range_key))
+    if line is None:
+        line = git.first_parent_commits(repo, base, tip)
+        cache.put(tip, range_key, line)
+        cache.flush()
+    return line
+
+
 def diff_patch_id(repo: Path, diff: bytes) -> str | None:
     """`git.patch_id` of a diff, kept by the diff's own hash (a patch file's diff rarely changes)."""
     digest = hashlib.sha256(diff).hexdigest()
