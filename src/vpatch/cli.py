@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from vpatch.errors import ExitCode, VpatchError
-from vpatch.image.definition import Strategy
+from vpatch.image.strategy import Strategy
 
 if TYPE_CHECKING:
     from vpatch.config import Config

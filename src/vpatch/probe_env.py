@@ -21,9 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from vpatch import process
 from vpatch.errors import ProcessError, VpatchError
 from vpatch.fs import atomic_write
@@ -68,6 +65,9 @@ class Requirements:
 
 
 def _pins(path: Path, raw: bytes) -> tuple[str, ...]:
+    # Imported here: packaging's requirement grammar costs `vpatch status` start-up, and only a probe needs it.
+    from packaging.requirements import InvalidRequirement, Requirement
+
     pins = []
     for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
         text = line.split("#", 1)[0].strip()
@@ -197,6 +197,8 @@ class LockChange:
 
 def refresh_lock(path: Path) -> LockChange:
     """Resolve the lock's `# requires:` line afresh, leave out `# omit:`, and rewrite its pins (atomically)."""
+    from packaging.utils import canonicalize_name
+
     old = Requirements.from_lock(path)
     text = old.source.decode("utf-8", "replace")
     header: dict[str, list[str]] = {"requires": [], "omit": []}

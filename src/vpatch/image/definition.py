@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from vpatch.config import _Doc
 from vpatch.deploy.suite import Suite
 from vpatch.errors import ConfigError
+from vpatch.image.strategy import Strategy
 from vpatch.serve.config import ServeConfig
 
 IMAGES_DIR = "images"
@@ -39,13 +39,6 @@ def image_reference_ok(ref: str) -> bool:
             return False
         name = path
     return bool(_REPOSITORY.match(name))
-
-
-class Strategy(str, Enum):
-    AUTO = "auto"
-    OVERLAY = "overlay"
-    PRECOMPILED = "precompiled"
-    SOURCE = "source"
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from vpatch.config import Config
 from vpatch.errors import VpatchError
 from vpatch.image.build import expected_entries
-from vpatch.image.definition import Strategy
 from vpatch.image.docker import Docker
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
+from vpatch.image.strategy import Strategy
 from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
