@@ -89,10 +89,12 @@ def _update(
                            lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
     plan = Plan(config.pin.ref, current, to, target, tuple(rows), report)
     checkpoint("judged")
-    if dry_run:
-        return Result(Outcome.PLANNED, plan)
+    # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
+    # would be a promise it does not keep. Both refuse with the same error.
     guard.refuse_unproven_drops(repo, config, series, plan,
                                 lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
+    if dry_run:
+        return Result(Outcome.PLANNED, plan)
     clear_stale(project, repo)
     try:
         state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
