@@ -223,6 +223,24 @@ class Identity:
     def matched(self, kind: str) -> list[Event]:
         return [e for e in self.events if kind in e.by]
 
+    def stands(self, kind: str) -> tuple[Event | None, Event | None]:
+        """For one kind of identity ("patch-id", "upstream-pr"): the first of its landings that still stands at
+        the tip, else the last one (reverted since); (None, None) when it names no landing. A reverted landing
+        is no landing."""
+        matched = [e for e in self.matched(kind) if e.step is not Step.REVERTED]
+        standing = self.standing_since
+        if standing is not None:
+            start = self.events.index(standing)
+            current = [e for e in matched if self.events.index(e) >= start]
+            if current:
+                return current[0], None
+        return None, (matched[-1] if matched else None)
+
+    @property
+    def relanded(self) -> bool:
+        """Landed again after a revert, and standing at the tip."""
+        return self.standing_since is not None and any(e.step is Step.REVERTED for e in self.events)
+
     def story(self) -> str:
         """"landed in a (#1), reverted in b, re-landed in c" - the whole chain."""
         return ", ".join(str(e) for e in self.events)

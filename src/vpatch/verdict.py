@@ -447,7 +447,6 @@ def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, histor
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, note), Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, note)]
     pid = commitcache.diff_patch_id(repo, patch.diff)
     found = lineage.identity(repo, pin, commit, patch_id=pid, paths=patch.paths, pr=patch.upstream_pr)
-    standing = found.standing_since
     out = [_identity_evidence(found, "patch-id", Kind.PATCH_ID,
                               lambda e: f"upstream commit {e.commit[:12]} has the same patch-id",
                               "no commit since the pin has the same patch-id")]
@@ -460,22 +459,20 @@ def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, histor
                                       f"no commit since the pin names #{n}"))
     if found.reverted is not None:
         out.append(Evidence(Kind.REVERT, Says.NOT_LANDED, f"{found.story()}: the change is out again"))
-    elif standing is not None and any(e.step is lineage.Step.REVERTED for e in found.events):
+    elif found.relanded:
         out.append(Evidence(Kind.REVERT, Says.LANDED, f"{found.story()}: landed again"))
     return out
 
 
 def _identity_evidence(found: lineage.Identity, kind_name: str, kind: Kind,
                        landed: Callable[[lineage.Event], str], none: str) -> Evidence:
-    """One identity fact (patch-id or PR) with reverts taken into account: a reverted landing is no landing."""
-    standing = found.standing_since
-    matched = [e for e in found.matched(kind_name) if e.step is not lineage.Step.REVERTED]
-    if not matched:
-        return Evidence(kind, Says.NOT_LANDED, none)
-    current = [e for e in matched if standing is not None and found.events.index(e) >= found.events.index(standing)]
-    if current:
-        return Evidence(kind, Says.LANDED, landed(current[0]))
-    return Evidence(kind, Says.NOT_LANDED, landed(matched[-1]) + f", but reverted since: {found.story()}")
+    """One identity fact (patch-id or PR) in words; lineage decides whether a landing still stands."""
+    current, reverted = found.stands(kind_name)
+    if current is not None:
+        return Evidence(kind, Says.LANDED, landed(current))
+    if reverted is not None:
+        return Evidence(kind, Says.NOT_LANDED, landed(reverted) + f", but reverted since: {found.story()}")
+    return Evidence(kind, Says.NOT_LANDED, none)
 
 
 def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ...], probe: ProbeCheck | None) -> Verdict:
