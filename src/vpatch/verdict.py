@@ -21,7 +21,7 @@ Rules, in order:
 - Reverse-apply counts only where the forward application fails: git finds a post-image anywhere in the
   file, also in a copy far from the hunk's place. Where both directions apply, the image nearer the hunk's
   line numbers is taken as its place: the pre-image (or a tie) -> the hunk is needed; the post-image ->
-  DISPUTED when no probe decides (see _textual).
+  DISPUTED when no probe decides (see textual.read).
 - Otherwise per hunk: some hunks already upstream (they reverse-apply) while others are not -> PARTIAL,
   naming both sets (never LANDED: a patch is never dropped because part of it landed).
 - Otherwise it forward-applies (cleanly, with offsets, or only 3-way) -> NEEDED, else CONFLICT.
@@ -31,26 +31,23 @@ and touch the same files (the tree `vpatch apply`/`update` would build), so a pa
 another is not called a conflict. Probes always run on the unpatched commit: the question they answer
 is "does upstream have this behaviour", and that keeps their cache key the upstream tree.
 
-Textual checks never check out a tree: the blobs the patches touch are read from the object database
-(one `cat-file --batch`) and checked in memory by git's own matching rules (applycheck.py); what that
-model does not cover (3-way merges, mode changes, binary diffs) goes to `git apply --cached --check`
-on a temporary index holding only those paths (`ls-tree` -> `update-index --index-info`).
+Textual checks never check out a tree; textual.py reads the diff on the touched blobs in memory, with
+`git apply --cached` on a temporary index for what that model does not cover.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Self
 
-from vpatch import applycheck, git, lineage
-from vpatch.applycheck import Outcome
+from vpatch import lineage
 from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
-from vpatch.series import FileDiff, Hunk, Patch
+from vpatch.series import Patch
+from vpatch.textual import Applies as Applies  # noqa: PLC0414 - re-exported: a verdict says how the diff applies
+from vpatch.textual import Text, Tree, read, with_three_way
+from vpatch.textual import hunk_name as hunk_name  # noqa: PLC0414 - re-exported for narrow.py
 from vpatch.upstream import commitcache
 
 
@@ -81,13 +78,6 @@ class Says(str, Enum):
     LANDED = "landed"
     NOT_LANDED = "not-landed"
     UNAVAILABLE = "unavailable"  # could not be checked here (probe error, no commit history, no trailer)
-
-
-class Applies(str, Enum):
-    CLEAN = "clean"
-    OFFSETS = "offsets"  # every hunk found its place, some at other line numbers
-    THREE_WAY = "3-way"  # only with a 3-way merge, and that merge is clean
-    NO = "no"
 
 
 @dataclass(frozen=True)
@@ -144,24 +134,6 @@ class Verdict:
         return next((ev for ev in self.evidence if ev.kind is kind), None)
 
 
-@dataclass(frozen=True)
-class _Text:
-    """What the diff says on one index: forward, reverse, and hunk by hunk when neither works whole."""
-
-    forward: Applies
-    offsets: str
-    reverse: bool
-    landed: tuple[str, ...] = ()
-    needed: tuple[str, ...] = ()
-    conflict: tuple[str, ...] = ()
-    three_way_tried: bool = False
-    three_way_output: str = ""
-    # The post-image is in the file but so is the pre-image (see _placed): never a landing by text.
-    elsewhere: str = ""  # the pre-image is nearer the hunk's place: the post-image is a copy elsewhere
-    ambiguous: tuple[str, ...] = ()  # the post-image is nearer: a person must look (whole diff: "the diff")
-
-
-_OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) (?:\(offset (-?\d+) lines?\))?(?: ?\(fuzz (\d+)\))?")
 _NO_HISTORY = "not available, the release history has no per-commit diffs"
 
 
@@ -193,17 +165,17 @@ def judge_series(
     wanted = _stack_closure(patches, only)
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
     verdicts: list[Verdict] = []
-    with _Tree(repo, commit, patches, paths, blobs) as tree:
+    with Tree(repo, commit, patches, paths, blobs) as tree:
         for i, patch in enumerate(patches):
             if patch.filename not in wanted:
                 continue
             is_target = only is None or patch.filename in only
             check = probe(patch, commit) if (probe is not None and is_target) else None
-            text = _textual(tree, patch)
+            text = read(tree, patch)
             hist = [] if not is_target else _history_evidence(
                 repo, patch, commit, pin=pin, history=history and use_history_evidence)
             if _three_way_decides(text, check, hist):
-                text = _with_three_way(tree, patch, text)
+                text = with_three_way(tree, patch, text)
             evidence = _evidence(patch, text=text, probe=check, history=hist)
             verdict = _decide(patch, commit, text, evidence, check)
             if is_target:
@@ -212,82 +184,6 @@ def judge_series(
             if verdict.state is State.NEEDED and later_overlap:
                 tree.apply(patch, three_way=text.forward is Applies.THREE_WAY)
     return tuple(verdicts)
-
-
-_INDEX_MODE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+ (\d{6})$", re.MULTILINE)
-
-
-def _blob_id(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-class _Tree:
-    """The files the patches touch on one commit: checked in memory, with a temporary index (built only
-    when first needed) for what memory cannot answer - 3-way merges, mode changes, binary diffs."""
-
-    def __init__(self, repo: Path, commit: str, patches: Sequence[Patch], paths: Sequence[str],
-                 blobs: Mapping[str, bytes | None] | None) -> None:
-        self.repo, self.commit, self.paths = repo, commit, list(paths)
-        self.modes = {fd.path: m[1].decode() for patch in patches for fd in patch.files
-                      if (m := _INDEX_MODE.search(fd.header))}
-        if blobs is None or any(p not in blobs for p in self.paths):
-            blobs = git.read_blobs(repo, commit, self.paths)
-        self.blobs: dict[str, bytes | None] = dict(blobs)
-        self.original = dict(blobs)
-        self.stacked: list[tuple[Patch, bool]] = []
-        self.memory = True  # False once a stacked patch went in through git only
-        self._stack = ExitStack()
-        self._env: Mapping[str, str] | None = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    def index(self) -> Mapping[str, str]:
-        if self._env is None:
-            env = self._stack.enter_context(git.temp_index(self.repo))
-            if len(self.commit) == 40:
-                # The blobs are in hand, so their ids are too (SHA-1 repositories): no ls-tree. The mode
-                # only feeds git's "has type" warning, so the patch's own index line (or 644) is enough.
-                info = "".join(f"{self.modes.get(path, '100644')} {_blob_id(data)}\t{path}\n"
-                               for path, data in self.original.items() if data is not None)
-                git.run(self.repo, ["update-index", "--index-info"], input=info.encode(), env=env)
-            else:
-                git.load_index(self.repo, env, self.commit, self.paths)
-            for patch, three_way in self.stacked:
-                git.apply_cached(self.repo, env, patch.diff, check=False, three_way=three_way)
-            self._env = env
-        return self._env
-
-    def check(self, files: Sequence[FileDiff], diff: bytes, *, reverse: bool = False) -> _Placed | None:
-        """Where the diff applies (None: it does not)."""
-        if self.memory:
-            found = applycheck.check(files, self.blobs, reverse=reverse)
-            if found.outcome is not Outcome.UNKNOWN:
-                return None if found.outcome is Outcome.FAILS else _Placed(found.offsets)
-        result = git.apply_cached(self.repo, self.index(), diff, reverse=reverse)
-        if result.returncode != 0:
-            return None
-        return _Placed(tuple((int(m[1]), int(m[2]), int(m[3] or 0)) for m in _OFFSET.finditer(result.err)))
-
-    def three_way_clean(self, patch: Patch) -> tuple[bool, str]:
-        three = git.apply_cached(self.repo, self.index(), patch.diff, three_way=True)
-        return three.returncode == 0 and "with conflicts" not in three.err, three.err
-
-    def apply(self, patch: Patch, *, three_way: bool) -> None:
-        """Stack a needed patch under the later ones that share its files."""
-        found = applycheck.check(patch.files, self.blobs) if self.memory and not three_way else None
-        if found is not None and found.result is not None and found.outcome is not Outcome.FAILS:
-            self.blobs.update(found.result)
-        else:
-            self.memory = False
-        if self._env is not None:
-            git.apply_cached(self.repo, self._env, patch.diff, check=False, three_way=three_way)
-        self.stacked.append((patch, three_way))
 
 
 def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> set[str]:
@@ -303,72 +199,7 @@ def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> se
     return wanted
 
 
-@dataclass(frozen=True)
-class _Placed:
-    """Where a diff went: (hunk number in its file, line, offset) for every hunk not at its named line."""
-
-    offsets: tuple[tuple[int, int, int], ...]
-
-    @property
-    def distance(self) -> int:
-        return sum(abs(off) for _, _, off in self.offsets)
-
-    def __str__(self) -> str:
-        return ", ".join(f"hunk {n} at line {line}" + (f" ({off:+d})" if off else "") for n, line, off in self.offsets)
-
-
-def _both_ways(forward: _Placed, reverse: _Placed) -> str:
-    """How far each image is from where the hunks belong, for the evidence."""
-    return (f"its pre-image at {forward or 'the named lines'}, its post-image at {reverse or 'the named lines'}")
-
-
-def _textual(tree: _Tree, patch: Patch) -> _Text:
-    # Both directions search the whole file (git's own rule), so a post-image can be "found" in a copy of
-    # the code far from where the hunk belongs. The rule: reverse-apply is landing evidence only where the
-    # forward application fails. Where both work, the file holds both images and text cannot say which is
-    # the hunk's own place: the one nearer the hunk's line numbers is taken as its place (pre-image nearer
-    # or as near: needed, the post-image is a copy elsewhere; post-image nearer: ambiguous, a person must
-    # look). Moved code keeps working: its pre-image is gone, so forward fails and the reverse stands.
-    forward = tree.check(patch.files, patch.diff)
-    reverse = tree.check(patch.files, patch.diff, reverse=True)
-    if forward is not None:
-        applies = Applies.OFFSETS if forward.offsets else Applies.CLEAN
-        if reverse is None:
-            return _Text(applies, str(forward), False)
-        if forward.distance <= reverse.distance:
-            return _Text(applies, str(forward), False, elsewhere=_both_ways(forward, reverse))
-        return _Text(applies, str(forward), False, ambiguous=(f"the diff ({_both_ways(forward, reverse)})",))
-    by_hunk = _by_hunk(tree, patch)
-    if reverse is not None and not (by_hunk.needed or by_hunk.ambiguous):
-        return _Text(Applies.NO, "", True)
-    # Neither direction works whole (or the whole reverse found some hunk's post-image while that hunk's
-    # pre-image is in the file too): hunk by hunk, and later whether a 3-way merge would be clean.
-    return by_hunk
-
-
-def _by_hunk(tree: _Tree, patch: Patch) -> _Text:
-    landed, needed, conflict, ambiguous, elsewhere = [], [], [], [], []
-    for fd in patch.files:
-        for n, hunk in enumerate(fd.hunks, 1):
-            name = hunk_name(fd, n, hunk)
-            one = (replace(fd, hunks=(hunk,)),)
-            mini = fd.header + hunk.text
-            back, ahead = tree.check(one, mini, reverse=True), tree.check(one, mini)
-            if back is not None and ahead is None:
-                landed.append(name)
-            elif back is not None and ahead is not None and back.distance < ahead.distance:
-                ambiguous.append(f"{name} ({_both_ways(ahead, back)})")
-            elif ahead is not None:
-                needed.append(name)
-                if back is not None:
-                    elsewhere.append(f"{name}: {_both_ways(ahead, back)}")
-            else:
-                conflict.append(name)
-    return _Text(Applies.NO, "", False, tuple(landed), tuple(needed), tuple(conflict),
-                 elsewhere="; ".join(elsewhere), ambiguous=tuple(ambiguous))
-
-
-def _three_way_decides(text: _Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> bool:
+def _three_way_decides(text: Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> bool:
     """Whether needed-vs-conflict hangs on a 3-way merge (a git process): not when the patch does not
     reach that question - its probe passes, other evidence says landed, or it is partial."""
     if text.forward is not Applies.NO or text.reverse:
@@ -380,17 +211,7 @@ def _three_way_decides(text: _Text, probe: ProbeCheck | None, history: Sequence[
     return not (text.landed and (text.needed or text.conflict))
 
 
-def _with_three_way(tree: _Tree, patch: Patch, text: _Text) -> _Text:
-    clean, output = tree.three_way_clean(patch)
-    return replace(text, forward=Applies.THREE_WAY if clean else Applies.NO, three_way_tried=True,
-                   three_way_output=output)
-
-
-def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
-    return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"
-
-
-def _evidence(patch: Patch, *, text: _Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> tuple[Evidence, ...]:
+def _evidence(patch: Patch, *, text: Text, probe: ProbeCheck | None, history: Sequence[Evidence]) -> tuple[Evidence, ...]:
     out: list[Evidence] = []
     if probe is not None:
         probe_name = patch.trailer("Probe") or "probe"
@@ -475,7 +296,7 @@ def _identity_evidence(found: lineage.Identity, kind_name: str, kind: Kind,
     return Evidence(kind, Says.NOT_LANDED, none)
 
 
-def _decide(patch: Patch, commit: str, text: _Text, evidence: tuple[Evidence, ...], probe: ProbeCheck | None) -> Verdict:
+def _decide(patch: Patch, commit: str, text: Text, evidence: tuple[Evidence, ...], probe: ProbeCheck | None) -> Verdict:
     def verdict(state: State, extra: tuple[Evidence, ...] = ()) -> Verdict:
         return Verdict(patch.filename, commit, state, evidence + extra, text.forward,
                        text.landed, text.needed, text.conflict, probe)
