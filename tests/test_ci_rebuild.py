@@ -36,6 +36,8 @@ def ci_project(project: Project) -> Project:
     (project.root / "images").mkdir()
     shutil.copyfile(REPO_ROOT / "images" / "flash-next.yaml", project.root / "images" / "flash-next.yaml")
     shutil.copyfile(REPO_ROOT / "Dockerfile", project.root / "Dockerfile")
+    # flash-next.yaml's deploy: section names its question file, which a project carries beside images/.
+    shutil.copytree(REPO_ROOT / "checks", project.root / "checks", dirs_exist_ok=True)
     commit_all(project)
     return project
 
