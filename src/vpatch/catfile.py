@@ -66,6 +66,9 @@ class Reader:
                 self.held = -1
 
     def _one(self, name: str) -> tuple[str, bytes] | None:
+        if "\n" in name:  # would end the request early and leave the conversation out of step
+            raise GitError(f"git cat-file --batch cannot read {name!r}: a line break in the name",
+                           command=self.child.command, returncode=None, output="")
         try:
             self.child.stdin.write(name.encode("utf-8", "surrogateescape") + b"\n")
             self.child.stdin.flush()
