@@ -417,3 +417,26 @@ def test_apply_killed_inside_worktree_add_then_state_folder_deleted_still_applie
     code, out = cli(two, "apply")
     assert code == 0, out
     assert git(two.root / ".vpatch" / "tree", "log", "--format=%s", "HEAD~2..HEAD") == "Fix the parser\nSkip null blocks\n"
+
+
+@pytest.mark.parametrize("finish", ["--continue", "--abort"])
+def test_a_kill_inside_gits_check_out_is_finished_or_undone(two: Project, killer: Killer, tmp_path: Path,
+                                                            finish: str) -> None:
+    """Killed while git's check-out had written some files of the new commit, not yet the index."""
+    head = git(two.root, "rev-parse", "HEAD").strip()
+    before = state_of(two)
+    calls = git_calls(killer, tmp_path, "update", "--to", "v1.1")
+    reset(two, head)
+    checkout = next(n for n, c in enumerate(calls, 1) if c.startswith("read-tree -m -u"))
+    assert killer.run("update", "--to", "v1.1", at=checkout, mode="before").returncode == -9
+    new = git(two.root, "rev-parse", "HEAD").strip()
+    assert new != head and in_progress(two)
+    # half of git's work: the new vpatch.yaml written, the dropped patch removed; the index still old
+    (two.root / "vpatch.yaml").write_text(git(two.root, "show", f"{new}:vpatch.yaml"))
+    (two.patches / "0001-kv-skip-null.patch").unlink()
+    code, out = cli(two, "update", finish)
+    assert code == 0, out
+    if finish == "--continue":
+        assert_updated(two, out)
+    else:
+        assert state_of(two) == before

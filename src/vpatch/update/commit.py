@@ -8,6 +8,7 @@ from typing import Any
 
 from vpatch import git, stack
 from vpatch.errors import GitError, VpatchError
+from vpatch.fs import atomic_write
 from vpatch.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
 from vpatch.series import Series
 from vpatch.update.journal import (
@@ -97,6 +98,8 @@ def undo_commit(project: Project, journal: dict[str, Any]) -> None:
             hint=f"`git log {_name(ref)}` shows whether {new[:12]} is in it; `git revert {new[:12]}` undoes its change")
     if git.index_matches(project.top, new) and not git.index_matches(project.top, old):
         _switch(project, new, old, ref, undo=True)  # the check-out had happened: put the files back
+    elif git.index_matches(project.top, old):
+        _undo_half_checkout(project, old, new)  # killed inside the check-out: files it wrote go back
     if at == new:
         git.update_refs(project.top, [git.RefUpdate(ref, old, new)])
 
@@ -104,7 +107,12 @@ def undo_commit(project: Project, journal: dict[str, Any]) -> None:
 def _switch(project: Project, old: str, new: str, ref: str, *, undo: bool) -> None:
     """Two-way check-out of the project from `old` to `new`; a failure is explained, the journal stays."""
     try:
-        git.switch_tree(project.top, old, new)
+        try:
+            git.switch_tree(project.top, old, new)
+        except GitError:
+            if not _undo_half_checkout(project, old, new):
+                raise
+            git.switch_tree(project.top, old, new)
     except GitError as exc:
         lock = project.git_dir / "index.lock"
         if lock.exists():
@@ -120,6 +128,40 @@ def _switch(project: Project, old: str, new: str, ref: str, *, undo: bool) -> No
                           f"brought to it: {why}",
                           hint=f"{fix}, then vpatch update --continue to finish (or vpatch update --abort to undo "
                                "the update)") from None
+
+
+def _undo_half_checkout(project: Project, old: str, new: str) -> bool:
+    """A kill inside git's own check-out can leave some files at `new` while the index still holds `old`.
+    Recognised when every changed file is one the update changes and holds exactly its old or its new
+    content (nothing of the user's): those files are put back at `old`, for the check-out to run again."""
+    top = project.top
+    if (project.git_dir / "index.lock").exists():
+        return False
+    changed = {p.decode("utf-8", "surrogateescape")
+               for p in git.run(top, ["diff", "--name-only", "-z", old, new, "--"]).stdout.split(b"\0") if p}
+    dirty = git.dirty_paths(top)
+    if not dirty or not set(dirty) <= changed:
+        return False
+    before, after = git.read_blobs(top, old, dirty), git.read_blobs(top, new, dirty)
+    written = []
+    for path in dirty:
+        file = top / path
+        data = file.read_bytes() if file.is_file() and not file.is_symlink() else None
+        if data not in (before[path], after[path]):
+            return False
+        if data != before[path]:
+            written.append(path)
+    if not written:
+        return False
+    for path in written:
+        content = before[path]
+        if content is None:
+            (top / path).unlink(missing_ok=True)
+        else:
+            atomic_write(top / path, content)
+    # the rewritten files have new stat data: a two-way read-tree trusts only a refreshed index
+    git.run(top, ["update-index", "-q", "--refresh"], check=False)
+    return True
 
 
 def _branch_at(project: Project, ref: str) -> str | None:
