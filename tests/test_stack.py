@@ -133,6 +133,22 @@ def test_apply_refuses_to_replace_unexported_work(project: Project) -> None:
     assert (tree / "vllm/kv.py").read_text() == "edited\n"
 
 
+def test_a_corrupt_tree_record_is_an_error_naming_it_and_apply_force_rebuilds(project: Project) -> None:
+    three_patches(project)
+    assert run(project, "apply")[0] == 0
+    record = project.root / ".vpatch" / "tree.json"
+    record.write_text('{"worktree": ')  # cut short, as a full disk or a crashed editor leaves it
+    for command in (["export"], ["apply"], ["new", "x"]):
+        code, out = run(project, *command)
+        assert code == 1, (command, out)
+        assert "tree.json (the record of the applied tree) is unreadable" in out, (command, out)
+        assert "Traceback" not in out
+    assert (project.root / ".vpatch" / "tree" / "vllm").is_dir()  # refused: the tree is still there
+    code, out = run(project, "apply", "--force")
+    assert code == 0, out
+    assert run(project, "export")[0] == 0  # the new record is whole again
+
+
 def test_new_patch_takes_next_free_number(project: Project) -> None:
     three_patches(project)
     assert run(project, "apply")[0] == 0

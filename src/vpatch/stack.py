@@ -169,7 +169,15 @@ def _prepare_out(out: Path, state_dir: Path, *, force: bool) -> None:
         return
     if not out.is_dir():
         raise VpatchError(f"{out} exists and is not a folder", hint="choose another --out (a new or empty folder)")
-    stack = load_stack(state_dir, required=False)
+    try:
+        stack = load_stack(state_dir, required=False)
+    except VpatchError:
+        if not force:
+            raise
+        # The record is unreadable, so nothing tells what the tree holds; --force was asked to throw it away.
+        shutil.rmtree(out)
+        (state_dir / STATE_FILE).unlink()
+        return
     if stack is None or stack.worktree != out.resolve():
         if any(out.iterdir()):
             raise VpatchError(f"{out} exists and is not a vpatch tree", hint="choose another --out, or remove it")
@@ -196,7 +204,13 @@ def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
         if required:
             raise VpatchError("no applied tree to export from", hint="vpatch apply first, edit the commits there, then vpatch export")
         return None
-    return Stack.from_json(path.read_text())
+    try:
+        return Stack.from_json(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise VpatchError(
+            f"{path} (the record of the applied tree) is unreadable: {exc}",
+            hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
+        ) from exc
 
 
 @dataclass(frozen=True)
