@@ -103,6 +103,8 @@ class ToyUpstream:
 
 PARSER_V1 = "".join(f"line {i}\n" for i in range(1, 41))
 KV_V1 = "def free(blocks):\n    for b in reversed(blocks):\n        if b is None:\n            break\n        release(b)\n"
+KV_FIXED = KV_V1.replace("break", "continue")  # the free loop skips null blocks instead of stopping
+PARSER_FIXED = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 
 
 @pytest.fixture
@@ -114,6 +116,12 @@ def toy_upstream(tmp_path: Path) -> ToyUpstream:
     up = ToyUpstream(path)
     up.commit({"README": "toy vllm\n", "vllm/parser.py": PARSER_V1, "vllm/kv.py": KV_V1}, "v1.0", tag="v1.0")
     return up
+
+
+@pytest.fixture
+def fixed(toy_upstream: ToyUpstream) -> str:
+    """v1.1 of the toy upstream: the free loop skips null blocks instead of stopping."""
+    return toy_upstream.commit({"vllm/kv.py": KV_FIXED}, "kv: skip null blocks", tag="v1.1")
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, ToyUpstream, git
-from test_commitcache import counting_git, history, series, status
+from helpers.gitmode import counting_git, history, series, status
 
 from vpatch import catfile
 from vpatch import git as vgit

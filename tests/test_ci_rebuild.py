@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import PARSER_V1, Project, git
-from test_update import KV_FIXED, commit_all, state_of
+from conftest import KV_FIXED, PARSER_V1, Project, git
+from helpers.project import commit_all, state_of
 
 from vpatch import git as vgit
 from vpatch.config import Config

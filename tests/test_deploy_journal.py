@@ -8,7 +8,7 @@ import pytest
 
 from vpatch.deploy.container import last_error
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.errors import ConfigError
+from vpatch.errors import JournalError
 
 
 def test_journal_round_trips_each_phase_and_lives_in_the_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,7 +34,7 @@ def test_a_broken_journal_is_refused_with_a_hint(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv("VPATCH_STATE", str(tmp_path))
     (tmp_path / "deploy").mkdir()
     (tmp_path / "deploy" / "x.json").write_text('{"phase": "half-way"}')
-    with pytest.raises(ConfigError, match="unreadable") as info:
+    with pytest.raises(JournalError, match="unreadable") as info:
         Journal.load("x")
     assert info.value.hint and "docker ps -a" in info.value.hint
 

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.sdists import FakePyPI, fake_sdist, tag_table
 from simpleindex import SimpleIndex, point_pip_at
-from test_releases import FakePyPI, fake_sdist, tag_table
 
 from vpatch.errors import UpstreamError
 from vpatch.lock import LockedError

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, Project, git, snapshot
+from conftest import KV_FIXED, PARSER_FIXED, PARSER_V1, Project, git
 from conftest import vpatch_cli as cli
+from helpers.project import commit_all, release, state_of
 from typer.testing import CliRunner
 
 from vpatch.cli import app
@@ -23,8 +24,6 @@ from vpatch.config import Config
 from vpatch.upstream import cache_dir, commitcache
 
 GITKILL = Path(__file__).with_name("gitkill.sh")
-KV_FIXED = KV_V1.replace("break", "continue")
-PARSER_FIXED = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 
 
 @dataclass(frozen=True)
@@ -109,27 +108,14 @@ def killer(project: Project, tmp_path: Path) -> Killer:
     return Killer(project, bindir, tmp_path / "gitkill-count")
 
 
-def state_of(project: Project) -> dict[str, object]:
-    """Everything a user could notice about the project: files, HEAD, index, status."""
-    return {
-        "files": {k: v for k, v in snapshot(project.root).items() if not k.startswith(".git/")},
-        "head": git(project.root, "rev-parse", "HEAD"),
-        "index": git(project.root, "ls-files", "-s"),
-        "status": git(project.root, "status", "--porcelain", "--untracked-files=all"),
-    }
-
-
 @pytest.fixture
 def two(project: Project) -> Project:
     """0001 (lands in v1.1, dropped) and 0002 (re-applied with offsets) in the project's own repository;
     v1.1 released upstream."""
     project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "Skip null blocks")
     project.make_patch(2, "parser-fix", {"vllm/parser.py": PARSER_FIXED}, "Fix the parser")
-    git(project.root, "init", "-q", "-b", "main")
-    git(project.root, "add", "-A")
-    git(project.root, "commit", "-q", "-m", "project")
-    project.upstream.commit({"vllm/kv.py": KV_FIXED, "vllm/parser.py": "# header\n" * 5 + PARSER_V1}, "v1.1", tag="v1.1")
-    assert cli(project, "fetch")[0] == 0
+    commit_all(project)
+    release(project, {"vllm/kv.py": KV_FIXED, "vllm/parser.py": "# header\n" * 5 + PARSER_V1}, "v1.1")
     return project
 
 

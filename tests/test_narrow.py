@@ -7,6 +7,7 @@ from pathlib import Path
 
 from conftest import KV_V1, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
+from helpers.project import commit_all
 
 from vpatch.series import Patch, Series
 
@@ -17,13 +18,6 @@ THREE = (PARSER_V1.replace("line 5\n", "line 5 fixed\n")
          .replace("line 35\n", "line 35 fixed\n"))
 HUNK_2_ONLY = PARSER_V1.replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
 PROBE = "kind: files\nfiles:\n  vllm/parser.py:\n    contains: [\"line 35 fixed\"]\n"
-
-
-def commit_all(project: Project, message: str = "project") -> None:
-    if not (project.root / ".git").exists():
-        git(project.root, "init", "-q", "-b", "main")
-    git(project.root, "add", "-A")
-    git(project.root, "commit", "-q", "-m", message)
 
 
 def three_hunks(project: Project, probe: str | None = PROBE) -> Path:

@@ -12,8 +12,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import Project, ToyUpstream, git
-from test_probes import fixed, write_probe  # noqa: F401 (fixed is a fixture)
+from conftest import KV_FIXED, Project, ToyUpstream, git
+from helpers.probefiles import COMMAND_PROBE, SCRIPT, project_patch, write_probe
+from helpers.project import commit_all, release
 
 from vpatch import probe_env, probes
 from vpatch.probe_env import EnvError, Requirements
@@ -76,7 +77,7 @@ sys.exit(0 if "continue" in pathlib.Path("vllm/kv.py").read_text() else 1)
 
 
 def test_the_lock_is_in_the_venv_key_and_the_verdict_key(
-    toy_upstream: ToyUpstream, fixed: str, wheels: Path, tmp_path: Path  # noqa: F811
+    toy_upstream: ToyUpstream, fixed: str, wheels: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "probes"
     (folder).mkdir()
@@ -193,7 +194,7 @@ def test_a_probe_timeout_ends_everything_the_probe_started(
 
 
 def test_a_killed_probe_run_s_tree_is_removed_by_the_next_run(
-    toy_upstream: ToyUpstream, fixed: str, tmp_path: Path  # noqa: F811
+    toy_upstream: ToyUpstream, fixed: str, tmp_path: Path
 ) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True)
@@ -212,12 +213,11 @@ def test_a_killed_probe_run_s_tree_is_removed_by_the_next_run(
 def test_status_shows_each_probe_on_stderr_and_keeps_json_on_stdout_clean(project: Project) -> None:
     import json
 
-    from test_probes import COMMAND_PROBE, SCRIPT, _project_patch
     from typer.testing import CliRunner
 
     from vpatch.cli import app
 
-    _project_patch(project, COMMAND_PROBE, SCRIPT)
+    project_patch(project, COMMAND_PROBE, SCRIPT)
 
     result = CliRunner().invoke(app, ["--project", str(project.root), "status", "--json"])
 
@@ -248,13 +248,11 @@ def test_lock_probes_command_rewrites_the_lock_and_says_what_moved(wheels: Path,
 def test_update_shows_each_probe_it_runs_on_stderr(project: Project) -> None:
     import json
 
-    from test_probes import COMMAND_PROBE, KV_FIXED, SCRIPT, _project_patch
-    from test_update import commit_all, release
     from typer.testing import CliRunner
 
     from vpatch.cli import app
 
-    _project_patch(project, COMMAND_PROBE, SCRIPT)
+    project_patch(project, COMMAND_PROBE, SCRIPT)
     commit_all(project)
     # v1.1 has the fix and another change, so the pin + the patch is a tree of its own.
     release(project, {"vllm/kv.py": KV_FIXED, "README": "toy vllm 1.1\n"}, "v1.1")

@@ -9,18 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
+from helpers.project import commit_all
 
 KV_FIX = KV_V1.replace("break", "continue")
 PARSER_FIX = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 VACUOUS = "kind: files\nfiles:\n  vllm/parser.py:\n    not_contains: [\"NEVER\"]\n"
-
-
-def commit_all(project: Project) -> str:
-    if not (project.root / ".git").exists():
-        git(project.root, "init", "-q", "-b", "main")
-    git(project.root, "add", "-A")
-    git(project.root, "commit", "-q", "-m", "project")
-    return git(project.root, "rev-parse", "HEAD").strip()
 
 
 def with_probe(project: Project, number: int, slug: str, files: dict[str, str | None], probe_yaml: str) -> None:
@@ -106,7 +99,7 @@ def test_vacuous_0003_probe_on_the_real_history_is_flagged_and_keeps_0003(tmp_pa
     """The reproduction from issue 9: 0003's probe replaced by `not_contains: ["NEVER"]` and committed. It used to
     read as landed on the pin itself, and `update --to v0.31.0` dropped all three with Applied-Upstream v0.29.0."""
     from conftest import REAL_CACHE
-    from test_update_releases import committed_copy, shipped_files, vpatch
+    from helpers.shipped import committed_copy, shipped_files, vpatch
 
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
     files = shipped_files()

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, Project, ToyUpstream
+from conftest import KV_FIXED, Project, ToyUpstream
+from helpers.probefiles import COMMAND_PROBE, SCRIPT, project_patch, write_probe
 
 from vpatch import probes
 from vpatch.probes import Probe, ProbeError, ProbeOutcome
-from vpatch.series import Patch
 from vpatch.upstream import cache_dir
-
-KV_FIXED = KV_V1.replace("break", "continue")
 
 FILES_PROBE = """\
 kind: files
@@ -22,40 +20,10 @@ files:
     not_contains: ["break"]
 """
 
-# Exit 0 when the tree skips null blocks, 1 when it stops at them; counts its runs next to itself.
-SCRIPT = """\
-import pathlib, sys
-with open(pathlib.Path(__file__).with_name("runs.log"), "a") as log:
-    log.write("run\\n")
-text = pathlib.Path("vllm/kv.py").read_text()
-print("kv.py says", "continue" if "continue" in text else "break")
-sys.exit(0 if "continue" in text else 1)
-"""
-
-COMMAND_PROBE = """\
-kind: command
-run: ["{python}", "{probe_dir}/check.py"]
-timeout: 60
-"""
-
-
-def write_probe(folder: Path, yaml_text: str, script: str | None = None, name: str = "probe.yaml") -> Probe:
-    folder.mkdir(parents=True, exist_ok=True)
-    if script is not None:
-        (folder / "check.py").write_text(script)
-    (folder / name).write_text(yaml_text)
-    return Probe.load(folder / name)
-
 
 def runs(folder: Path) -> int:
     log = folder / "runs.log"
     return len(log.read_text().splitlines()) if log.exists() else 0
-
-
-@pytest.fixture
-def fixed(toy_upstream: ToyUpstream) -> str:
-    """v1.1 of the toy upstream: the free loop skips null blocks instead of stopping."""
-    return toy_upstream.commit({"vllm/kv.py": KV_FIXED}, "kv: skip null blocks", tag="v1.1")
 
 
 def test_files_probe_reads_the_tree_without_a_checkout(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:
@@ -138,17 +106,10 @@ def test_changing_the_script_invalidates_the_cache(toy_upstream: ToyUpstream, fi
     assert runs(folder) == 2
 
 
-def _project_patch(project: Project, probe_yaml: str, script: str | None = None) -> Patch:
-    path = project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "kv: skip null blocks",
-                              trailers="Origin: vendor\nProbe: probes/0001-kv-skip-null.yaml\nLast-Update: 2026-09-01")
-    write_probe(project.patches / "probes", probe_yaml, script, name="0001-kv-skip-null.yaml")
-    return Patch.load(path)
-
-
 def test_validate_accepts_a_probe_that_fails_on_the_pin_and_passes_with_the_patch(
     project: Project, tmp_path: Path
 ) -> None:
-    patch = _project_patch(project, COMMAND_PROBE, SCRIPT)
+    patch = project_patch(project, COMMAND_PROBE, SCRIPT)
     validation = probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
     assert validation.ok
     assert (validation.base.outcome, validation.patched.outcome) == (ProbeOutcome.FAIL, ProbeOutcome.PASS)
@@ -156,7 +117,7 @@ def test_validate_accepts_a_probe_that_fails_on_the_pin_and_passes_with_the_patc
 
 
 def test_validate_refuses_a_probe_that_passes_everywhere(project: Project) -> None:
-    patch = _project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [release]\n")
+    patch = project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [release]\n")
     with pytest.raises(ProbeError) as caught:
         probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
     assert "does not discriminate" in caught.value.message and "passes on v1.0" in caught.value.message
@@ -164,13 +125,13 @@ def test_validate_refuses_a_probe_that_passes_everywhere(project: Project) -> No
 
 
 def test_validate_refuses_a_probe_that_still_fails_with_the_patch(project: Project) -> None:
-    patch = _project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [never-there]\n")
+    patch = project_patch(project, "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [never-there]\n")
     with pytest.raises(ProbeError, match=r"fails on v1\.0 without the patch and fails with it"):
         probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
 
 
 def test_validate_refuses_a_probe_that_cannot_decide(project: Project) -> None:
-    patch = _project_patch(project, COMMAND_PROBE, "import sys\nprint('cannot import torch')\nsys.exit(2)\n")
+    patch = project_patch(project, COMMAND_PROBE, "import sys\nprint('cannot import torch')\nsys.exit(2)\n")
     with pytest.raises(ProbeError) as caught:
         probes.validate_probe(project.upstream.path, None, patch, base="v1.0")
     assert "errors on v1.0" in caught.value.message

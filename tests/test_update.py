@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, Project, git, snapshot
+from conftest import KV_FIXED, PARSER_FIXED, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
+from helpers import killat
+from helpers.project import commit_all, release, state_of
 
 from vpatch import update as core
 from vpatch.config import Config
 from vpatch.series import Series
-
-
-def state_of(project: Project) -> dict[str, object]:
-    """Everything a user could notice about the project: files, HEAD, index, status."""
-    return {
-        "files": {k: v for k, v in snapshot(project.root).items() if not k.startswith(".git/")},
-        "head": git(project.root, "rev-parse", "HEAD"),
-        "index": git(project.root, "ls-files", "-s"),
-        "status": git(project.root, "status", "--porcelain", "--untracked-files=all"),
-    }
-
-
-def commit_all(project: Project, message: str = "project") -> None:
-    if not (project.root / ".git").exists():
-        git(project.root, "init", "-q", "-b", "main")
-    git(project.root, "add", "-A")
-    git(project.root, "commit", "-q", "-m", message)
-
-
-KV_FIXED = KV_V1.replace("break", "continue")
-PARSER_FIXED = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 
 
 @pytest.fixture
@@ -46,11 +26,6 @@ def three(project: Project) -> Project:
                        trailers="Origin: vendor\nUpstream-PR: 123\nLast-Update: 2026-09-02")
     commit_all(project)
     return project
-
-
-def release(project: Project, files: dict[str, str | None], tag: str) -> None:
-    project.upstream.commit(files, tag, tag=tag)
-    assert run(project, "fetch")[0] == 0
 
 
 def v11_lands_kv_and_shifts_parser(project: Project) -> None:
@@ -240,15 +215,21 @@ def test_continue_after_resolution_finishes_the_update(three: Project) -> None:
 
 
 def vpatch_process(project: Project, *args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop(core.KILL_ENV, None)
-    if kill_at:
-        env[core.KILL_ENV] = kill_at
-    return subprocess.run([sys.executable, "-m", "vpatch", "--project", str(project.root), *args],
-                          env=env, capture_output=True, text=True)
+    """vpatch in a process of its own; `kill_at`: killed with SIGKILL at that step (helpers/killat.py)."""
+    command = [sys.executable, str(killat.HERE), kill_at] if kill_at else [sys.executable, "-m", "vpatch"]
+    return subprocess.run([*command, "--project", str(project.root), *args], capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("step", [s for s in core.STEPS if s != "committed"])
+def test_an_update_passes_each_kill_step_once_in_order(three: Project, tmp_path: Path) -> None:
+    v11_lands_kv_and_shifts_parser(three)
+    log = tmp_path / "steps"
+    proc = subprocess.run([sys.executable, str(killat.HERE), "--trace", str(log), "--project", str(three.root),
+                           "update", "--to", "v1.1"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert log.read_text().split() == list(killat.STEPS)
+
+
+@pytest.mark.parametrize("step", [s for s in killat.STEPS if s != "committed"])
 def test_kill_at_each_step_leaves_the_project_unchanged(three: Project, step: str) -> None:
     v11_lands_kv_and_shifts_parser(three)
     before = state_of(three)

@@ -8,32 +8,13 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL_CACHE, git
-from typer.testing import CliRunner
+from helpers.shipped import committed_copy, shipped_files, vpatch
 
 from vpatch import git as vgit
-from vpatch.cli import app
 from vpatch.config import Config
 from vpatch.series import Series
 
 pytestmark = pytest.mark.releases
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def vpatch(root: Path, *args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["-C", str(root), *args])
-    return result.exit_code, result.output
-
-
-def committed_copy(root: Path, files: dict[str, bytes]) -> Path:
-    root.mkdir(parents=True)
-    for name, data in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(data)
-    (root / "patches").mkdir(exist_ok=True)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "project")
-    return root
 
 
 def patch_names(root: Path) -> list[str]:
@@ -45,17 +26,6 @@ def last_message(root: Path) -> str:
 
 
 # --- the shipped series: pin v0.29.0, 0001 qsa-fp8-kv, 0002 mamba-null-gap-free, 0003 qwen3 tool call ----------
-
-
-def shipped_files() -> dict[str, bytes]:
-    if not (REPO_ROOT / "vpatch.yaml").is_file() or len(list((REPO_ROOT / "patches").glob("*.patch"))) < 3:
-        pytest.skip("the shipped series (vpatch.yaml, patches/, probes/: issue 3) is not in this checkout yet")
-    files = {"vpatch.yaml": (REPO_ROOT / "vpatch.yaml").read_bytes()}
-    for folder in ("patches", "probes"):
-        for path in sorted((REPO_ROOT / folder).rglob("*")) if (REPO_ROOT / folder).is_dir() else []:
-            if path.is_file() and "__pycache__" not in path.parts:
-                files[str(path.relative_to(REPO_ROOT))] = path.read_bytes()
-    return files
 
 
 @pytest.fixture

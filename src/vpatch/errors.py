@@ -72,3 +72,8 @@ class ApplyError(VpatchError):
 
 class UpstreamError(VpatchError):
     """Upstream vLLM cannot be fetched or read (mirror, PyPI sdist, release history)."""
+
+
+class JournalError(VpatchError):
+    """A journal vpatch keeps to finish or undo interrupted work (update's commit journal and stop state, the
+    deploy journal) is unreadable; the message names the file, the hint what to do."""

@@ -164,14 +164,6 @@ def parents(worktree: Path, commit: str) -> list[str]:
     return run(worktree, ["rev-list", "--parents", "-n", "1", commit]).out.split()[1:]
 
 
-def check_apply(worktree: Path, patch: bytes, *, three_way: bool = False) -> Result:
-    """`git apply --check` in a work tree; returns the result, never raises on a non-applying patch."""
-    args = ["apply", "--check", "--verbose"]
-    if three_way:
-        args.append("--3way")
-    return run(worktree, args, input=patch, check=False)
-
-
 def apply_to_worktree(worktree: Path, patch: bytes, *, three_way: bool = False) -> Result:
     """Apply a patch to the index and work tree; returns the result without raising."""
     args = ["apply", "--index", "--verbose"]
@@ -180,17 +172,15 @@ def apply_to_worktree(worktree: Path, patch: bytes, *, three_way: bool = False) 
     return run(worktree, args, input=patch, check=False)
 
 
-def commit_index(worktree: Path, message: str, author: Identity, *, committer: Identity | None = None) -> str:
-    """Commit the index with an explicit author (and committer, default: the author)."""
+def commit_index(worktree: Path, message: str, author: Identity | None = None, *,
+                 committer: Identity | None = None) -> str:
+    """Commit the index (an empty one too), the message verbatim, no hooks; with an explicit author (and
+    committer, default: the author), or without one as the person git is configured for."""
     committer = committer or author
-    env = {
-        "GIT_AUTHOR_NAME": author.name,
-        "GIT_AUTHOR_EMAIL": author.email,
-        "GIT_AUTHOR_DATE": author.date,
-        "GIT_COMMITTER_NAME": committer.name,
-        "GIT_COMMITTER_EMAIL": committer.email,
-        "GIT_COMMITTER_DATE": committer.date,
-    }
+    env: dict[str, str] = {}
+    for role, who in (("AUTHOR", author), ("COMMITTER", committer)):
+        if who is not None:
+            env |= {f"GIT_{role}_NAME": who.name, f"GIT_{role}_EMAIL": who.email, f"GIT_{role}_DATE": who.date}
     run(
         worktree,
         ["commit", "--quiet", "--allow-empty", "--no-verify", "--cleanup=verbatim", "-F", "-"],
@@ -388,30 +378,6 @@ def tags_containing(repo: Path, commit: str, pattern: str = "v*") -> list[str]:
     return run(repo, ["tag", "--list", "--contains", commit, pattern]).out.split()
 
 
-def log_patch_ids(repo: Path, base: str, tip: str, paths: Sequence[str]) -> dict[str, str]:
-    """Stable patch-id -> commit for non-merge commits in base..tip, each diff limited to `paths`.
-
-    Limiting to the paths a patch touches keeps this fast on a large history, and an upstream commit
-    that made the same change to those files plus others still matches.
-    """
-    log = run(repo, ["log", "-p", "--no-merges", "--no-renames", "--no-color", "--format=commit %H",
-                     f"{base}..{tip}", "--", *paths]).stdout
-    if not log.strip():
-        return {}
-    out = run(repo, ["patch-id", "--stable"], input=log).out
-    ids: dict[str, str] = {}
-    for line in out.splitlines():
-        pid, sha = line.split()
-        ids[pid] = sha  # log lists newest first, so the oldest commit with an id wins
-    return ids
-
-
-def find_subjects(repo: Path, base: str, tip: str, text: str) -> list[tuple[str, str]]:
-    """(commit, subject) of commits in base..tip whose message contains `text` literally."""
-    out = run(repo, ["log", "--format=%H %s", "--fixed-strings", f"--grep={text}", f"{base}..{tip}", "--"]).out
-    return [(sha, subject) for sha, _, subject in (line.partition(" ") for line in out.splitlines() if line)]
-
-
 # --- object database writes: fast-import and ref transactions ---------------
 
 
@@ -543,11 +509,6 @@ def unmerged_paths(worktree: Path) -> list[str]:
     """Paths with unresolved conflicts in the index of a work tree."""
     out = run(worktree, ["diff", "--name-only", "--diff-filter=U", "-z"]).stdout
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
-
-
-def index_tree(worktree: Path) -> str:
-    """The tree the index of a work tree holds now (written to the object database)."""
-    return run(worktree, ["write-tree"]).out.strip()
 
 
 def index_matches(worktree: Path, treeish: str) -> bool:

@@ -40,6 +40,5 @@ def start(series: Series, state_dir: Path, *, slug: str, subject: str | None = N
     taken = {p.number for p in series} | set(series.retired) | {int(a.file[:4]) for a in stack.applied if a.file[:4].isdigit()}
     name = f"{max(taken, default=0) + 1:04d}-{slug}.patch"
     today = dt.date.today().isoformat()
-    git.run(stack.worktree, ["commit", "--quiet", "--allow-empty", "--no-verify", "--cleanup=verbatim", "-F", "-"],
-            input=template(subject or slug.replace("-", " "), name, today).encode())
+    git.commit_index(stack.worktree, template(subject or slug.replace("-", " "), name, today))  # as the user
     return name

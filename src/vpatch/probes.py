@@ -376,12 +376,6 @@ def probe_for(patch: Patch) -> Probe | None:
     return None if path is None else Probe.load(path)
 
 
-def check_patch(repo: Path, patch: Patch, commit: str, *, cache: Path | None = None) -> ProbeResult | None:
-    """The patch's probe on the unpatched `commit`: PASS means upstream has the fix there."""
-    probe = probe_for(patch)
-    return None if probe is None else run_probe(repo, probe, commit, cache=cache)
-
-
 def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str, patched: str | None = None,
                    cache: Path | None = None, report: Reporter = silent) -> Validation:
     """Check that the patch's probe FAILs on `base` and PASSes on `patched` (default: `base` + the patch).

@@ -24,3 +24,8 @@ Reporter = Callable[[Event], None]
 
 def silent(_: Event) -> None:
     """The reporter of code run without a CLI: drops every event."""
+
+
+# The plain-text sibling of Reporter: one line per step, for work that has no byte counts to show
+# (docker builds and runs, serve's lint, deploy's checks).
+Progress = Callable[[str], None]

@@ -25,8 +25,7 @@ from vpatch.deploy.readings import (
     strict_json,
 )
 from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
-
-Progress = Callable[[str], None]
+from vpatch.progress import Progress
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
 WEATHER_TOOL = {"type": "function", "function": {

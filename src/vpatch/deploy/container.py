@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,8 +15,8 @@ from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.errors import VpatchError
 from vpatch.image.docker import Docker
+from vpatch.progress import Progress
 
-Progress = Callable[[str], None]
 _EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
 # Wrapper exceptions that only point at the real one above them (vLLM's engine start-up failure).
 _POINTERS = ("see root cause above",)

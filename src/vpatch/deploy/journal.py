@@ -8,14 +8,13 @@ daemon, not a checkout, so a second checkout or a fresh clone finds it; and it i
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
-from vpatch.errors import ConfigError
-from vpatch.fs import atomic_write
+from vpatch import records
 
 
 class Phase(str, Enum):
@@ -65,21 +64,18 @@ class Journal:
 
     @classmethod
     def load(cls, definition: str) -> Journal | None:
-        path = cls.path_for(definition)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            data["phase"] = Phase(data["phase"])
-            return cls(**data)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"the deploy journal {path} is unreadable: {exc}",
-                              hint="inspect it and the containers (`docker ps -a`); remove it only once production is sound") from exc
+        return records.load(cls.path_for(definition), cls.from_dict, what="the deploy journal",
+                            hint="inspect it and the containers (`docker ps -a`); remove it only once production is sound")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Journal:
+        return cls(**{**data, "phase": Phase(data["phase"])})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "phase": self.phase.value}
 
     def save(self) -> Journal:
-        data = asdict(self)
-        data["phase"] = self.phase.value
-        atomic_write(self.path, (json.dumps(data, indent=2) + "\n").encode())
+        records.save(self.path, self)
         return self
 
     def advance(self, phase: Phase, **changes: str | bool | None) -> Journal:

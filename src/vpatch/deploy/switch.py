@@ -27,11 +27,10 @@ from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.suite import Suite
 from vpatch.errors import ExitCode, ProcessError, VpatchError
 from vpatch.image.docker import Docker
+from vpatch.progress import Progress
 
 if TYPE_CHECKING:
     from vpatch.serve.config import ServeConfig
-
-Progress = Callable[[str], None]
 
 
 class Decision(str, Enum):

@@ -16,7 +16,7 @@ from vpatch import git
 from vpatch.config import Config
 from vpatch.errors import ApplyError, ConfigError, VpatchError
 from vpatch.image.definition import Base, ImageDefinition, image_reference_ok
-from vpatch.image.docker import BuildKitInvocation, Docker, DockerError, Progress, buildkit_cli, buildkit_invocation
+from vpatch.image.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.image.plan import (
     LABEL_PREFIX,
     PACKAGE,
@@ -32,6 +32,7 @@ from vpatch.image.plan import (
     vllm_buildargs,
 )
 from vpatch.image.strategy import Strategy
+from vpatch.progress import Progress
 from vpatch.series import Patch, Series
 
 OVERLAY_DOCKERFILE = "Dockerfile"

@@ -7,7 +7,7 @@ import os
 import re
 import tarfile
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
@@ -15,11 +15,10 @@ from typing import IO, TYPE_CHECKING, Any
 from vpatch import process
 from vpatch.errors import ProcessError, VpatchError
 from vpatch.process import Output as RunResult
+from vpatch.progress import Progress
 
 if TYPE_CHECKING:
     import docker as dockersdk
-
-Progress = Callable[[str], None]
 
 # How many lines of a failing step's output an error carries.
 _TAIL_LINES = 40

@@ -6,16 +6,15 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from vpatch.errors import VpatchError
 from vpatch.fs import atomic_write
 from vpatch.image.docker import Docker, ImageInfo
+from vpatch.progress import Progress
 from vpatch.serve.render import RunCommand
-
-Progress = Callable[[str], None]
 
 # Run with the image's python3: prints vLLM's version and every option string its OpenAI server accepts.
 # The parser moved between releases; each known home is tried, newest first.

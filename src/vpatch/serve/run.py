@@ -6,17 +6,15 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from vpatch.errors import VpatchError
 from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import Docker
+from vpatch.progress import Progress
 from vpatch.serve import lint, render
 from vpatch.serve.render import RunCommand
-
-Progress = Callable[[str], None]
 
 # How often the wait reports while vLLM loads (the GPU host takes ~15 minutes).
 _REPORT_EVERY_S = 15.0

@@ -5,7 +5,6 @@ the state that makes a stop or a kill resumable; commit.py builds and moves the 
 """
 
 from vpatch.errors import ExitCode, VpatchError
-from vpatch.update.journal import KILL_ENV, STEPS
 from vpatch.update.plan import (
     Action,
     Outcome,
@@ -20,8 +19,6 @@ from vpatch.update.plan import (
 from vpatch.update.run import abort, resume, update, validate_with_probes
 
 __all__ = [
-    "KILL_ENV",
-    "STEPS",
     "Action",
     "ExitCode",
     "Outcome",

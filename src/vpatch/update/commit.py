@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from vpatch import git, stack
 from vpatch.errors import GitError, VpatchError
@@ -13,11 +12,11 @@ from vpatch.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entri
 from vpatch.series import Series
 from vpatch.update.journal import (
     JOURNAL_FILE,
+    CommitJournal,
     Project,
     State,
-    checkpoint,
     discard,
-    write_journal,
+    save_journal,
 )
 from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
 
@@ -41,16 +40,14 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     writes[yaml_path] = repin_text(current_yaml.decode("utf-8"), plan.to_ref, plan.to_commit).encode()
     message = commit_message(plan, probes)
     tree = git.tree_with(top, old, writes, removes)
-    checkpoint("prepared")
     if state.no_commit:
         git.switch_tree(top, old, tree)
         discard(project, Path(state.repo))
         return Result(Outcome.STAGED, plan, message=message, probes=probes)
     new = git.commit_tree(top, tree, [old], message)
-    journal: dict[str, Any] = {"ref": state.head_ref, "old": old, "new": new, "repo": state.repo,
-                               "plan": plan.to_dict(), "message": message}
+    journal = CommitJournal(state.head_ref, old, new, state.repo, plan, message)
     # The journal goes first: from here on a kill or an error leaves it for --continue / --abort.
-    write_journal(project, journal)
+    save_journal(project, journal)
     try:
         git.update_refs(top, [git.RefUpdate(state.head_ref, new, old)])
     except GitError as exc:
@@ -60,14 +57,13 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
         raise VpatchError(f"could not move {state.head_ref} to the update's commit; the project is unchanged\n"
                           f"{exc.message}", hint="is another git command running in the project? then run the "
                           "update again") from None
-    checkpoint("committed")
     return replace(finish_commit(project, journal), probes=probes)
 
 
-def finish_commit(project: Project, journal: dict[str, Any]) -> Result:
+def finish_commit(project: Project, journal: CommitJournal) -> Result:
     """Complete a journaled commit wherever it was interrupted: move the branch if it has not moved yet,
     bring the index and files to the new commit, then forget the update."""
-    ref, old, new = str(journal["ref"]), str(journal["old"]), str(journal["new"])
+    ref, old, new = journal.ref, journal.old, journal.new
     at = _branch_at(project, ref)
     if at == old:
         git.update_refs(project.top, [git.RefUpdate(ref, new, old)])  # interrupted just before the commit point
@@ -79,17 +75,17 @@ def finish_commit(project: Project, journal: dict[str, Any]) -> Result:
                  "start the update again")
     if not git.index_matches(project.top, new):
         _switch(project, old, new, ref, undo=False)
-    discard(project, Path(str(journal["repo"])))
-    return Result(Outcome.COMMITTED, Plan.from_dict(journal["plan"]), commit=new, message=str(journal["message"]))
+    discard(project, Path(journal.repo))
+    return Result(Outcome.COMMITTED, journal.plan, commit=new, message=journal.message)
 
 
-def undo_commit(project: Project, journal: dict[str, Any]) -> None:
+def undo_commit(project: Project, journal: CommitJournal) -> None:
     """Put the branch, the index and the files back where a journaled commit found them (files first, so
     that an undo that fails half-way can be run again)."""
-    ref, old, new = str(journal["ref"]), str(journal["old"]), str(journal["new"])
+    ref, old, new = journal.ref, journal.old, journal.new
     at = _branch_at(project, ref)
     if at not in (old, new):
-        discard(project, Path(str(journal["repo"])))
+        discard(project, Path(journal.repo))
         if at is None or not git.is_ancestor(project.top, new, at):
             return  # the update's commit never reached the branch: nothing of it to undo
         raise VpatchError(

@@ -6,17 +6,13 @@ the next run cannot clear, a stop state (like git's rebase state), or a commit j
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import signal
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vpatch import git
+from vpatch import git, records
 from vpatch.errors import VpatchError
-from vpatch.fs import atomic_write
 from vpatch.update.plan import Plan
 
 if TYPE_CHECKING:
@@ -25,9 +21,6 @@ if TYPE_CHECKING:
 WORK_DIR = "vpatch-update"
 STATE_FILE = "state.json"
 JOURNAL_FILE = "commit.json"
-KILL_ENV = "VPATCH_TEST_KILL_AT"
-# Every point where the interrupt tests kill the process, in the order an update reaches them.
-STEPS = ("resolved", "judged", "applied", "validated", "exported", "prepared", "committed")
 
 
 @dataclass(frozen=True)
@@ -70,13 +63,34 @@ class State:
     pending: list[str]  # kept patches not yet committed in the update tree (the first one stopped)
     resolved: list[str] = field(default_factory=list)  # patches a person resolved (--continue)
 
-    def to_json(self) -> str:
-        data = {**asdict(self), "plan": self.plan.to_dict()}
-        return json.dumps(data, indent=2) + "\n"
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "plan": self.plan.to_dict()}
 
     @classmethod
-    def from_json(cls, text: str) -> State:
-        data = json.loads(text)
+    def from_dict(cls, data: dict[str, Any]) -> State:
+        return cls(**{**data, "plan": Plan.from_dict(data["plan"])})
+
+
+@dataclass(frozen=True)
+class CommitJournal:
+    """The commit point, written before it: the branch `ref` moves from `old` to `new` (the update's commit)."""
+
+    ref: str
+    old: str
+    new: str
+    repo: str  # the upstream repository, whose update tree goes once the commit is finished or undone
+    plan: Plan
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "old": self.old, "new": self.new, "repo": self.repo, "plan": self.plan.to_dict(),
+                "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CommitJournal:
+        for name in ("ref", "old", "new", "repo", "message"):
+            if not isinstance(data.get(name), str):
+                raise TypeError(f"its {name!r} is missing or not a string")
         return cls(**{**data, "plan": Plan.from_dict(data["plan"])})
 
 
@@ -119,47 +133,24 @@ def discard(project: Project, repo: Path) -> None:
 
 
 def save_state(project: Project, state: State) -> None:
-    atomic_write(project.work / STATE_FILE, state.to_json().encode())
+    records.save(project.work / STATE_FILE, state)
 
 
 def load_state(project: Project) -> State:
-    path = project.work / STATE_FILE
-    if not path.is_file():
+    state = records.load(project.work / STATE_FILE, State.from_dict, what="the state of the stopped update",
+                         hint="vpatch update --abort discards the stopped update (the project itself is untouched)")
+    if state is None:
         raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
-    try:
-        return State.from_json(path.read_text())
-    except (ValueError, KeyError, TypeError) as exc:
-        raise _unreadable(path, exc) from None
+    return state
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as exc:
-        raise _unreadable(path, exc) from None
-    if not isinstance(data, dict):
-        raise _unreadable(path, TypeError("not a JSON object"))
-    return data
+def save_journal(project: Project, journal: CommitJournal) -> None:
+    records.save(project.work / JOURNAL_FILE, journal)
 
 
-def write_journal(project: Project, journal: dict[str, Any]) -> None:
-    atomic_write(project.work / JOURNAL_FILE, (json.dumps(journal, indent=2) + "\n").encode())
-
-
-def _unreadable(path: Path, exc: Exception) -> VpatchError:
-    if path.name == JOURNAL_FILE:
-        return VpatchError(f"the commit journal of an interrupted update is unreadable ({path}: {exc})",
-                           hint="check `git log -1` and `git status`: if the update's commit is there, keep or reset "
-                                f"it by hand; then delete {path.parent}")
-    return VpatchError(f"the state of the stopped update is unreadable ({path}: {exc})",
-                       hint="vpatch update --abort discards the stopped update (the project itself is untouched)")
-
-
-def checkpoint(step: str) -> None:
-    """Test hook: VPATCH_TEST_KILL_AT=<step> kills the process here, as a power cut or `kill -9` would."""
-    if os.environ.get(KILL_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
+def load_journal(project: Project) -> CommitJournal | None:
+    """The commit journal of an update interrupted at its commit point, or None when there is none."""
+    return records.load(project.work / JOURNAL_FILE, CommitJournal.from_dict,
+                        what="the commit journal of an interrupted update",
+                        hint="check `git log -1` and `git status`: if the update's commit is there, keep or reset it "
+                             f"by hand; then delete {project.work}")

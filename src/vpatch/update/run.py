@@ -26,11 +26,10 @@ from vpatch.update.journal import (
     STATE_FILE,
     Project,
     State,
-    checkpoint,
     clear_stale,
     discard,
+    load_journal,
     load_state,
-    read_json,
     refuse_dirty,
     refuse_in_progress,
     save_state,
@@ -82,13 +81,11 @@ def _update(
     if not allow_downgrade:
         guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
-    checkpoint("resolved")
     rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
     if narrow:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target, None if dry_run else
                            lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
     plan = Plan(config.pin.ref, current, to, target, tuple(rows), report)
-    checkpoint("judged")
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
     guard.refuse_unproven_drops(repo, config, series, plan,
@@ -117,7 +114,7 @@ def resume(config: Config, *, validator: Validator | None = None) -> Result:
 
 def _resume(project: Project, validator: Validator | None) -> Result:
     config = project.config
-    journal = read_json(project.work / JOURNAL_FILE)
+    journal = load_journal(project)
     if journal is not None:
         return finish_commit(project, journal)
     state = load_state(project)
@@ -155,11 +152,11 @@ def abort(config: Config) -> Result:
     """`--abort`: throw the update tree and state away; undo the project commit if a kill interrupted it."""
     project = Project.open(config)
     with lock.held(project.top, "update"):
-        journal = read_json(project.work / JOURNAL_FILE)
+        journal = load_journal(project)
         if journal is not None:
             undo_commit(project, journal)
-            discard(project, Path(str(journal["repo"])))
-            return Result(Outcome.ABORTED, Plan.from_dict(journal["plan"]))
+            discard(project, Path(journal.repo))
+            return Result(Outcome.ABORTED, journal.plan)
         if not (project.work / STATE_FILE).exists():
             raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
         try:
@@ -198,7 +195,6 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
             save_state(project, state)
             return Result(Outcome.STOPPED, plan, stop=stopped)
     state = replace(state, pending=[])
-    checkpoint("applied")
     applied = stack.load_stack(project.work)
     assert applied is not None
     probes = tuple(_validate(repo, config, by_file[a.file], applied.base, a.commit, validator) for a in applied.applied)
@@ -209,11 +205,9 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
             + "".join(f"\nprobe of {p.file}: {p.detail}" for p in failed[1:]),
             hint="the probe must fail without its patch and pass with it; fix the probe (or the patch), commit, "
                  "and run the update again; the project is unchanged")
-    checkpoint("validated")
     exported = stack.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True)
     plan = _mark_refreshed(plan, exported)
-    checkpoint("exported")
     return commit_update(project, series, state, plan, exported, probes)
 
 
