@@ -11,7 +11,7 @@ from pathlib import Path
 from vpatch import git
 from vpatch.errors import ApplyError, SeriesError, VpatchError
 from vpatch.fs import atomic_write
-from vpatch.series import PATCH_NAME, Patch, Series, slugify
+from vpatch.series import PATCH_NAME, Patch, Series, refuse_unfinished, slugify
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -72,7 +72,7 @@ def apply_series(
     force: bool = False,
 ) -> Stack:
     """Make `out` a work tree of `base` with each patch committed; all or nothing unless `keep`."""
-    _prepare_out(out, state_dir, force=force)
+    _prepare_out(upstream, series, out, state_dir, force=force)
     tmp = out.parent / f".{out.name}.partial"
     # a killed apply, or a state folder deleted by hand, leaves registrations (maybe locked) of both paths
     shutil.rmtree(tmp, ignore_errors=True)
@@ -163,35 +163,76 @@ def _apply_error(failure: Failure, *, ref: str, kept: Path | None) -> ApplyError
     return ApplyError(msg, hint=hint)
 
 
-def _prepare_out(out: Path, state_dir: Path, *, force: bool) -> None:
-    """Refuse to replace a tree that holds work not yet exported, unless forced."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise VpatchError(f"{out} exists and is not a folder", hint="choose another --out (a new or empty folder)")
+def _prepare_out(upstream: Path, series: Series, out: Path, state_dir: Path, *, force: bool) -> None:
+    """Clear the way for a new tree at `out`: refuse while any tree vpatch applied (the recorded one, wherever it
+    is, or a leftover at `out`) holds work not yet exported, unless forced; remove those trees and their
+    registrations in the upstream repository, so that nothing is stranded and nothing blocks the next apply."""
     try:
         stack = load_stack(state_dir, required=False)
     except VpatchError:
         if not force:
             raise
         # The record is unreadable, so nothing tells what the tree holds; --force was asked to throw it away.
-        shutil.rmtree(out)
+        stack = None
         (state_dir / STATE_FILE).unlink()
+    if stack is not None:
+        if not force:
+            _refuse_unexported(stack.worktree, _recorded_work(stack))
+        _remove_tree(stack.upstream, stack.worktree)
+    if not out.exists():
         return
-    if stack is None or stack.worktree != out.resolve():
-        if any(out.iterdir()):
-            raise VpatchError(f"{out} exists and is not a vpatch tree", hint="choose another --out, or remove it")
-        out.rmdir()
+    if not out.is_dir():
+        raise VpatchError(f"{out} exists and is not a folder", hint="choose another --out (a new or empty folder)")
+    if _is_tree_of(upstream, out):
+        # applied by vpatch but no longer recorded (a record replaced or deleted by an older vpatch, or a kill)
+        if not force:
+            _refuse_unexported(out, _leftover_work(out, series))
+        _remove_tree(upstream, out)
         return
-    if not force and git.is_repo(out):
-        dirty = git.dirty_paths(out)
-        if dirty or git.head(out) != stack.tip:
-            raise VpatchError(
-                f"{out} holds work that is not exported ({'uncommitted changes' if dirty else 'new or edited commits'})",
-                hint="vpatch export first, or pass --force to throw that work away",
-            )
-    git.remove_worktree(stack.upstream, out)
-    shutil.rmtree(out, ignore_errors=True)
+    if any(out.iterdir()):
+        raise VpatchError(f"{out} exists and is not a vpatch tree", hint="choose another --out, or remove it")
+    out.rmdir()
+
+
+def _recorded_work(stack: Stack) -> str | None:
+    """What the recorded tree holds that export has not written, in words; None when nothing."""
+    tree = stack.worktree
+    if not (tree / ".git").exists():
+        return None  # gone (deleted by hand, or a kill before the move): nothing left to lose
+    if git.dirty_paths(tree):
+        return "uncommitted changes"
+    return "new or edited commits" if git.head(tree) != stack.tip else None
+
+
+def _leftover_work(tree: Path, series: Series) -> str | None:
+    """The same for a tree no record describes: its own commits must each export to a series file as it is."""
+    if git.dirty_paths(tree):
+        return "uncommitted changes"
+    files = {p.filename: p.raw for p in series}
+    for commit in git.local_commits(tree):
+        name, raw = _strip_marker(git.format_patch(tree, commit))
+        if name is None or files.get(name) != raw:
+            return f"commit {commit[:12]}, which is not in {series.directory.name}/ as it is"
+    return None
+
+
+def _refuse_unexported(tree: Path, work: str | None) -> None:
+    if work is not None:
+        raise VpatchError(f"{tree} holds work that is not exported ({work})",
+                          hint=f"vpatch export first (it exports from {tree}), or pass --force to throw that work away")
+
+
+def _is_tree_of(upstream: Path, path: Path) -> bool:
+    """Whether `path` is a work tree of the upstream repository (its own .git file points into it)."""
+    if not (path / ".git").is_file() or not git.is_repo(path):
+        return False
+    return git.git_dir(path).resolve().is_relative_to(upstream.resolve())
+
+
+def _remove_tree(upstream: Path, tree: Path) -> None:
+    """Delete a tree vpatch applied and forget its registration (also when the folder is gone already)."""
+    shutil.rmtree(tree, ignore_errors=True)
+    git.forget_worktrees(upstream, tree)
 
 
 def _record(state_dir: Path, stack: Stack) -> None:
@@ -211,6 +252,21 @@ def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
             f"{path} (the record of the applied tree) is unreadable: {exc}",
             hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
         ) from exc
+
+
+def tree_patch_name(state_dir: Path, key: str) -> str:
+    """The name (NNNN-slug) of a patch not exported yet, by its number or name, from the commits of the applied
+    tree (their Vpatch-File lines): `vpatch new` made it there."""
+    stack = load_stack(state_dir, required=False)
+    names: list[str] = []
+    if stack is not None and git.is_repo(stack.worktree):
+        for record in git.log_records(stack.worktree, stack.base, "HEAD", grep=[f"{MARKER}: "]):
+            names += [m.decode().removesuffix(".patch") for m in _MARKER_LINE.findall(record.body.encode())]
+    for name in names:
+        if key in (name, f"{name}.patch") or (key.isdigit() and name[:4].isdigit() and int(key) == int(name[:4])):
+            return name
+    raise SeriesError(f"no patch {key!r} in the series or in the applied tree",
+                      hint="vpatch status lists the patches by number; `vpatch new SLUG` starts a new one")
 
 
 @dataclass(frozen=True)
@@ -296,7 +352,7 @@ def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, 
         m = PATCH_NAME.match(name)
         assert m is not None
         try:
-            Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
+            patch = Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
         except SeriesError as exc:
             commit = sources[name][:12]
             if _find_diff_start(raw) < 0:
@@ -306,6 +362,11 @@ def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, 
                                        "(git rebase -i), then vpatch export") from None
             raise SeriesError(f"commit {commit} would export as {name}, which vpatch cannot read back: {exc.message}; "
                               "nothing was written", hint=exc.hint) from None
+        try:
+            refuse_unfinished([patch])
+        except SeriesError as exc:
+            raise SeriesError(f"commit {sources[name][:12]} ({exc.message}); nothing was written",
+                              hint=f"{exc.hint}: `git commit --amend` in the applied tree, then vpatch export") from None
 
 
 def _find_diff_start(raw: bytes) -> int:
