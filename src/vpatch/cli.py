@@ -219,14 +219,24 @@ def export(
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
     from vpatch import lock, stack
+    from vpatch.series import Series
 
     config = _config()
     with lock.held(config.root, "export"):
-        result = stack.export_series(_series(config), config.state_dir, dry_run=dry_run)
+        # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
+        series = Series.load(config.patches_dir, unreadable_ok=True)
+        result = stack.export_series(series, config.state_dir, dry_run=dry_run)
     for planned, done, names in (("would change", "changed", result.changed), ("would add", "added", result.added),
                                  ("would remove", "removed", result.removed)):
         for name in names:
             echo(f"{planned if dry_run else done}: {name}")
+            if name in result.rewritten:
+                echo(f"  {'' if dry_run else 'it '}did not parse ({dict(series.unreadable)[name].message}); "
+                     "written afresh from its commit in the applied tree")
+            if name in result.unmarked:
+                echo("  note: a new patch, from a commit without a Vpatch-File line (a plain `git commit` in the "
+                     "tree); to change an existing patch instead, fold it into that commit (git rebase -i, "
+                     "fixup) or use `git commit --amend`, then export again (the new file goes)")
     if not (result.changed or result.added or result.removed):
         echo(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
 

@@ -100,8 +100,8 @@ def _first_change(patch: Patch | None) -> tuple[str, str, str | None]:
         if fd.new_path is None or not fd.hunks:
             continue
         body = b"".join(h.text.split(b"\n", 1)[1] for h in fd.hunks).decode("utf-8", "replace").splitlines()
-        added = [line[1:].strip() for line in body if line.startswith("+") and len(line[1:].strip()) >= 8]
-        removed = [line[1:].strip() for line in body if line.startswith("-") and len(line[1:].strip()) >= 8]
+        added = [line[1:].strip() for line in body if line.startswith("+") and len(line[1:].strip()) >= 4]
+        removed = [line[1:].strip() for line in body if line.startswith("-") and len(line[1:].strip()) >= 4]
         if added:
             return fd.new_path, added[0], removed[0] if removed else None
     return "vllm/path/to/file.py", "a line only the fixed file has", "a line only the buggy file has"

@@ -261,7 +261,7 @@ def tree_patch_name(state_dir: Path, key: str) -> str:
     names: list[str] = []
     if stack is not None and git.is_repo(stack.worktree):
         for record in git.log_records(stack.worktree, stack.base, "HEAD", grep=[f"{MARKER}: "]):
-            names += [m.decode().removesuffix(".patch") for m in _MARKER_LINE.findall(record.body.encode())]
+            names += [m.removesuffix(".patch") for m in re.findall(rf"^{MARKER}: (\S+)$", record.body, re.M)]
     for name in names:
         if key in (name, f"{name}.patch") or (key.isdigit() and name[:4].isdigit() and int(key) == int(name[:4])):
             return name
@@ -276,6 +276,8 @@ class ExportResult:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     writes: dict[str, bytes] = field(default_factory=dict, repr=False)
+    rewritten: tuple[str, ...] = ()  # files that did not parse (a hand-edited hunk), written afresh from their commit
+    unmarked: tuple[str, ...] = ()  # added from commits without a Vpatch-File line: a plain `git commit` in the tree
 
 
 def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> ExportResult:
@@ -306,9 +308,12 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
     gone = [a.file for a in stack.applied if a.commit not in commits]
     outputs: dict[str, bytes] = {}
     sources: dict[str, str] = {}
+    marked: set[str] = set()  # commits that carry their file's marker (applied by vpatch, or `vpatch new`)
     for c in commits:
         raw = git.format_patch(tree, c)
         name, raw = _strip_marker(raw)
+        if name is not None:
+            marked.add(c)
         if name is None:
             subject = git.run(tree, ["log", "-1", "--format=%s", c]).out.strip()
             name = recorded.get(c) or next((f for f in gone if f[5:] == f"{slugify(subject)}.patch"), None)
@@ -328,11 +333,17 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
             raise SeriesError(f"two commits map to number {n:04d}: {numbers[n]} and {name}",
                               hint="remove the Vpatch-File line from the copied commit's message so it gets a new number")
         numbers[n] = name
+    broken = dict(series.unreadable)
+    for name, exc in broken.items():
+        if name not in outputs:  # nothing in the tree to rewrite it from
+            raise SeriesError(f"{exc.message} (and no commit of the applied tree {tree} is {name})", hint=exc.hint)
     unchanged = tuple(n for n, raw in outputs.items() if n in existing and existing[n].raw == raw)
-    changed = tuple(n for n, raw in outputs.items() if n in existing and existing[n].raw != raw)
-    added = tuple(n for n in outputs if n not in existing)
+    changed = tuple(n for n, raw in outputs.items() if (n in existing and existing[n].raw != raw) or n in broken)
+    added = tuple(n for n in outputs if n not in existing and n not in broken)
     removed = tuple(n for n in existing if n not in outputs)
-    result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added})
+    unmarked = tuple(n for n in added if sources[n] not in marked)
+    result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added},
+                          rewritten=tuple(broken), unmarked=unmarked)
     if dry_run:
         return result
     # The record first: it fixes each new commit's number, so an export killed half-way and run again
