@@ -161,7 +161,7 @@ def test_new_patch_takes_next_free_number(project: Project) -> None:
     git(tree, "commit", "-q", "--amend", "--no-edit")
     # the template's lines to fill in are refused by name until filled in or deleted (issue 22)
     code, out = run(project, "export")
-    assert code == 1 and "trailer 'Bug: <upstream issue URL, or delete>': template text left in" in out, out
+    assert code == 1 and "with the trailer 'Bug: <upstream issue URL, or delete>': template text left in" in out, out
     message = git(tree, "log", "-1", "--format=%B")
     kept = [line for line in message.splitlines() if not line.startswith(("Bug:", "Upstream-PR:", "Probe:"))]
     git(tree, "commit", "-q", "--amend", "--cleanup=verbatim", "-F", "-", input="\n".join(kept).encode() + b"\n")

@@ -596,16 +596,24 @@ def probe_check(
     Exits 0 only when it fails without the patch and passes with it (what `update` and `status` require).
     """
     from vpatch import probe_check as core
-    from vpatch import upstream
+    from vpatch import stack, upstream
     from vpatch.console import ProgressView
 
     config = _config()
     series = _series(config)
-    target = series.get(patch)
+    patches = list(series.patches)
+    target = next((p for p in patches if patch in (p.name, p.filename) or (patch.isdigit() and int(patch) == p.number)),
+                  None)
+    if target is None:  # not exported yet: the commit `vpatch new` started in the applied tree
+        name, target = stack.tree_patch(config.state_dir, patch, config.patches_dir)
+        if target is None:
+            raise VpatchError(f"{name} changes nothing yet", hint="make the change in the applied tree and "
+                              "`git commit --amend -a` it first")
+        patches = sorted([*patches, target], key=lambda p: p.number)
     repo = upstream.open_upstream(config)
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
     with ProgressView() as view:
-        checked = core.check(repo, series.patches, target, base=base, ref=ref or config.pin.ref,
+        checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
                              use_cache=not no_cache, report=view)
     found = checked.validation
     for side, result in ((f"on {checked.ref} ({base[:12]})", found.base),
@@ -638,7 +646,10 @@ def probe_new(
     series = _series(config)
     found = next((p for p in series if patch in (p.name, p.filename) or (patch.isdigit() and int(patch) == p.number)),
                  None)
-    name = found.name if found is not None else stack.tree_patch_name(config.state_dir, patch)
+    if found is None:
+        name, found = stack.tree_patch(config.state_dir, patch, config.patches_dir)
+    else:
+        name = found.name
     written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
     for path in written:
         echo(f"wrote {path}")

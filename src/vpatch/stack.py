@@ -11,7 +11,7 @@ from pathlib import Path
 from vpatch import git
 from vpatch.errors import ApplyError, SeriesError, VpatchError
 from vpatch.fs import atomic_write
-from vpatch.series import PATCH_NAME, Patch, Series, refuse_unfinished, slugify
+from vpatch.series import PATCH_NAME, Patch, Series, slugify, unfinished
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -254,17 +254,24 @@ def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
         ) from exc
 
 
-def tree_patch_name(state_dir: Path, key: str) -> str:
-    """The name (NNNN-slug) of a patch not exported yet, by its number or name, from the commits of the applied
-    tree (their Vpatch-File lines): `vpatch new` made it there."""
+def tree_patch(state_dir: Path, key: str, directory: Path) -> tuple[str, Patch | None]:
+    """A patch not exported yet, by its number or name, from the commits of the applied tree (their Vpatch-File
+    lines; `vpatch new` made it there): its name (NNNN-slug) and the patch its commit exports as (None while
+    the commit changes nothing)."""
     stack = load_stack(state_dir, required=False)
-    names: list[str] = []
     if stack is not None and git.is_repo(stack.worktree):
         for record in git.log_records(stack.worktree, stack.base, "HEAD", grep=[f"{MARKER}: "]):
-            names += [m.removesuffix(".patch") for m in re.findall(rf"^{MARKER}: (\S+)$", record.body, re.M)]
-    for name in names:
-        if key in (name, f"{name}.patch") or (key.isdigit() and name[:4].isdigit() and int(key) == int(name[:4])):
-            return name
+            for file in re.findall(rf"^{MARKER}: (\S+)$", record.body, re.M):
+                m = PATCH_NAME.match(file)
+                if m is None or not (key in (file, file.removesuffix(".patch"))
+                                     or (key.isdigit() and int(key) == int(m["number"]))):
+                    continue
+                _, raw = _strip_marker(git.format_patch(stack.worktree, record.commit))
+                try:
+                    return file.removesuffix(".patch"), Patch.parse(raw, number=int(m["number"]), slug=m["slug"],
+                                                                    path=directory / file)
+                except SeriesError:
+                    return file.removesuffix(".patch"), None
     raise SeriesError(f"no patch {key!r} in the series or in the applied tree",
                       hint="vpatch status lists the patches by number; `vpatch new SLUG` starts a new one")
 
@@ -373,11 +380,13 @@ def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, 
                                        "(git rebase -i), then vpatch export") from None
             raise SeriesError(f"commit {commit} would export as {name}, which vpatch cannot read back: {exc.message}; "
                               "nothing was written", hint=exc.hint) from None
-        try:
-            refuse_unfinished([patch])
-        except SeriesError as exc:
-            raise SeriesError(f"commit {sources[name][:12]} ({exc.message}); nothing was written",
-                              hint=f"{exc.hint}: `git commit --amend` in the applied tree, then vpatch export") from None
+        problems = unfinished(patch)
+        if problems:
+            line, wrong, todo = problems[0]
+            more = f" (and {len(problems) - 1} more such line(s))" if len(problems) > 1 else ""
+            raise SeriesError(f"commit {sources[name][:12]} would export as {name} with the trailer '{line}': "
+                              f"{wrong}{more}; nothing was written",
+                              hint=f"{todo}: `git commit --amend` in the applied tree, then vpatch export")
 
 
 def _find_diff_start(raw: bytes) -> int:
