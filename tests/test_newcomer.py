@@ -349,3 +349,13 @@ def test_new_prints_the_tree_and_the_next_step(project: Project) -> None:
     assert f"started 0001-sched-fix.patch as an empty commit in the applied tree {tree}" in out
     assert f"git -C {tree} commit --amend -a" in out and "vpatch probe new 0001 --kind files" in out
     assert "Probe: probes/0001-sched-fix.yaml" in git(tree, "log", "-1", "--format=%B")
+
+
+def test_a_filled_in_mail_address_is_not_template_text(project: Project) -> None:
+    from vpatch.series import Patch
+    from vpatch.trailers import unfinished
+
+    path = project.make_patch(1, "kv", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
+                              trailers="Origin: vendor\nCo-authored-by: A Person <a.person@example.invalid>\n"
+                                       "Bug: <upstream issue URL, or delete>")
+    assert [line for line, _, _ in unfinished(Patch.load(path))] == ["Bug: <upstream issue URL, or delete>"]

@@ -378,7 +378,7 @@ def status(
     """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""
     from vpatch import report, upstream
     from vpatch import status as core
-    from vpatch.series import refuse_unfinished
+    from vpatch.trailers import refuse_unfinished
 
     config = _config()
     series = _series(config)

@@ -11,7 +11,8 @@ from pathlib import Path
 from vpatch import git
 from vpatch.errors import ApplyError, SeriesError, VpatchError
 from vpatch.fs import atomic_write
-from vpatch.series import PATCH_NAME, Patch, Series, slugify, unfinished
+from vpatch.series import PATCH_NAME, Patch, Series, slugify
+from vpatch.trailers import unfinished
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
