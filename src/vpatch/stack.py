@@ -176,10 +176,12 @@ def _prepare_out(upstream: Path, series: Series, out: Path, state_dir: Path, *, 
         # The record is unreadable, so nothing tells what the tree holds; --force was asked to throw it away.
         stack = None
         (state_dir / STATE_FILE).unlink()
-    if stack is not None:
+    if stack is not None and _is_tree_of(stack.upstream, stack.worktree):
         if not force:
             _refuse_unexported(stack.worktree, _recorded_work(stack))
         _remove_tree(stack.upstream, stack.worktree)
+    elif stack is not None:
+        git.forget_worktrees(stack.upstream, stack.worktree)  # gone, or something else now: only its registration
     if not out.exists():
         return
     if not out.is_dir():
@@ -198,8 +200,6 @@ def _prepare_out(upstream: Path, series: Series, out: Path, state_dir: Path, *, 
 def _recorded_work(stack: Stack) -> str | None:
     """What the recorded tree holds that export has not written, in words; None when nothing."""
     tree = stack.worktree
-    if not (tree / ".git").exists():
-        return None  # gone (deleted by hand, or a kill before the move): nothing left to lose
     if git.dirty_paths(tree):
         return "uncommitted changes"
     return "new or edited commits" if git.head(tree) != stack.tip else None
