@@ -359,3 +359,16 @@ def test_a_filled_in_mail_address_is_not_template_text(project: Project) -> None
                               trailers="Origin: vendor\nCo-authored-by: A Person <a.person@example.invalid>\n"
                                        "Bug: <upstream issue URL, or delete>")
     assert [line for line, _, _ in unfinished(Patch.load(path))] == ["Bug: <upstream issue URL, or delete>"]
+
+
+def test_probe_check_before_export_reads_the_commit_in_the_applied_tree(project: Project) -> None:
+    assert run(project, "apply")[0] == 0
+    assert run(project, "new", "kv")[0] == 0
+    code, out = run(project, "probe", "check", "1")
+    assert code == 1 and "0001-kv changes nothing yet" in out
+    tree = project.root / ".vpatch" / "tree"
+    (tree / "vllm/kv.py").write_text(KV_FIX)
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    assert run(project, "probe", "new", "1")[0] == 0  # prefilled from the commit's diff
+    code, out = run(project, "probe", "check", "1")
+    assert code == 0 and "on v1.0 + the series up to 0001-kv: PASS" in out, out

@@ -596,20 +596,14 @@ def probe_check(
     Exits 0 only when it fails without the patch and passes with it (what `update` and `status` require).
     """
     from vpatch import probe_check as core
-    from vpatch import stack, upstream
+    from vpatch import upstream
     from vpatch.console import ProgressView
 
     config = _config()
-    series = _series(config)
-    patches = list(series.patches)
-    target = next((p for p in patches if patch in (p.name, p.filename) or (patch.isdigit() and int(patch) == p.number)),
-                  None)
-    if target is None:  # not exported yet: the commit `vpatch new` started in the applied tree
-        name, target = stack.tree_patch(config.state_dir, patch, config.patches_dir)
-        if target is None:
-            raise VpatchError(f"{name} changes nothing yet", hint="make the change in the applied tree and "
-                              "`git commit --amend -a` it first")
-        patches = sorted([*patches, target], key=lambda p: p.number)
+    name, target, patches = core.find_patch(_series(config), config.state_dir, patch)
+    if target is None:
+        raise VpatchError(f"{name} changes nothing yet",
+                          hint="make the change in the applied tree and `git commit --amend -a` it first")
     repo = upstream.open_upstream(config)
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
     with ProgressView() as view:
@@ -635,7 +629,6 @@ def probe_new(
 ) -> None:
     """Write probes/NNNN-slug.yaml (and, for a command probe, its script) from a template that follows the probe rules."""
     from vpatch import probe_check as core
-    from vpatch import stack
     from vpatch.probes import ProbeKind
     from vpatch.series import PROBE
 
@@ -643,13 +636,7 @@ def probe_new(
         raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,
                           hint="vpatch probe new 4 --kind files")
     config = _config()
-    series = _series(config)
-    found = next((p for p in series if patch in (p.name, p.filename) or (patch.isdigit() and int(patch) == p.number)),
-                 None)
-    if found is None:
-        name, found = stack.tree_patch(config.state_dir, patch, config.patches_dir)
-    else:
-        name = found.name
+    name, found, _ = core.find_patch(_series(config), config.state_dir, patch)
     written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
     for path in written:
         echo(f"wrote {path}")

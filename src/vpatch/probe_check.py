@@ -12,7 +12,7 @@ from vpatch.fs import atomic_write
 from vpatch.probe_env import LOCK_NAME
 from vpatch.probes import ProbeError, ProbeKind, Validation, probe_for, validation
 from vpatch.progress import Reporter, silent
-from vpatch.series import PROBE, Patch
+from vpatch.series import PROBE, Patch, Series
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,19 @@ class Checked:
     ref: str  # what the base is called (the pin's ref, or --ref)
     base: str  # the base commit
     validation: Validation
+
+
+def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | None, list[Patch]]:
+    """The patch `key` names (its number or name): from the series, else the commit `vpatch new` started in the
+    applied tree. Its name, the patch (None while that commit changes nothing), and the series with it in place."""
+    from vpatch import stack
+
+    patches = list(series.patches)
+    found = next((p for p in patches if key in (p.name, p.filename) or (key.isdigit() and int(key) == p.number)), None)
+    if found is not None:
+        return found.name, found, patches
+    name, found = stack.tree_patch(state_dir, key, series.directory)
+    return name, found, sorted([*patches, found], key=lambda p: p.number) if found is not None else patches
 
 
 def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch) -> str:
