@@ -435,9 +435,19 @@ def update(
             result = core.resume(config, validator=validator)
         else:
             assert to is not None
-            result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
-                                 narrow=not no_narrow, judge=functools.partial(core.judge_with_status, progress=view),
-                                 validator=validator)
+            try:
+                result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
+                                     allow_downgrade=allow_downgrade, narrow=not no_narrow,
+                                     judge=functools.partial(core.judge_with_status, progress=view),
+                                     validator=validator)
+            except core.Refused as refused:
+                # the dry run's refusal comes after the judging: show the table it refused on, then the error
+                from vpatch import report
+                from vpatch.status import Status
+
+                if isinstance(refused.report, Status) and not json_out:
+                    _console().print(report.status_table(refused.report))
+                raise
     if json_out:
         import json
 

@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.series import Patch, Series
 
+class Refused(VpatchError):
+    """A dry run refused as the real run would, carrying the judging it refused after (for the table)."""
+
+    def __init__(self, error: VpatchError, report: object) -> None:
+        super().__init__(error.message, hint=error.hint, exit_code=error.exit_code)
+        self.report = report
+
+
 # (repo, config, patch, base, patched) -> the probe checked on base (must fail) and patched (must pass).
 Check = Callable[[Path, "Config", "Patch", str, str], ProbeCheck]
 

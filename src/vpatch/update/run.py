@@ -92,17 +92,22 @@ def _update(
     checkpoint("judged")
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
-    guard.refuse_unproven_drops(repo, config, series, plan,
-                                lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
-    if dry_run:
-        # ... and the kept patches' probes on the new pin, as the real run does last: no "would re-apply" for
-        # what the real run would refuse.
-        narrowed = {p.file: p.narrowing.patch(series.get(p.file.removesuffix(".patch")))
-                    for p in plan.patches if p.narrowing}
-        checked = guard.refuse_unvalidated_kept(
-            repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
-            {p.filename: narrowed.get(p.filename, p) for p in series})
-        return Result(Outcome.PLANNED, plan, probes=tuple(checked))
+    try:
+        guard.refuse_unproven_drops(repo, config, series, plan,
+                                    lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
+        if dry_run:
+            # ... and the kept patches' probes on the new pin, as the real run does last: no "would re-apply"
+            # for what the real run would refuse.
+            narrowed = {p.file: p.narrowing.patch(series.get(p.file.removesuffix(".patch")))
+                        for p in plan.patches if p.narrowing}
+            checked = guard.refuse_unvalidated_kept(
+                repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
+                {p.filename: narrowed.get(p.filename, p) for p in series})
+            return Result(Outcome.PLANNED, plan, probes=tuple(checked))
+    except VpatchError as exc:
+        if dry_run:
+            raise guard.Refused(exc, report) from None
+        raise
     clear_stale(project, repo)
     try:
         state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
