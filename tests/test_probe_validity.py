@@ -53,9 +53,11 @@ def test_update_never_drops_on_a_vacuous_probe(project: Project) -> None:
     assert "0002-parser-fix.patch" in out and "passes" in out
     assert git(project.root, "rev-parse", "HEAD").strip() == head
     assert (project.patches / "0002-parser-fix.patch").exists()
-    code, out = run(project, "update", "--to", "v1.1", "--dry-run")
-    assert code == 0 and "would re-apply 0002-parser-fix.patch  [needed]" in out
-    assert "INVALID" in out
+    # the dry run refuses it the same way (issue 22: it used to say "would re-apply" and exit 0), after the
+    # table that shows the probe INVALID
+    dry_code, dry = run(project, "update", "--to", "v1.1", "--dry-run")
+    assert dry_code == 1 and "probe INVALID (passes on the pin)" in dry and "would re-apply" not in dry
+    assert dry.split("error: ")[1] == out.split("error: ")[1]
 
 
 def test_a_drop_whose_probe_does_not_validate_on_the_pin_is_refused(project: Project) -> None:

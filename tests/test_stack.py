@@ -159,9 +159,16 @@ def test_new_patch_takes_next_free_number(project: Project) -> None:
     (tree / "vllm/thing.py").write_text("THING = 1\n")
     git(tree, "add", "vllm/thing.py")
     git(tree, "commit", "-q", "--amend", "--no-edit")
-    assert run(project, "export")[0] == 0
+    # the template's lines to fill in are refused by name until filled in or deleted (issue 22)
+    code, out = run(project, "export")
+    assert code == 1 and "with the trailer 'Bug: <upstream issue URL, or delete>': template text left in" in out, out
+    message = git(tree, "log", "-1", "--format=%B")
+    kept = [line for line in message.splitlines() if not line.startswith(("Bug:", "Upstream-PR:", "Probe:"))]
+    git(tree, "commit", "-q", "--amend", "--cleanup=verbatim", "-F", "-", input="\n".join(kept).encode() + b"\n")
+    code, out = run(project, "export")
+    assert code == 0, out
     text = (project.patches / "0006-fix-thing.patch").read_text()
-    assert "Subject: Fix the thing" in text and "Probe: probes/<probe>.yaml" in text
+    assert "Subject: Fix the thing" in text and "Origin: vendor" in text and "Probe:" not in text
 
 
 def test_empty_series_applies(project: Project) -> None:

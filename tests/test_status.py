@@ -53,7 +53,7 @@ def test_json_reports_each_patch_on_each_target_and_where_it_landed(project: Pro
     assert parser["landed_in"]["commit"] == landing and parser["landed_in"]["release"] == "v1.1"
     assert {r["state"] for r in kv["results"].values()} == {"needed"}
     assert kv["landed_in"] is None
-    assert doc["probes"] == {"run": 0, "cached": 0}
+    assert doc["probes"] == {"run": 0, "cached": 0, "errors": 0, "problems": []}
 
 
 def test_table_shows_states_evidence_and_landing_lines(project: Project) -> None:
@@ -141,9 +141,12 @@ def test_probe_results_are_counted_and_the_probe_decides(project: Project) -> No
     cache: dict[str, ProbeCheck] = {}
 
     def probe(patch, commit):  # type: ignore[no-untyped-def]
+        # a behavioural probe in miniature: the fix is there when kv.py skips null blocks, either way;
+        # status asks it on commits and, to validate it on the pin, on the tree of the pin + the patch
         if commit in cache:
             return ProbeCheck(cache[commit].outcome, ran=False)
-        outcome = ProbeOutcome.PASS if git.is_ancestor(repo, fixed, commit) else ProbeOutcome.FAIL
+        text = git.read_blobs(repo, commit, ["vllm/kv.py"])["vllm/kv.py"] or b""
+        outcome = ProbeOutcome.PASS if b"continue" in text or b"fixed differently" in text else ProbeOutcome.FAIL
         cache[commit] = ProbeCheck(outcome)
         return cache[commit]
 
@@ -151,9 +154,9 @@ def test_probe_results_are_counted_and_the_probe_decides(project: Project) -> No
     (row,) = first.patches
     assert [v.state for v in row.results] == [State.NEEDED, State.LANDED]
     assert row.landed_in is not None and row.landed_in.commit == fixed
-    assert first.probes_run == 2
+    assert first.probes_run == 3  # the pin, the pin + the patch (the validation), v1.1
     second = compute_for(project, ["v1.1"], probe=probe)
-    assert (second.probes_run, second.probes_cached) == (0, 2)
+    assert (second.probes_run, second.probes_cached) == (0, 3)
 
 
 def test_default_targets_are_pin_newest_release_and_branch(project: Project) -> None:
@@ -177,13 +180,13 @@ def test_a_second_status_runs_no_probe(project: Project) -> None:
                             "Fix kv upstream", tag="v1.1")
     refresh(project)
     first = json.loads(run(project, "status", "--against", "v1.1", "--json")[1])
-    assert first["probes"] == {"run": 2, "cached": 0}
+    assert first["probes"] == {"run": 3, "cached": 0, "errors": 0, "problems": []}  # pin, pin + patch, v1.1
     assert first["patches"][0]["results"]["v1.1"]["decided_by"] == "probe"
     second = json.loads(run(project, "status", "--against", "v1.1", "--json")[1])
-    assert second["probes"] == {"run": 0, "cached": 2}
+    assert second["probes"] == {"run": 0, "cached": 3, "errors": 0, "problems": []}
     assert second["patches"][0]["results"] == first["patches"][0]["results"]
     code, out = run(project, "status", "--against", "v1.1")
-    assert code == 0 and "probes: 0 run, 2 from the cache" in out
+    assert code == 0 and "probes: 0 run, 3 from the cache" in out
 
 
 def test_a_broken_probe_is_an_error_and_the_text_decides(project: Project) -> None:

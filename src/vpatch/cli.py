@@ -56,10 +56,20 @@ class _State:
 state = _State()
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        echo(f"vpatch {version('vpatch')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _options(
     project: Annotated[Path, typer.Option("--project", "-C", help="Project folder holding vpatch.yaml.")] = Path("."),
     debug: Annotated[bool, typer.Option("--debug", help="Show a traceback for every error.")] = False,
+    _version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                           help="Print vpatch's version and exit.")] = False,
 ) -> None:
     state.project = project
     state.debug = debug
@@ -209,14 +219,24 @@ def export(
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
     from vpatch import lock, stack
+    from vpatch.series import Series
 
     config = _config()
     with lock.held(config.root, "export"):
-        result = stack.export_series(_series(config), config.state_dir, dry_run=dry_run)
+        # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
+        series = Series.load(config.patches_dir, unreadable_ok=True)
+        result = stack.export_series(series, config.state_dir, dry_run=dry_run)
     for planned, done, names in (("would change", "changed", result.changed), ("would add", "added", result.added),
                                  ("would remove", "removed", result.removed)):
         for name in names:
             echo(f"{planned if dry_run else done}: {name}")
+            if name in result.rewritten:
+                echo(f"  {'' if dry_run else 'it '}did not parse ({dict(series.unreadable)[name].message}); "
+                     "written afresh from its commit in the applied tree")
+            if name in result.unmarked:
+                echo("  note: a new patch, from a commit without a Vpatch-File line (a plain `git commit` in the "
+                     "tree); to change an existing patch instead, fold it into that commit (git rebase -i, "
+                     "fixup) or use `git commit --amend`, then export again (the new file goes)")
     if not (result.changed or result.added or result.removed):
         echo(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
 
@@ -231,9 +251,12 @@ def new(
 
     config = _config()
     with lock.held(config.root, "new"):
-        name = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
-    echo(f"started {name} as an empty commit in the applied tree")
-    echo("make the change there, `git commit --amend -a` (keep the message's trailers), then `vpatch export`")
+        name, tree = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
+    echo(f"started {name} as an empty commit in the applied tree {tree}")
+    echo("next: make the change in that tree, then (keeping the message's trailers, filling or deleting the <...> ones):")
+    echo(f"  git -C {tree} commit --amend -a")
+    echo(f"  vpatch probe new {name[:4]} --kind files     # or --kind command; or delete the Probe: line")
+    echo("  vpatch export")
 
 
 @app.command()
@@ -355,9 +378,11 @@ def status(
     """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""
     from vpatch import report, upstream
     from vpatch import status as core
+    from vpatch.trailers import refuse_unfinished
 
     config = _config()
     series = _series(config)
+    refuse_unfinished(series.patches, where="edit the patch file (or amend the commit in the applied tree and export)")
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against or ())
     from vpatch.console import ProgressView
@@ -410,9 +435,19 @@ def update(
             result = core.resume(config, validator=validator)
         else:
             assert to is not None
-            result = core.update(config, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
-                                 narrow=not no_narrow, judge=functools.partial(core.judge_with_status, progress=view),
-                                 validator=validator)
+            try:
+                result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
+                                     allow_downgrade=allow_downgrade, narrow=not no_narrow,
+                                     judge=functools.partial(core.judge_with_status, progress=view),
+                                     validator=validator)
+            except core.Refused as refused:
+                # the dry run's refusal comes after the judging: show the table it refused on, then the error
+                from vpatch import report
+                from vpatch.status import Status
+
+                if isinstance(refused.report, Status) and not json_out:
+                    _console().print(report.status_table(refused.report))
+                raise
     if json_out:
         import json
 
@@ -553,6 +588,74 @@ def _show_deploy(result: Any) -> None:
     echo(result.rollback)
     for hook in result.hooks:
         echo(f"after_switch hook failed: {hook}")
+
+
+probe_app = typer.Typer(cls=_Group, no_args_is_help=True,
+                        help="Write a patch's probe, and check it the way `update` does: fail without, pass with.")
+app.add_typer(probe_app, name="probe")
+
+
+@probe_app.command(name="check")
+def probe_check(
+    patch: Annotated[str, typer.Argument(help="The patch whose probe to check: its number (4) or name.")],
+    ref: Annotated[str | None, typer.Option("--ref", help="Upstream ref to check on (default: the pin).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Run the probe even where a result is cached.")] = False,
+) -> None:
+    """Run the patch's probe on the pin and on the pin + the series up to and including it.
+
+    Exits 0 only when it fails without the patch and passes with it (what `update` and `status` require).
+    """
+    from vpatch import probe_check as core
+    from vpatch import upstream
+    from vpatch.console import ProgressView
+
+    config = _config()
+    name, target, patches = core.find_patch(_series(config), config.state_dir, patch)
+    if target is None:
+        raise VpatchError(f"{name} changes nothing yet",
+                          hint="make the change in the applied tree and `git commit --amend -a` it first")
+    repo = upstream.open_upstream(config)
+    base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
+    with ProgressView() as view:
+        checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
+                             use_cache=not no_cache, report=view)
+    found = checked.validation
+    for side, result in ((f"on {checked.ref} ({base[:12]})", found.base),
+                         (f"on {checked.ref} + the series up to {target.name}", found.patched)):
+        echo(f"{checked.probe} {side}: {result.outcome.value.upper()}"
+             + (" (from the cache)" if result.cached else f" in {result.seconds:.1f}s"))
+        for line in (result.detail or "(no output)").splitlines():
+            echo(f"    {line}")
+    if not found.ok:
+        raise VpatchError(found.detail, hint=found.hint or None)
+    echo(f"ok: {found.detail}")
+
+
+@probe_app.command(name="new")
+def probe_new(
+    patch: Annotated[str, typer.Argument(help="The patch the probe is for: its number (4) or name.")],
+    kind: Annotated[str, typer.Option("--kind", help="files: strings each file must (not) hold; "
+                                                      "command: a script whose exit code decides.")] = "files",
+) -> None:
+    """Write probes/NNNN-slug.yaml (and, for a command probe, its script) from a template that follows the probe rules."""
+    from vpatch import probe_check as core
+    from vpatch.probes import ProbeKind
+    from vpatch.series import PROBE
+
+    if kind not in ("files", "command"):
+        raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,
+                          hint="vpatch probe new 4 --kind files")
+    config = _config()
+    name, found, _ = core.find_patch(_series(config), config.state_dir, patch)
+    written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
+    for path in written:
+        echo(f"wrote {path}")
+    trailer = f"{PROBE}: {core.probe_name(name)}"
+    if found is not None and found.trailer(PROBE) == core.probe_name(name):
+        echo(f"{found.filename} already names it ({trailer})")
+    else:
+        echo(f"name it in the patch's trailers: {trailer} (in the applied tree: `git commit --amend`, then `vpatch export`)")
+    echo(f"edit it, then `vpatch probe check {name[:4]}`: it must fail on the pin and pass with the patch")
 
 
 def main() -> None:

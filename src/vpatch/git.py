@@ -160,6 +160,13 @@ def commits_between(worktree: Path, base: str, tip: str = "HEAD") -> list[str]:
     return out.split()
 
 
+def local_commits(worktree: Path) -> list[str]:
+    """Commits of HEAD that no branch or tag of the repository has (made in this work tree), oldest first."""
+    out = run(worktree, ["rev-list", "--reverse", "--topo-order", "HEAD", "--not", "--branches", "--tags",
+                         "--remotes"]).out
+    return out.split()
+
+
 def parents(worktree: Path, commit: str) -> list[str]:
     return run(worktree, ["rev-list", "--parents", "-n", "1", commit]).out.split()[1:]
 

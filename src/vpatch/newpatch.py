@@ -23,14 +23,14 @@ def template(subject: str, filename: str, today: str) -> str:
         "Bug: <upstream issue URL, or delete>\n"
         "Forwarded: no\n"
         "Upstream-PR: <number of the upstream pull request, or delete>\n"
-        "Probe: probes/<probe>.yaml\n"
+        f"Probe: probes/{filename.removesuffix('.patch')}.yaml\n"
         f"Last-Update: {today}\n"
         f"{MARKER}: {filename}\n"
     )
 
 
-def start(series: Series, state_dir: Path, *, slug: str, subject: str | None = None) -> str:
-    """Add an empty commit for a new patch on top of the applied tree; returns its file name."""
+def start(series: Series, state_dir: Path, *, slug: str, subject: str | None = None) -> tuple[str, Path]:
+    """Add an empty commit for a new patch on top of the applied tree; returns its file name and the tree."""
     if not _SLUG.match(slug):
         raise VpatchError(f"bad patch slug {slug!r}", hint="use lower-case letters, digits and dashes, e.g. fix-parser")
     stack = load_stack(state_dir)
@@ -41,4 +41,4 @@ def start(series: Series, state_dir: Path, *, slug: str, subject: str | None = N
     name = f"{max(taken, default=0) + 1:04d}-{slug}.patch"
     today = dt.date.today().isoformat()
     git.commit_index(stack.worktree, template(subject or slug.replace("-", " "), name, today))  # as the user
-    return name
+    return name, stack.worktree

@@ -362,18 +362,50 @@ def _tail(output: bytes | str) -> str:
 
 @dataclass(frozen=True)
 class Validation:
-    """A probe that discriminates: FAIL on the base tree and PASS with the patch."""
+    """A probe checked on both sides: ok when it FAILs on the base tree and PASSes with the patch."""
 
     ok: bool
-    detail: str
+    detail: str  # one sentence: what it did on each side, and why that is (not) enough
     base: ProbeResult
     patched: ProbeResult
+    hint: str = ""  # what to do when not ok
 
 
 def probe_for(patch: Patch) -> Probe | None:
     """The probe a patch names in its Probe: trailer (None when it names none)."""
     path = patch.probe_path
     return None if path is None else Probe.load(path)
+
+
+def validation(repo: Path, probe: Probe, patch_file: str, *, base: str, patched: str, base_name: str | None = None,
+               cache: Path | None = None, report: Reporter = silent, use_cache: bool = True) -> Validation:
+    """The probe on `base` (it must FAIL there) and on `patched` (it must PASS): the one check that `update`,
+    `update --dry-run`, `status` and `probe check` all make. Says, never raises, when the probe falls short."""
+    name = base_name or base[:12]
+    before = run_probe(repo, probe, base, cache=cache, report=report, use_cache=use_cache,
+                       label=f"{patch_file.removesuffix('.patch')} on {name}")
+    after = run_probe(repo, probe, patched, cache=cache, report=report, use_cache=use_cache,
+                      label=f"{patch_file.removesuffix('.patch')} on {name} with the patch")
+    absent = absent_files(repo, probe, (base, patched))
+    if absent:
+        # A checked file on neither side is a typo or a move: whatever the checks said, they read nothing.
+        return Validation(False, f"probe {probe.name}: files: {absent[0]}: no such file on {name} nor with the patch"
+                          + (f" (and {len(absent) - 1} more)" if len(absent) > 1 else ""),
+                          before, after, hint="fix the path (it is relative to the tree root) or remove the entry")
+    if before.outcome is ProbeOutcome.FAIL and after.outcome is ProbeOutcome.PASS:
+        return Validation(True, f"{probe.name} fails without the patch and passes with it", before, after)
+    return Validation(False, f"probe {probe.name} does not discriminate for {patch_file}: it {says(before)} on {name}"
+                      f" without the patch and {says(after)} with it (it must fail, then pass)",
+                      before, after, hint=_validation_hint(before, after))
+
+
+def absent_files(repo: Path, probe: Probe, trees: tuple[str, ...]) -> list[str]:
+    """The paths a `files` probe checks that exist in none of `trees`."""
+    if probe.kind is not ProbeKind.FILES:
+        return []
+    paths = [check.path for check in probe.files]
+    found = [git.read_blobs(repo, tree, paths) for tree in trees]
+    return [path for path in paths if all(blobs.get(path) is None for blobs in found)]
 
 
 def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str, patched: str | None = None,
@@ -391,19 +423,15 @@ def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str
         if patched is None:
             raise ProbeError(f"{patch.filename} does not apply to {base}, so its probe cannot be validated there",
                              hint=f"vpatch apply --ref {base} to see the conflict")
-    before = run_probe(repo, probe, base, cache=cache, report=report, label=f"{patch.name} on {base[:12]}")
-    after = run_probe(repo, probe, patched, cache=cache, report=report,
-                      label=f"{patch.name} on {base[:12]} with the patch")
-    if before.outcome is ProbeOutcome.FAIL and after.outcome is ProbeOutcome.PASS:
-        return Validation(True, f"{probe.name} fails without the patch and passes with it", before, after)
-    raise ProbeError(
-        f"probe {probe.name} does not discriminate for {patch.filename}: it {_says(before)} on {base} without the"
-        f" patch and {_says(after)} with it (it must fail, then pass)",
-        hint=_validation_hint(before, after),
-    )
+    checked = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=base, cache=cache,
+                         report=report)
+    if not checked.ok:
+        raise ProbeError(checked.detail, hint=checked.hint)
+    return checked
 
 
-def _says(result: ProbeResult) -> str:
+def says(result: ProbeResult) -> str:
+    """"passes" / "fails" / "errors": a result in a sentence."""
     return {ProbeOutcome.PASS: "passes", ProbeOutcome.FAIL: "fails", ProbeOutcome.ERROR: "errors"}[result.outcome]
 
 

@@ -35,7 +35,8 @@ def status_json(status: Status) -> dict[str, Any]:
             }
             for p in status.patches
         ],
-        "probes": {"run": status.probes_run, "cached": status.probes_cached},
+        "probes": {"run": status.probes_run, "cached": status.probes_cached, "errors": status.probe_errors,
+                   "problems": [{"file": file, "why": why} for file, why in status.probe_problems()]},
         "bisect_checks": status.bisect_checks,
         "exit_code": int(status.exit_code()),
     }
@@ -83,8 +84,8 @@ def cell_summary(v: Verdict) -> str:
             parts.append(_short(forward, v))
     probe = next((ev for ev in v.evidence if ev.kind is Kind.PROBE), None)
     if probe is not None and probe is not decided:
-        parts.append("probe INVALID (passes on the pin)" if v.probe is not None and v.probe.invalid else
-                     {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails", Says.UNAVAILABLE: "probe error"}[probe.says])
+        parts.append(_probe_short(v) if probe.says is Says.UNAVAILABLE else
+                     {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails"}[probe.says])
     revert = next((ev for ev in v.evidence if ev.kind is Kind.REVERT), None)
     if revert is not None and revert is not decided:
         parts.append("landed, then reverted upstream" if revert.says is Says.NOT_LANDED else "re-landed after a revert")
@@ -100,6 +101,18 @@ def cell_summary(v: Verdict) -> str:
         elif decided.kind is not Kind.HUNKS:
             parts.append("old diff does not apply")
     return "; ".join(dict.fromkeys(parts))
+
+
+def _probe_short(v: Verdict, limit: int = 100) -> str:
+    """A probe that is no evidence here, with its reason: INVALID (it does not validate on the pin) or an error."""
+    detail = v.probe.detail if v.probe is not None else ""
+    if v.probe is not None and v.probe.invalid:
+        if detail.startswith("it passes on the pin"):
+            return "probe INVALID (passes on the pin)"
+        reason = detail.split("; ")[0].split(": it ")[0]
+        return "probe INVALID: " + (reason if len(reason) <= limit else reason[:limit] + "...")
+    reason = detail or "no output"
+    return "probe error: " + (reason if len(reason) <= limit else "..." + reason[-limit:])
 
 
 def _short(ev: Evidence, v: Verdict) -> str:
@@ -185,10 +198,13 @@ def status_table(status: Status) -> RenderableType:
             cells.append(cell)
         table.add_row(*cells)
     lines = [Text(landing_line(p, status.branch)) for p in status.patches]
-    lines += [Text(f"{file}: its probe is INVALID: it passes on the pin {status.pin.ref}, so it is no evidence either"
-                   " way (vacuous, or the patch landed on its own pin); fix the probe", style="bold red")
-              for file in status.invalid_probes()]
+    invalid = set(status.invalid_probes())
+    lines += [Text(f"{file}: its probe is INVALID: {why} (no evidence either way)" if file in invalid else
+                   f"{file}: its probe could not decide {why}", style="bold red")
+              for file, why in status.probe_problems()]
     footer = f"probes: {status.probes_run} run, {status.probes_cached} from the cache"
+    if status.probe_errors:
+        footer += f", {status.probe_errors} could not decide"
     if status.bisect_checks:
         footer += f"; bisection: {status.bisect_checks} checks"
     if not status.history:

@@ -137,15 +137,24 @@ class Series:
     directory: Path
     patches: tuple[Patch, ...]
     retired: frozenset[int] = frozenset()  # numbers of patches dropped as landed (patches/RETIRED.md)
+    # load(unreadable_ok=True): series files whose diff does not parse, with the error (export rewrites them)
+    unreadable: tuple[tuple[str, SeriesError], ...] = ()
 
     @classmethod
-    def load(cls, directory: Path) -> Series:
+    def load(cls, directory: Path, *, unreadable_ok: bool = False) -> Series:
         if not directory.is_dir():
             raise SeriesError(f"patches folder {directory} does not exist",
                               hint="create it (an empty folder is a valid, empty series) or fix 'patches' in vpatch.yaml")
         by_number: dict[int, Patch] = {}
+        unreadable: list[tuple[str, SeriesError]] = []
         for path in sorted(directory.glob("*.patch")):
-            patch = Patch.load(path)
+            try:
+                patch = Patch.load(path)
+            except SeriesError as exc:
+                if not unreadable_ok or not PATCH_NAME.match(path.name) or not path.is_file():
+                    raise
+                unreadable.append((path.name, exc))
+                continue
             if patch.number in by_number:
                 raise SeriesError(
                     f"two patches share number {patch.number:04d}: {by_number[patch.number].path.name} and {path.name}",
@@ -160,7 +169,7 @@ class Series:
                 f"{by_number[number].path.name} reuses number {number:04d}, which {RETIRED_FILE} lists as retired",
                 hint="numbers are identities and a retired one is never reused: give the patch the next free number",
             )
-        return cls(directory, tuple(by_number[n] for n in sorted(by_number)), retired)
+        return cls(directory, tuple(by_number[n] for n in sorted(by_number)), retired, tuple(unreadable))
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self.patches)
@@ -169,7 +178,7 @@ class Series:
         return len(self.patches)
 
     def next_number(self, retired: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        used = {p.number for p in self.patches} | set(retired) | set(self.retired)
+        used = {p.number for p in self.patches} | set(retired) | set(self.retired) | {int(n[:4]) for n, _ in self.unreadable}
         return max(used, default=0) + 1
 
     def get(self, key: str) -> Patch:
@@ -214,6 +223,7 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
     lines = diff.splitlines(keepends=True)
     files: list[FileDiff] = []
     i = 0
+    last_hunk: int | None = None  # where the last hunk read starts
     while i < len(lines):
         line = lines[i]
         if not line.startswith(b"diff --git "):
@@ -222,6 +232,10 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
             if not line.strip():
                 i += 1  # blank lines after the last hunk
                 continue
+            if last_hunk is not None and line[:1] in (b" ", b"-", b"+"):
+                # a diff line right after a hunk: the hunk's header counts fewer lines than it has
+                raise SeriesError(f"{where}: line {i + 1} of the diff follows hunk {lines[last_hunk].strip()[:60]!r} "
+                                  "but its header does not count it", hint=_recount_hint(lines, last_hunk))
             raise SeriesError(f"{where}: unexpected line {i + 1} of the diff: {line[:60]!r}",
                               hint="regenerate the patch with vpatch export or git format-patch")
         header = [line]
@@ -258,6 +272,7 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
                 check_path(p, where)
         hunks: list[Hunk] = []
         while i < len(lines) and lines[i].startswith(b"@@"):
+            last_hunk = i
             hunk, i = _read_hunk(lines, i, where, new or old or "")
             hunks.append(hunk)
         metadata_only = (b"new file", b"deleted file", b"old mode", b"rename", b"similarity")
@@ -278,10 +293,11 @@ def _read_hunk(lines: list[bytes], i: int, where: str, path: str) -> tuple[Hunk,
     new_left = int(m[4]) if m[4] is not None else 1
     start = i
     i += 1
+    header_text = lines[start].strip().decode(errors="replace")
     while old_left > 0 or new_left > 0:
         if i >= len(lines):
-            raise SeriesError(f"{where}: hunk {lines[start].strip().decode(errors='replace')} in {path} is cut short",
-                              hint="the hunk header counts more lines than the hunk has; regenerate the patch")
+            raise SeriesError(f"{where}: hunk {header_text} in {path} is cut short",
+                              hint="the hunk header counts more lines than the hunk has; " + _recount_hint(lines, start))
         tag = lines[i][:1]
         if tag in (b" ", b"\n"):
             old_left -= 1
@@ -291,16 +307,36 @@ def _read_hunk(lines: list[bytes], i: int, where: str, path: str) -> tuple[Hunk,
         elif tag == b"+":
             new_left -= 1
         elif tag != b"\\":
-            raise SeriesError(f"{where}: hunk {lines[start].strip().decode(errors='replace')} in {path} has a bad line {lines[i][:60]!r}",
-                              hint="the hunk header counts do not match its lines; regenerate the patch")
+            raise SeriesError(f"{where}: hunk {header_text} in {path} has a bad line {lines[i][:60]!r}",
+                              hint="the hunk header counts do not match its lines; " + _recount_hint(lines, start))
         i += 1
         if old_left < 0 or new_left < 0:
-            raise SeriesError(f"{where}: hunk {lines[start].strip().decode(errors='replace')} in {path} is longer than its header says",
-                              hint="regenerate the patch")
+            raise SeriesError(f"{where}: hunk {header_text} in {path} is longer than its header says",
+                              hint=_recount_hint(lines, start))
     while i < len(lines) and lines[i].startswith(b"\\"):
         i += 1
     header = lines[start].rstrip(b"\n").decode("utf-8", "replace")
     return Hunk(header, b"".join(lines[start:i])), i
+
+
+def _recount_hint(lines: list[bytes], start: int) -> str:
+    """What the hunk header at `start` should say, counted from the hunk's lines (up to the next hunk or file),
+    and the two ways to get there."""
+    m = _HUNK.match(lines[start])
+    assert m is not None
+    old = new = 0
+    body = lines[start + 1:]
+    end = next((n for n, line in enumerate(body) if line.startswith((b"@@", b"diff --git ", b"-- \n"))), len(body))
+    body = body[:end]
+    while body and not body[-1].strip():
+        body.pop()  # blank lines after the last hunk of the file belong to no hunk
+    for line in body:
+        tag = line[:1]
+        old += tag in (b" ", b"\n", b"-")
+        new += tag in (b" ", b"\n", b"+")
+    fixed = f"@@ -{m[1].decode()},{old} +{m[3].decode()},{new} @@"
+    return (f"counted from its lines, the header is {fixed} ({old} old, {new} new lines): put that in the file; "
+            "or, if the applied tree holds this patch, `vpatch export` rewrites the file from its commit")
 
 
 def _strip_prefix(path: str, prefix: str) -> str:

@@ -12,6 +12,7 @@ from vpatch import git
 from vpatch.errors import ApplyError, SeriesError, VpatchError
 from vpatch.fs import atomic_write
 from vpatch.series import PATCH_NAME, Patch, Series, slugify
+from vpatch.trailers import unfinished
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -72,7 +73,7 @@ def apply_series(
     force: bool = False,
 ) -> Stack:
     """Make `out` a work tree of `base` with each patch committed; all or nothing unless `keep`."""
-    _prepare_out(out, state_dir, force=force)
+    _prepare_out(upstream, series, out, state_dir, force=force)
     tmp = out.parent / f".{out.name}.partial"
     # a killed apply, or a state folder deleted by hand, leaves registrations (maybe locked) of both paths
     shutil.rmtree(tmp, ignore_errors=True)
@@ -163,35 +164,76 @@ def _apply_error(failure: Failure, *, ref: str, kept: Path | None) -> ApplyError
     return ApplyError(msg, hint=hint)
 
 
-def _prepare_out(out: Path, state_dir: Path, *, force: bool) -> None:
-    """Refuse to replace a tree that holds work not yet exported, unless forced."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise VpatchError(f"{out} exists and is not a folder", hint="choose another --out (a new or empty folder)")
+def _prepare_out(upstream: Path, series: Series, out: Path, state_dir: Path, *, force: bool) -> None:
+    """Clear the way for a new tree at `out`: refuse while any tree vpatch applied (the recorded one, wherever it
+    is, or a leftover at `out`) holds work not yet exported, unless forced; remove those trees and their
+    registrations in the upstream repository, so that nothing is stranded and nothing blocks the next apply."""
     try:
         stack = load_stack(state_dir, required=False)
     except VpatchError:
         if not force:
             raise
         # The record is unreadable, so nothing tells what the tree holds; --force was asked to throw it away.
-        shutil.rmtree(out)
+        stack = None
         (state_dir / STATE_FILE).unlink()
+    if stack is not None and _is_tree_of(stack.upstream, stack.worktree):
+        if not force:
+            _refuse_unexported(stack.worktree, _recorded_work(stack))
+        _remove_tree(stack.upstream, stack.worktree)
+    elif stack is not None:
+        git.forget_worktrees(stack.upstream, stack.worktree)  # gone, or something else now: only its registration
+    if not out.exists():
         return
-    if stack is None or stack.worktree != out.resolve():
-        if any(out.iterdir()):
-            raise VpatchError(f"{out} exists and is not a vpatch tree", hint="choose another --out, or remove it")
-        out.rmdir()
+    if not out.is_dir():
+        raise VpatchError(f"{out} exists and is not a folder", hint="choose another --out (a new or empty folder)")
+    if _is_tree_of(upstream, out):
+        # applied by vpatch but no longer recorded (a record replaced or deleted by an older vpatch, or a kill)
+        if not force:
+            _refuse_unexported(out, _leftover_work(out, series))
+        _remove_tree(upstream, out)
         return
-    if not force and git.is_repo(out):
-        dirty = git.dirty_paths(out)
-        if dirty or git.head(out) != stack.tip:
-            raise VpatchError(
-                f"{out} holds work that is not exported ({'uncommitted changes' if dirty else 'new or edited commits'})",
-                hint="vpatch export first, or pass --force to throw that work away",
-            )
-    git.remove_worktree(stack.upstream, out)
-    shutil.rmtree(out, ignore_errors=True)
+    if any(out.iterdir()):
+        raise VpatchError(f"{out} exists and is not a vpatch tree", hint="choose another --out, or remove it")
+    out.rmdir()
+
+
+def _recorded_work(stack: Stack) -> str | None:
+    """What the recorded tree holds that export has not written, in words; None when nothing."""
+    tree = stack.worktree
+    if git.dirty_paths(tree):
+        return "uncommitted changes"
+    return "new or edited commits" if git.head(tree) != stack.tip else None
+
+
+def _leftover_work(tree: Path, series: Series) -> str | None:
+    """The same for a tree no record describes: its own commits must each export to a series file as it is."""
+    if git.dirty_paths(tree):
+        return "uncommitted changes"
+    files = {p.filename: p.raw for p in series}
+    for commit in git.local_commits(tree):
+        name, raw = _strip_marker(git.format_patch(tree, commit))
+        if name is None or files.get(name) != raw:
+            return f"commit {commit[:12]}, which is not in {series.directory.name}/ as it is"
+    return None
+
+
+def _refuse_unexported(tree: Path, work: str | None) -> None:
+    if work is not None:
+        raise VpatchError(f"{tree} holds work that is not exported ({work})",
+                          hint=f"vpatch export first (it exports from {tree}), or pass --force to throw that work away")
+
+
+def _is_tree_of(upstream: Path, path: Path) -> bool:
+    """Whether `path` is a work tree of the upstream repository (its own .git file points into it)."""
+    if not (path / ".git").is_file() or not git.is_repo(path):
+        return False
+    return git.git_dir(path).resolve().is_relative_to(upstream.resolve())
+
+
+def _remove_tree(upstream: Path, tree: Path) -> None:
+    """Delete a tree vpatch applied and forget its registration (also when the folder is gone already)."""
+    shutil.rmtree(tree, ignore_errors=True)
+    git.forget_worktrees(upstream, tree)
 
 
 def _record(state_dir: Path, stack: Stack) -> None:
@@ -213,6 +255,28 @@ def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
         ) from exc
 
 
+def tree_patch(state_dir: Path, key: str, directory: Path) -> tuple[str, Patch | None]:
+    """A patch not exported yet, by its number or name, from the commits of the applied tree (their Vpatch-File
+    lines; `vpatch new` made it there): its name (NNNN-slug) and the patch its commit exports as (None while
+    the commit changes nothing)."""
+    stack = load_stack(state_dir, required=False)
+    if stack is not None and git.is_repo(stack.worktree):
+        for record in git.log_records(stack.worktree, stack.base, "HEAD", grep=[f"{MARKER}: "]):
+            for file in re.findall(rf"^{MARKER}: (\S+)$", record.body, re.M):
+                m = PATCH_NAME.match(file)
+                if m is None or not (key in (file, file.removesuffix(".patch"))
+                                     or (key.isdigit() and int(key) == int(m["number"]))):
+                    continue
+                _, raw = _strip_marker(git.format_patch(stack.worktree, record.commit))
+                try:
+                    return file.removesuffix(".patch"), Patch.parse(raw, number=int(m["number"]), slug=m["slug"],
+                                                                    path=directory / file)
+                except SeriesError:
+                    return file.removesuffix(".patch"), None
+    raise SeriesError(f"no patch {key!r} in the series or in the applied tree",
+                      hint="vpatch status lists the patches by number; `vpatch new SLUG` starts a new one")
+
+
 @dataclass(frozen=True)
 class ExportResult:
     unchanged: tuple[str, ...] = ()
@@ -220,6 +284,8 @@ class ExportResult:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     writes: dict[str, bytes] = field(default_factory=dict, repr=False)
+    rewritten: tuple[str, ...] = ()  # files that did not parse (a hand-edited hunk), written afresh from their commit
+    unmarked: tuple[str, ...] = ()  # added from commits without a Vpatch-File line: a plain `git commit` in the tree
 
 
 def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> ExportResult:
@@ -250,9 +316,12 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
     gone = [a.file for a in stack.applied if a.commit not in commits]
     outputs: dict[str, bytes] = {}
     sources: dict[str, str] = {}
+    marked: set[str] = set()  # commits that carry their file's marker (applied by vpatch, or `vpatch new`)
     for c in commits:
         raw = git.format_patch(tree, c)
         name, raw = _strip_marker(raw)
+        if name is not None:
+            marked.add(c)
         if name is None:
             subject = git.run(tree, ["log", "-1", "--format=%s", c]).out.strip()
             name = recorded.get(c) or next((f for f in gone if f[5:] == f"{slugify(subject)}.patch"), None)
@@ -272,11 +341,17 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
             raise SeriesError(f"two commits map to number {n:04d}: {numbers[n]} and {name}",
                               hint="remove the Vpatch-File line from the copied commit's message so it gets a new number")
         numbers[n] = name
+    broken = dict(series.unreadable)
+    for name, exc in broken.items():
+        if name not in outputs:  # nothing in the tree to rewrite it from
+            raise SeriesError(f"{exc.message} (and no commit of the applied tree {tree} is {name})", hint=exc.hint)
     unchanged = tuple(n for n, raw in outputs.items() if n in existing and existing[n].raw == raw)
-    changed = tuple(n for n, raw in outputs.items() if n in existing and existing[n].raw != raw)
-    added = tuple(n for n in outputs if n not in existing)
+    changed = tuple(n for n, raw in outputs.items() if (n in existing and existing[n].raw != raw) or n in broken)
+    added = tuple(n for n in outputs if n not in existing and n not in broken)
     removed = tuple(n for n in existing if n not in outputs)
-    result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added})
+    unmarked = tuple(n for n in added if sources[n] not in marked)
+    result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added},
+                          rewritten=tuple(broken), unmarked=unmarked)
     if dry_run:
         return result
     # The record first: it fixes each new commit's number, so an export killed half-way and run again
@@ -296,7 +371,7 @@ def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, 
         m = PATCH_NAME.match(name)
         assert m is not None
         try:
-            Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
+            patch = Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
         except SeriesError as exc:
             commit = sources[name][:12]
             if _find_diff_start(raw) < 0:
@@ -306,6 +381,13 @@ def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, 
                                        "(git rebase -i), then vpatch export") from None
             raise SeriesError(f"commit {commit} would export as {name}, which vpatch cannot read back: {exc.message}; "
                               "nothing was written", hint=exc.hint) from None
+        problems = unfinished(patch)
+        if problems:
+            line, wrong, todo = problems[0]
+            more = f" (and {len(problems) - 1} more such line(s))" if len(problems) > 1 else ""
+            raise SeriesError(f"commit {sources[name][:12]} would export as {name} with the trailer '{line}': "
+                              f"{wrong}{more}; nothing was written",
+                              hint=f"{todo}: `git commit --amend` in the applied tree, then vpatch export")
 
 
 def _find_diff_start(raw: bytes) -> int:

@@ -86,6 +86,7 @@ class Status:
     history: bool  # upstream has per-commit history (git) rather than one commit per release
     probes_run: int = 0
     probes_cached: int = 0
+    probe_errors: int = 0  # probe runs that could not decide (never counted as run)
     bisect_checks: int = 0
 
     def exit_code(self) -> ExitCode:
@@ -93,7 +94,9 @@ class Status:
         any landed there, else OK. Targets older than the pin say nothing about what to do next."""
         start = self.targets.index(self.pin) if self.pin in self.targets else 0
         states = {v.state for p in self.patches for v in p.results[start:]}
-        if states & {State.PARTIAL, State.CONFLICT, State.DISPUTED} or self.invalid_probes():
+        errored = any(v.probe is not None and v.probe.outcome is ProbeOutcome.ERROR
+                      for p in self.patches for v in p.results[start:])
+        if states & {State.PARTIAL, State.CONFLICT, State.DISPUTED} or self.invalid_probes() or errored:
             return ExitCode.ATTENTION
         if State.LANDED in states:
             return ExitCode.LANDED
@@ -101,8 +104,21 @@ class Status:
 
 
     def invalid_probes(self) -> list[str]:
-        """Patches whose probe passes on the pin: it cannot tell the bug from the fix, so it is no evidence."""
-        return [p.file for p in self.patches if any(v.probe is not None and v.probe.invalid for v in p.results)]
+        """Patches whose probe does not validate on the pin (it must fail there and pass with the series up to
+        its patch): it cannot tell the bug from the fix, so it is no evidence anywhere."""
+        return [file for file, _ in self.probe_problems() if self._invalid(file)]
+
+    def probe_problems(self) -> list[tuple[str, str]]:
+        """(patch file, why) for each probe that is invalid or could not decide on some target: a person must look."""
+        out: dict[str, str] = {}
+        for p in self.patches:
+            for t, v in zip(self.targets, p.results):
+                if v.probe is not None and v.probe.outcome is ProbeOutcome.ERROR and p.file not in out:
+                    out[p.file] = v.probe.detail if v.probe.invalid else f"on {t.ref}: {v.probe.detail}"
+        return list(out.items())
+
+    def _invalid(self, file: str) -> bool:
+        return any(v.probe is not None and v.probe.invalid for p in self.patches if p.file == file for v in p.results)
 
 
 def newest_release(repo: Path) -> str | None:
@@ -157,7 +173,7 @@ def compute(
     history_evidence: bool = True,
 ) -> Status:
     """Judge every patch on every target, then find each landed patch's landing point."""
-    counter = _PinVettedProbe(_CountingProbe(probe), pin) if probe is not None else None
+    counter = _PinVettedProbe(_CountingProbe(probe), pin, repo, patches) if probe is not None else None
     paths = sorted({path for patch in patches for path in patch.paths})
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
@@ -177,16 +193,18 @@ def compute(
         rows.append(PatchStatus(patch.number, patch.slug, patch.filename, patch.subject, results, where))
     return Status(pin, tuple(targets), tuple(rows), branch, history,
                   probes_run=counter.ran if counter else 0, probes_cached=counter.cached if counter else 0,
-                  bisect_checks=checks)
+                  probe_errors=counter.inner.errors if counter else 0, bisect_checks=checks)
 
 
 class _PinVettedProbe:
-    """A probe that passes on the pin says nothing: either it passes on every tree (vacuous) or upstream had
-    the fix before the patch was ever needed (a contradiction). Either way it is INVALID, on every commit."""
+    """A probe is evidence only where it validates on the pin as `update` validates it: it fails on the pin and
+    passes on the pin plus the series up to its patch (probes.validation's rule). One that passes on the pin is
+    vacuous or landed on its own pin; one that still fails with the patch never passes; one that errors there,
+    or checks a file that is on neither side, decides nothing. Such a probe is INVALID, on every commit."""
 
-    def __init__(self, inner: _CountingProbe, pin: Target) -> None:
-        self.inner, self.pin = inner, pin
-        self.on_pin: dict[str, ProbeCheck | None] = {}
+    def __init__(self, inner: _CountingProbe, pin: Target, repo: Path, patches: Sequence[Patch]) -> None:
+        self.inner, self.pin, self.repo, self.patches = inner, pin, repo, patches
+        self.on_pin: dict[str, tuple[ProbeCheck | None, ProbeCheck | None]] = {}
 
     @property
     def ran(self) -> int:
@@ -198,13 +216,48 @@ class _PinVettedProbe:
 
     def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.filename not in self.on_pin:
-            self.on_pin[patch.filename] = self.inner(patch, self.pin.commit)
-        at_pin = self.on_pin[patch.filename]
-        if at_pin is not None and at_pin.outcome is ProbeOutcome.PASS:
-            return ProbeCheck(ProbeOutcome.ERROR, f"it passes on the pin {self.pin.ref} ({self.pin.commit[:12]}), the "
-                              "tree the patch is meant to fix: vacuous, or landed on its own pin; fix the probe",
-                              ran=False, invalid=True)
+            self.on_pin[patch.filename] = self._vet(patch)
+        at_pin, invalid = self.on_pin[patch.filename]
+        if invalid is not None:
+            return invalid
         return at_pin if commit == self.pin.commit else self.inner(patch, commit)
+
+    def _vet(self, patch: Patch) -> tuple[ProbeCheck | None, ProbeCheck | None]:
+        """The probe's answer on the pin, and the INVALID check to give instead when it does not validate."""
+        from vpatch import probe_check, probes
+
+        at_pin = self.inner(patch, self.pin.commit)
+        if at_pin is None:
+            return None, None
+        pin = f"the pin {self.pin.ref} ({self.pin.commit[:12]})"
+
+        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
+            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True)
+
+        why = ""
+        try:
+            patched: str | None = probe_check.stacked_tree(self.repo, self.patches, self.pin.commit, patch)
+            probe = probes.Probe.load(patch.probe_path) if patch.probe_path is not None else None
+        except VpatchError as exc:
+            patched, probe, why = None, None, exc.message
+        absent = probes.absent_files(self.repo, probe, (self.pin.commit, patched)) if probe and patched else []
+        if absent:
+            return invalid(f"files: {absent[0]}: no such file on {pin} nor with the patch; a typo in the path, or "
+                           "the file moved: it reads nothing, fix the probe")
+        if at_pin.outcome is ProbeOutcome.PASS:
+            return invalid(f"it passes on {pin}, the tree the patch is meant to fix: vacuous, or landed on its own "
+                           "pin; fix the probe")
+        if at_pin.outcome is ProbeOutcome.ERROR:
+            return invalid(f"it could not decide on {pin}: {at_pin.detail}")
+        if patched is None:
+            return invalid(f"it cannot be checked with its patch on {pin}: {why}")
+        with_patch = self.inner(patch, patched)
+        if with_patch is not None and with_patch.outcome is ProbeOutcome.FAIL:
+            return invalid(f"it fails with the patch too, on {pin} plus the series up to it: it cannot tell the fix "
+                           "from the bug; fix the probe (vpatch probe check " + f"{patch.number:04d})")
+        if with_patch is not None and with_patch.outcome is ProbeOutcome.ERROR:
+            return invalid(f"it could not decide with the patch, on {pin} plus the series up to it: {with_patch.detail}")
+        return at_pin, None
 
 
 class _CountingProbe:
@@ -214,11 +267,14 @@ class _CountingProbe:
         self.inner = inner
         self.ran = 0
         self.cached = 0
+        self.errors = 0
 
     def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
         check = self.inner(patch, commit)
         if check is not None:
-            if check.ran:
+            if check.outcome is ProbeOutcome.ERROR:
+                self.errors += 1  # could not decide: neither a run that answered nor a cache hit
+            elif check.ran:
                 self.ran += 1
             else:
                 self.cached += 1

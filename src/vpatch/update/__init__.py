@@ -5,6 +5,7 @@ the state that makes a stop or a kill resumable; commit.py builds and moves the 
 """
 
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.update.guard import Refused
 from vpatch.update.plan import (
     Action,
     Outcome,
@@ -25,6 +26,7 @@ __all__ = [
     "PatchPlan",
     "Plan",
     "ProbeCheck",
+    "Refused",
     "Result",
     "Stop",
     "VpatchError",

@@ -15,6 +15,14 @@ if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.series import Patch, Series
 
+class Refused(VpatchError):
+    """A dry run refused as the real run would, carrying the judging it refused after (for the table)."""
+
+    def __init__(self, error: VpatchError, report: object) -> None:
+        super().__init__(error.message, hint=error.hint, exit_code=error.exit_code)
+        self.report = report
+
+
 # (repo, config, patch, base, patched) -> the probe checked on base (must fail) and patched (must pass).
 Check = Callable[[Path, "Config", "Patch", str, str], ProbeCheck]
 
@@ -48,3 +56,38 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
             raise VpatchError(f"not dropping {row.file}: its probe does not validate on the pin {plan.from_ref}: "
                               f"{result.detail}", hint="the probe must fail on the pin and pass with the patch; fix it,"
                               " commit, and run the update again; the project is unchanged")
+
+
+def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check,
+                            patches: dict[str, Patch]) -> list[ProbeCheck]:
+    """The dry run's copy of the real run's last check: each kept patch's probe on the new pin (must fail) and on
+    the new pin plus the kept patches up to it (must pass), raising the real run's error when one does not.
+    `patches`: file -> the patch as the update applies it (narrowed ones without the hunks upstream has).
+    The trees are built in memory by plain applies; from the first patch that only merges 3-way on, the real
+    run's update tree is needed, and those probes are left to it."""
+    checked: list[ProbeCheck] = []
+    tree = plan.to_commit
+    for row in plan.patches:
+        if row.action is Action.DROP:
+            continue
+        patch = patches[row.file]
+        applied = git.tree_with_patch(repo, tree, patch.raw)
+        if applied is None:
+            break
+        tree = applied
+        if row.action is Action.STOP or patch.probe_path is None:
+            continue
+        checked.append(check(repo, config, patch, plan.to_commit, tree))  # raises as in the real run
+    failed = [c for c in checked if not c.ok]
+    if failed:
+        raise unvalidated(failed, plan.to_ref)
+    return checked
+
+
+def unvalidated(failed: list[ProbeCheck], to_ref: str) -> VpatchError:
+    """The error of an update whose kept patches' probes do not validate on the new pin (real run and dry run)."""
+    return VpatchError(
+        f"probe of {failed[0].file} no longer validates on {to_ref}: {failed[0].detail}"
+        + "".join(f"\nprobe of {p.file}: {p.detail}" for p in failed[1:]),
+        hint="the probe must fail without its patch and pass with it; fix the probe (or the patch), commit, "
+             "and run the update again; the project is unchanged")

@@ -72,7 +72,8 @@ def _update(
 
     config = project.config
     refuse_in_progress(project)
-    refuse_dirty(project)
+    if not dry_run:  # a dry run writes nothing: it plans with the files as they are
+        refuse_dirty(project)
     repo = upstream.open_upstream(config)
     target = upstream.resolve(repo, to)
     current = upstream.pin_commit(repo, config)
@@ -83,15 +84,27 @@ def _update(
     series = Series.load(config.patches_dir)
     rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
     if narrow:
-        rows = narrow_rows(repo, config, series, rows, report, current, to, target, None if dry_run else
+        rows = narrow_rows(repo, config, series, rows, report, current, to, target,
                            lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
     plan = Plan(config.pin.ref, current, to, target, tuple(rows), report)
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
-    guard.refuse_unproven_drops(repo, config, series, plan,
-                                lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
-    if dry_run:
-        return Result(Outcome.PLANNED, plan)
+    try:
+        guard.refuse_unproven_drops(repo, config, series, plan,
+                                    lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
+        if dry_run:
+            # ... and the kept patches' probes on the new pin, as the real run does last: no "would re-apply"
+            # for what the real run would refuse.
+            narrowed = {p.file: p.narrowing.patch(series.get(p.file.removesuffix(".patch")))
+                        for p in plan.patches if p.narrowing}
+            checked = guard.refuse_unvalidated_kept(
+                repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
+                {p.filename: narrowed.get(p.filename, p) for p in series})
+            return Result(Outcome.PLANNED, plan, probes=tuple(checked))
+    except VpatchError as exc:
+        if dry_run:
+            raise guard.Refused(exc, report) from None
+        raise
     clear_stale(project, repo)
     try:
         state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
@@ -200,11 +213,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     probes = tuple(_validate(repo, config, by_file[a.file], applied.base, a.commit, validator) for a in applied.applied)
     failed = [p for p in probes if not p.ok]
     if failed:
-        raise VpatchError(
-            f"probe of {failed[0].file} no longer validates on {plan.to_ref}: {failed[0].detail}"
-            + "".join(f"\nprobe of {p.file}: {p.detail}" for p in failed[1:]),
-            hint="the probe must fail without its patch and pass with it; fix the probe (or the patch), commit, "
-                 "and run the update again; the project is unchanged")
+        raise guard.unvalidated(failed, plan.to_ref)
     exported = stack.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True)
     plan = _mark_refreshed(plan, exported)

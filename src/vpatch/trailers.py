@@ -1,0 +1,37 @@
+"""Whether a patch's trailers are finished: no template text left in, and a Probe: that names a file."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from vpatch.errors import SeriesError
+from vpatch.series import PROBE, Patch
+
+# A template's "fill me in" text: <...> holding no @ (a "Name <mail@host>" trailer is filled in).
+_TEMPLATE_TEXT = re.compile(r"<[^<>@]*>")
+
+
+def unfinished(patch: Patch) -> list[tuple[str, str, str]]:
+    """(trailer line, what is wrong, what to do) for each trailer still holding template text, and for a
+    Probe: naming no file."""
+    found = []
+    for key, value in patch.trailers:
+        line = f"{key}: {value}"
+        if _TEMPLATE_TEXT.search(value):
+            found.append((line, "template text left in", "fill it in, or delete the line"))
+        elif key.lower() == PROBE.lower() and not (patch.path.parent / value).is_file():
+            found.append((line, f"names no file ({patch.path.parent / value} does not exist)",
+                          f"`vpatch probe new {patch.number:04d} --kind files` (or command) writes "
+                          f"probes/{patch.name}.yaml; or fix the path, or delete the line"))
+    return found
+
+
+def refuse_unfinished(patches: Sequence[Patch], *, where: str = "") -> None:
+    """A SeriesError naming the first unfinished trailer line of any patch (see `unfinished`)."""
+    problems = [(patch, *found) for patch in patches for found in unfinished(patch)]
+    if not problems:
+        return
+    patch, line, wrong, todo = problems[0]
+    more = f" (and {len(problems) - 1} more such line(s))" if len(problems) > 1 else ""
+    raise SeriesError(f"{patch.filename}: trailer '{line}': {wrong}{more}", hint=todo + (f"; {where}" if where else ""))
