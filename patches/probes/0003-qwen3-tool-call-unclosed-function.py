@@ -222,7 +222,7 @@ class Server:
         # The output as the model generates it, ending with the end-of-turn token (which has no text), in
         # deltas of `per_delta` token ids with the detokenizer's text for them.
         body = tok.encode(text, add_special_tokens=False)
-        ids = body + [tok.eos_token_id]
+        ids = [*body, tok.eos_token_id]
         steps, previous = [], ""
         for n in range(0, len(ids), per_delta):
             # adjust_request turned skip_special_tokens off; the stop token's own text is left out, as vLLM does.
