@@ -161,8 +161,8 @@ def _check_api(parser_cls: type) -> None:
         takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
         rejected = [n for n in names if n not in params and not takes_any]
         if rejected:
-            raise CannotDecide(f"{parser_cls.__name__}.{method} does not accept {', '.join(rejected)}: "
-                               "update the probe")
+            raise CannotDecide(f"the server's parser (DelegatingParser).{method} does not accept "
+                               f"{', '.join(rejected)}: update the probe")
 
 
 def _tokenizer():
