@@ -74,19 +74,45 @@ def test_0002_errors_when_too_few_prefill_steps_were_in_flight(release_history: 
     assert "max held" not in result.detail  # it never got as far as a verdict
 
 
-def test_0003_errors_when_parse_delta_rejects_an_argument(release_history: Path, tmp_path: Path) -> None:
-    repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/engine/parser_engine.py",
-                         ("        *,\n        finished: bool,\n    ) -> DeltaMessage | None:\n        self._initialize_history",
-                          ("        *,\n        is_last: bool,\n    ) -> DeltaMessage | None:\n        finished = is_last\n"
-                           "        self._initialize_history")))
+def test_0003_errors_when_the_servers_parse_delta_rejects_an_argument(release_history: Path, tmp_path: Path) -> None:
+    # The probe calls DelegatingParser.parse_delta as chat_completion/serving.py does; here its `finished`
+    # keyword is renamed, so the probe could not say the stream ended: it cannot decide.
+    call = ("        *,\n        finished: bool,\n    ) -> DeltaMessage | None:\n"
+            "        self._initialize_history_tool_call_cnt(request)\n        state = self._stream_state\n")
+    repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/abstract_parser.py",
+                         (call, call.replace("finished: bool", "is_last: bool") + "        finished = is_last\n"))
     result = run(repo, "0003-qwen3-tool-call-unclosed-function", tree)
     assert result.outcome is ProbeOutcome.ERROR, result.detail
-    assert "Qwen3Parser.parse_delta does not accept finished" in result.detail
+    assert "the server's parser (DelegatingParser).parse_delta does not accept finished" in result.detail
+
+
+def test_0003_errors_when_qwen3_coder_is_another_parser(release_history: Path, tmp_path: Path) -> None:
+    # The probe builds the Qwen3 engine's adapter because that is what --tool-call-parser qwen3_coder serves;
+    # a tree that serves another class there is not the path the probe drives.
+    repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/tool_parsers/__init__.py",
+                         ('    "qwen3_coder": (\n        "qwen3_engine_tool_parser",\n        "Qwen3EngineToolParser",\n',
+                          '    "qwen3_coder": (\n        "hermes_tool_parser",\n        "Hermes2ProToolParser",\n'))
+    result = run(repo, "0003-qwen3-tool-call-unclosed-function", tree)
+    assert result.outcome is ProbeOutcome.ERROR, result.detail
+    assert ("cannot decide: qwen3_coder is registered as [('hermes_tool_parser', 'Hermes2ProToolParser')]"
+            in result.detail)
+
+
+def test_0003_errors_when_the_tool_call_tag_is_not_one_token(release_history: Path, tmp_path: Path) -> None:
+    # The server gets <tool_call> as one vocabulary token and the engine takes it by id, not from the text.
+    # A tree whose tag the probe's Qwen-style tokenizer splits into pieces would send the probe down the
+    # text path instead: it cannot decide.
+    repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/qwen3.py",
+                         ('TOOL_CALL_START = "<tool_call>"', 'TOOL_CALL_START = "<tool_call_begin>"'))
+    result = run(repo, "0003-qwen3-tool-call-unclosed-function", tree)
+    assert result.outcome is ProbeOutcome.ERROR, result.detail
+    assert "the tokenizer does not give the tree's tag '<tool_call_begin>' as one token id" in result.detail
 
 
 def test_0003_errors_when_the_control_tool_call_is_not_parsed(release_history: Path, tmp_path: Path) -> None:
-    # v0.33.0 has the fix; here its parameter tags are others (the way a parser for another model format
-    # would read), so even the well-formed call loses its argument: the malformed cases say nothing.
+    # v0.33.0 streams the well-formed call right; here its parameter tags are others (the way a parser for
+    # another model format would read), so even the well-formed call loses its argument: the malformed cases
+    # say nothing.
     repo, tree = altered(release_history, tmp_path, "v0.33.0", "vllm/parser/qwen3.py",
                          ('PARAM_START = "<parameter="', 'PARAM_START = "<arg="'),
                          ('    r"<\\s*parameter\\s*=\\s*([^>]*)>"', '    r"<\\s*arg\\s*=\\s*([^>]*)>"'))
