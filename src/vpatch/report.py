@@ -85,6 +85,9 @@ def cell_summary(v: Verdict) -> str:
     if probe is not None and probe is not decided:
         parts.append("probe INVALID (passes on the pin)" if v.probe is not None and v.probe.invalid else
                      {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails", Says.UNAVAILABLE: "probe error"}[probe.says])
+    for move in v.moved:
+        # a followed move is named beside the verdict; one not followed is what decides (or is named with it)
+        parts.append(f"moved to {move.new}" if move.followed else _lost(move.old, move.fate.value))
     revert = next((ev for ev in v.evidence if ev.kind is Kind.REVERT), None)
     if revert is not None and revert is not decided:
         parts.append("landed, then reverted upstream" if revert.says is Says.NOT_LANDED else "re-landed after a revert")
@@ -117,6 +120,9 @@ def _short(ev: Evidence, v: Verdict) -> str:
         return "identity says landed, content says not: " + ev.detail.split(",")[0]
     if ev.kind is Kind.REVERT:
         return ev.detail
+    if ev.kind is Kind.MOVED:
+        lost = next((m for m in v.moved if not m.followed), None)
+        return _lost(lost.old, lost.fate.value) if lost else ev.detail
     if ev.kind is Kind.FORWARD:
         return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
@@ -130,6 +136,10 @@ def _short(ev: Evidence, v: Verdict) -> str:
     if v.conflict_hunks:
         return f"{len(v.conflict_hunks)}/{len(every)} hunks do not apply: " + _hunks_short(v.conflict_hunks, every)
     return ev.detail
+
+
+def _lost(path: str, fate: str) -> str:
+    return f"{path} {fate} upstream, not guessed: a person must look"
 
 
 def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 6) -> str:

@@ -162,7 +162,7 @@ def compute(
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
-                     use_history_evidence=history_evidence, blobs=blobs[t.commit])
+                     use_history_evidence=history_evidence, blobs=blobs[t.commit], branch=branch if history else None)
         for t in targets
     ]
     rows: list[PatchStatus] = []
@@ -240,7 +240,7 @@ def _landing(
 
     def landed(commit: str) -> bool:
         verdict = judge_series(repo, patches, commit, pin=pin, history=history, probe=probe,
-                               only={patch.filename}, use_history_evidence=history_evidence)[0]
+                               only={patch.filename}, use_history_evidence=history_evidence, branch=main)[0]
         return verdict.state is State.LANDED
 
     below = targets[first - 1].commit
@@ -308,11 +308,15 @@ def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = N
     probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way.
     `report` hears each probe that runs, named by patch and target (`names`: commit -> ref)."""
     loaded: dict[Path, object] = {}
+    base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
 
     def run(patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.probe_path is None:
             return None
         from vpatch import probes
+
+        if not base:
+            base.append(probes.moves_base(repo, config))
 
         try:
             if patch.probe_path not in loaded:
@@ -320,7 +324,8 @@ def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = N
             probe = loaded[patch.probe_path]
             assert isinstance(probe, probes.Probe)
             label = f"{patch.name} on {(names or {}).get(commit, commit[:12])}"
-            result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent)
+            result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent,
+                                      moves_from=base[0])
         except VpatchError as exc:
             return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
         return ProbeCheck(ProbeOutcome(result.outcome.value), _last_lines(result.detail), ran=not result.cached)

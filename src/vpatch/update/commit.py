@@ -29,6 +29,10 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
     removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
+    from vpatch.update.retarget import probe_writes
+
+    kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
+    writes.update(probe_writes(config.root, project.rel, kept, plan.patches))
     retired = _retired_entries(project, series, plan, old)
     if retired:
         record = project.path(f"{config.patches}/{RETIRED_FILE}")

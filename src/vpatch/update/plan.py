@@ -46,6 +46,9 @@ class PatchPlan:
     upstream_pr: str | None = None
     narrowing: Narrowing | None = None  # partial, narrowed (narrow.py): applied without the hunks upstream has
     note: str = ""  # partial, not narrowed: why, and which hunks upstream already has
+    moves: tuple[str, ...] = ()  # where the files it reads went since the pin, in words (moves.Move)
+    retarget: tuple[tuple[str, str], ...] = ()  # (old, new) of each move followed: the patch goes on at `new`
+    move_proof: str = ""  # re-targeted: why the result is what `git am -3` of the old patch gives
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Plan:
         from vpatch.narrow import Narrowing
 
         patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
+                                     "moves": tuple(r.get("moves", ())),
+                                     "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "narrowing": Narrowing.from_dict(r["narrowing"]) if r.get("narrowing") else None})
                         for r in rows)
         return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches)
@@ -173,7 +178,8 @@ def judge_with_status(
             landed_in = _landing_text(row.landed_in, to, target)
         rows.append(PatchPlan(patch.filename, patch.subject, state, action, decided,
                               tuple(str(e) for e in verdict.evidence), landed_in,
-                              patch.trailer("Upstream-PR")))
+                              patch.trailer("Upstream-PR"), moves=tuple(str(m) for m in verdict.moved),
+                              retarget=tuple((m.old, m.new) for m in verdict.moved if m.followed and m.new)))
     return rows, report
 
 
@@ -199,8 +205,13 @@ def narrow_rows(
         check = validate(patch, tree)
         return None if check.ok else check.detail or "it does not fail without the patch and pass with it"
 
+    from vpatch.update.retarget import retargeted
+
+    # the verdicts followed upstream's moves: narrowing splits the patch as they judged it, at the new paths
+    by_file = {r.file: r for r in rows}
+    patches = [retargeted(p, by_file[p.filename]) if p.filename in by_file else p for p in series.patches]
     found = narrow.narrow_series(
-        repo, series.patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
+        repo, patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
         target=target, to_ref=to, today=datetime.datetime.now(datetime.UTC).date().isoformat(),
         branch=config.upstream.branch if config.upstream.source == "git" else None,
         validate=probe if validate is not None else None)
@@ -248,9 +259,12 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
             r = rows[f]
             lines += [f"- {f}: {r.subject}", f"  Applied-Upstream: {r.landed_in}", f"  Evidence: {r.decided_by}"]
             lines += [f"  Also: {e}" for e in r.evidence if e != r.decided_by]
+    from vpatch.update.retarget import message_lines as moved_lines
+
     if refreshed:
         lines += ["", f"Refreshed, re-exported against {plan.to_ref}:"]
-        lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}" for f in refreshed]
+        for f in refreshed:
+            lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}", *moved_lines(rows[f])]
     if kept:
         lines += ["", "Kept, unchanged:"]
         lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}" for f in kept]
