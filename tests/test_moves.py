@@ -1,0 +1,196 @@
+"""Upstream moves on a generated git history shaped like vLLM's: a move on main, a move cherry-picked onto a
+release branch, a file deleted outright, a file split into two near-equal halves; and the probe rule."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import git, write_config
+from conftest import vpatch_cli as vpatch
+
+from vpatch import moves
+from vpatch.upstream import cache_dir, mirror
+
+SCHED = "".join(f"sched line {i}\n" for i in range(1, 31))
+TOOL = "".join(f"tool line {i}\n" for i in range(1, 31))
+MISC = "".join(f"misc line {i}\n" for i in range(1, 31))
+KV = "".join(f"kv line {i}\n" for i in range(1, 41))
+_clock = itertools.count()
+
+
+@dataclass
+class History:
+    path: Path
+    commits: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return self.path.as_uri()
+
+
+def _commit(path: Path, message: str, files: dict[str, str | None] | None = None) -> str:
+    for name, content in (files or {}).items():
+        if content is None:
+            git(path, "rm", "-q", name)
+            continue
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(content)
+    git(path, "add", "-A")
+    stamp = 1788220800 + 3600 * next(_clock)
+    os.environ["GIT_AUTHOR_DATE"] = os.environ["GIT_COMMITTER_DATE"] = f"{stamp} +0000"
+    git(path, "commit", "-q", "--allow-empty", "-m", message)
+    return git(path, "rev-parse", "HEAD").strip()
+
+
+def _move(path: Path, old: str, new: str, message: str) -> str:
+    (path / new).parent.mkdir(parents=True, exist_ok=True)
+    git(path, "mv", old, new)
+    return _commit(path, message)
+
+
+@pytest.fixture
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
+    """main: v1.0.0 -> #201 moves engine/sched.py to core/sched.py -> [releases/v1.1 forks, v1.1.0] -> #202 moves
+    tool.py to tools/parser.py (cherry-picked -x onto releases/v1.1, tagged v1.1.1) -> #203 deletes misc.py
+    -> #204 splits kv.py into kv/alloc.py and kv/free.py (22 of its 40 lines each) -> #205 fixes tools/parser.py."""
+    for var in ("GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE"):
+        monkeypatch.setenv(var, os.environ[var])
+    path = tmp_path / "vllm"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    c = {"base": _commit(path, "Initial", {"vllm/engine/sched.py": SCHED, "vllm/tool.py": TOOL, "vllm/misc.py": MISC,
+                                           "vllm/kv.py": KV, "README": "vllm\n"})}
+    git(path, "tag", "v1.0.0")
+    c["sched-move"] = _move(path, "vllm/engine/sched.py", "vllm/core/sched.py", "[Refactor] Move the scheduler to core (#201)")
+    git(path, "checkout", "-q", "-b", "releases/v1.1")
+    c["v1.1.0"] = _commit(path, "Bump version to 1.1.0", {"VERSION": "1.1.0\n"})
+    git(path, "tag", "v1.1.0")
+    git(path, "checkout", "-q", "main")
+    c["tool-move"] = _move(path, "vllm/tool.py", "vllm/tools/parser.py", "[Refactor] Move tool parsing (#202)")
+    git(path, "checkout", "-q", "releases/v1.1")
+    git(path, "cherry-pick", "-x", c["tool-move"])
+    c["tool-pick"] = git(path, "rev-parse", "HEAD").strip()
+    c["v1.1.1"] = _commit(path, "Bump version to 1.1.1", {"VERSION": "1.1.1\n"})
+    git(path, "tag", "v1.1.1")
+    git(path, "checkout", "-q", "main")
+    c["misc-delete"] = _commit(path, "[Cleanup] Remove misc helpers (#203)", {"vllm/misc.py": None})
+    lines = KV.splitlines(keepends=True)
+    c["kv-split"] = _commit(path, "[Refactor] Split the kv module (#204)", {
+        "vllm/kv.py": None, "vllm/kv/alloc.py": "".join(lines[:22]), "vllm/kv/free.py": "".join(lines[18:])})
+    c["tool-fix"] = _commit(path, "[Tool] Fix tool line 20 (#205)", {
+        "vllm/tools/parser.py": TOOL.replace("tool line 20\n", "tool line 20 fixed\n")})
+    _commit(path, "[Docs] Keep main moving (#206)", {"README": "vllm, main\n"})
+    return History(path, c)
+
+
+PATCHES = {
+    "sched": ("vllm/engine/sched.py", SCHED, SCHED.replace("sched line 5\n", "sched line 5 local\n")),
+    "tool": ("vllm/tool.py", TOOL, TOOL.replace("tool line 7\n", "tool line 7 local\n")),
+    "misc": ("vllm/misc.py", MISC, MISC.replace("misc line 3\n", "misc line 3 local\n")),
+    "kv": ("vllm/kv.py", KV, KV.replace("kv line 30\n", "kv line 30 local\n")),
+    "tool-fix": ("vllm/tool.py", TOOL, TOOL.replace("tool line 20\n", "tool line 20 fixed\n")),
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path, history: History) -> Path:
+    """Pinned at v1.0.0, one patch per entry of PATCHES, each made on v1.0.0 at the old path."""
+    root = tmp_path / "project"
+    (root / "patches").mkdir(parents=True)
+    write_config(root, history.url, ref="v1.0.0")
+    scratch = tmp_path / "scratch"
+    git(tmp_path, "clone", "-q", str(history.path), str(scratch))
+    for number, (name, (path, _, after)) in enumerate(PATCHES.items(), 1):
+        git(scratch, "checkout", "-q", "--detach", "v1.0.0")
+        (scratch / path).write_text(after)
+        _commit(scratch, f"Change {name}\n\nWhy this change exists.\n\nOrigin: vendor\nLast-Update: 2026-09-01\n")
+        raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
+                  "--no-signature", "--no-stat", "-k", "--no-renames", "HEAD")
+        (root / "patches" / f"{number:04d}-{name}.patch").write_text(raw)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    mirror.fetch(cache_dir(), history.url)
+    return root
+
+
+def status(root: Path, *against: str) -> tuple[int, dict[str, dict]]:  # type: ignore[type-arg]
+    args = [a for ref in against for a in ("--against", ref)]
+    code, out = vpatch(root, "status", "--json", "--exit-code", *args)
+    return code, {p["slug"]: p for p in json.loads(out)["patches"]}
+
+
+def moved(cell: dict) -> list[dict]:  # type: ignore[type-arg]
+    return [e for e in cell["evidence"] if e["kind"] == "moved"]
+
+
+def test_each_kind_of_move_gets_its_verdict(project: Path, history: History) -> None:
+    c = history.commits
+    code, rows = status(project, "v1.1.1", "main")
+    assert code == 4  # a person must look at the deleted and the split file
+
+    # a move on main: followed, named with its commit and first release
+    sched = rows["sched"]["results"]["main"]
+    assert sched["state"] == "needed" and sched["applies"] == "clean", sched
+    (ev,) = moved(sched)
+    assert ev["says"] == "neutral"
+    assert ev["detail"].startswith("vllm/engine/sched.py -> vllm/core/sched.py (similarity 100%, in "
+                                   f"{c['sched-move'][:12]} \"[Refactor] Move the scheduler to core (#201)\" "
+                                   "(release v1.1.0))")
+
+    # a move cherry-picked onto a release branch: on the branch the cherry-pick moved it, in v1.1.1; on main the
+    # original commit did, and its first release is v1.1.1 too (as the cherry-pick)
+    on_branch = rows["tool"]["results"]["v1.1.1"]
+    assert on_branch["state"] == "needed", on_branch
+    assert f"vllm/tool.py -> vllm/tools/parser.py (similarity 100%, in {c['tool-pick'][:12]}" in moved(on_branch)[0]["detail"]
+    assert "(release v1.1.1)" in moved(on_branch)[0]["detail"]
+    on_main = rows["tool"]["results"]["main"]
+    assert on_main["state"] == "needed" and f"in {c['tool-move'][:12]}" in moved(on_main)[0]["detail"]
+    assert "(release v1.1.1)" in moved(on_main)[0]["detail"]
+
+    # deleted outright: not guessed, a person must look
+    misc = rows["misc"]["results"]["main"]
+    assert misc["state"] == "conflict" and misc["decided_by"] == "moved", misc
+    assert moved(misc)[0]["says"] == "unavailable"
+    assert f"vllm/misc.py was deleted in {c['misc-delete'][:12]}" in moved(misc)[0]["detail"]
+    assert "vllm/misc.py deleted upstream, not guessed: a person must look" in misc["summary"]
+    assert rows["misc"]["results"]["v1.1.1"]["state"] == "needed"  # the release branch still has it
+
+    # split into two near-equal halves: not guessed either, both candidates named
+    kv = rows["kv"]["results"]["main"]
+    assert kv["state"] == "conflict" and kv["decided_by"] == "moved", kv
+    detail = moved(kv)[0]["detail"]
+    assert f"vllm/kv.py was split in {c['kv-split'][:12]}" in detail, detail
+    # git scores the halves 56% and 54% (the larger half keeps a few more bytes): within 10 points, about equal
+    assert "vllm/kv/free.py 56%, vllm/kv/alloc.py 54% match about equally" in detail
+
+    # upstream's fix made after the move, at the new path: landed, and bisection finds the commit
+    fix = rows["tool-fix"]
+    assert fix["results"]["main"]["state"] == "landed" and fix["results"]["v1.1.1"]["state"] == "needed"
+    assert fix["landed_in"]["commit"] == c["tool-fix"] and fix["landed_in"]["bisected"]
+
+
+def test_moves_are_found_only_for_missing_paths_and_then_answered_from_the_cache(
+        project: Path, history: History, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vpatch import git as vgit
+    from vpatch.upstream import commitcache
+
+    repo = mirror.mirror_path(cache_dir(), history.url)
+    base, tip = history.commits["base"], git(history.path, "rev-parse", "main").strip()
+    assert moves.missing_paths(repo, base, tip, ["README", "vllm/misc.py", "vllm/new.py"]) == ["vllm/misc.py"]
+    first = moves.follow(repo, base, tip, ["vllm/misc.py", "vllm/engine/sched.py"])
+    assert first["vllm/misc.py"].fate is moves.Fate.DELETED and first["vllm/engine/sched.py"].new == "vllm/core/sched.py"
+    # a second process (the cache read back from disk) answers without any rename detection
+    commitcache.reset()
+
+    def no_rename_detection(*args: object, **kwargs: object) -> None:
+        raise AssertionError("rename detection ran although the cache holds the answer")
+
+    monkeypatch.setattr(vgit, "renames_and_deletions", no_rename_detection)
+    monkeypatch.setattr(vgit, "best_rename_among", no_rename_detection)
+    assert moves.follow(repo, base, tip, ["vllm/misc.py", "vllm/engine/sched.py"]) == first
