@@ -94,18 +94,21 @@ PATCHES = {
     "misc": ("vllm/misc.py", MISC, MISC.replace("misc line 3\n", "misc line 3 local\n")),
     "kv": ("vllm/kv.py", KV, KV.replace("kv line 30\n", "kv line 30 local\n")),
     "tool-fix": ("vllm/tool.py", TOOL, TOOL.replace("tool line 20\n", "tool line 20 fixed\n")),
+    # one hunk is upstream's #205 (made at the new path after the move), the other is local
+    "tool-both": ("vllm/tool.py", TOOL, TOOL.replace("tool line 7\n", "tool line 7 local\n").replace(
+        "tool line 20\n", "tool line 20 fixed\n")),
 }
 
 
-@pytest.fixture
-def project(tmp_path: Path, history: History) -> Path:
-    """Pinned at v1.0.0, one patch per entry of PATCHES, each made on v1.0.0 at the old path."""
+def make_project(tmp_path: Path, history: History, names: list[str]) -> Path:
+    """Pinned at v1.0.0, one patch per name of PATCHES, each made on v1.0.0 at the old path."""
     root = tmp_path / "project"
     (root / "patches").mkdir(parents=True)
     write_config(root, history.url, ref="v1.0.0")
     scratch = tmp_path / "scratch"
     git(tmp_path, "clone", "-q", str(history.path), str(scratch))
-    for number, (name, (path, _, after)) in enumerate(PATCHES.items(), 1):
+    for number, name in enumerate(names, 1):
+        path, _, after = PATCHES[name]
         git(scratch, "checkout", "-q", "--detach", "v1.0.0")
         (scratch / path).write_text(after)
         _commit(scratch, f"Change {name}\n\nWhy this change exists.\n\nOrigin: vendor\nLast-Update: 2026-09-01\n")
@@ -117,6 +120,11 @@ def project(tmp_path: Path, history: History) -> Path:
     git(root, "commit", "-q", "-m", "project")
     mirror.fetch(cache_dir(), history.url)
     return root
+
+
+@pytest.fixture
+def project(tmp_path: Path, history: History) -> Path:
+    return make_project(tmp_path, history, ["sched", "tool", "misc", "kv", "tool-fix"])
 
 
 def status(root: Path, *against: str) -> tuple[int, dict[str, dict]]:  # type: ignore[type-arg]
@@ -194,3 +202,32 @@ def test_moves_are_found_only_for_missing_paths_and_then_answered_from_the_cache
     monkeypatch.setattr(vgit, "renames_and_deletions", no_rename_detection)
     monkeypatch.setattr(vgit, "best_rename_among", no_rename_detection)
     assert moves.follow(repo, base, tip, ["vllm/misc.py", "vllm/engine/sched.py"]) == first
+
+
+def test_update_follows_moves_narrows_a_partial_moved_patch_and_apply_ref_and_export_name_the_new_paths(
+        tmp_path: Path, history: History) -> None:
+    root = make_project(tmp_path, history, ["sched", "tool-both"])
+    code, out = vpatch(root, "update", "--to", "main")
+    assert code == 0, out
+    assert "moved: vllm/engine/sched.py -> vllm/core/sched.py" in out and "git am -3" in out
+    message = git(root, "log", "-1", "--format=%B")
+    assert message.splitlines()[0] == "Update upstream pin v1.0.0 -> main: narrow 0002"
+    assert "Re-targeted: upstream moved vllm/engine/sched.py -> vllm/core/sched.py" in message
+    assert "Re-targeted: upstream moved vllm/tool.py -> vllm/tools/parser.py" in message
+    sched = (root / "patches" / "0001-sched.patch").read_text()
+    both = (root / "patches" / "0002-tool-both.patch").read_text()
+    assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in sched and "engine/sched.py" not in sched
+    assert "+tool line 7 local" in both and "tool line 20 fixed" not in both and "vllm/tools/parser.py" in both
+    code, rows = status(root)
+    assert code == 0 and {r["results"]["main"]["state"] for r in rows.values()} == {"needed"}, rows
+
+
+def test_apply_onto_a_ref_follows_the_move_and_export_writes_the_new_path(tmp_path: Path, history: History) -> None:
+    root = make_project(tmp_path, history, ["sched"])
+    code, out = vpatch(root, "apply", "--ref", "v1.1.0")
+    assert code == 0, out
+    tree = root / ".vpatch" / "tree"
+    assert "sched line 5 local" in (tree / "vllm/core/sched.py").read_text()
+    assert not (tree / "vllm/engine/sched.py").exists()
+    assert vpatch(root, "export")[0] == 0
+    assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in (root / "patches" / "0001-sched.patch").read_text()

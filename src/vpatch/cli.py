@@ -195,8 +195,10 @@ def apply(
     if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
         echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
     with lock.held(config.root, "apply"):
+        # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
+        pin = upstream.pin_commit(repo, config, moved_ok=True) if ref is not None else None
         result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
-                                    state_dir=config.state_dir, keep=keep, force=force)
+                                    state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
     echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
     for a in result.applied:
         echo(f"  {a.commit[:12]} {a.file}")

@@ -236,6 +236,8 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
+    from vpatch.update.retarget import message_lines as moved_lines
+
     narrowed = [p for p in plan.patches if p.narrowing is not None]
     dropped, refreshed, kept = (plan.files(Action.DROP), _unnarrowed(plan, Action.REFRESH),
                                 _unnarrowed(plan, Action.KEEP))
@@ -253,14 +255,13 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
         for row in narrowed:
             assert row.narrowing is not None
             lines += message_lines(row.subject, row.narrowing)
+            lines += moved_lines(row)
     if dropped:
         lines += ["", f"Dropped, landed upstream (recorded in {RETIRED_FILE}):"]
         for f in dropped:
             r = rows[f]
             lines += [f"- {f}: {r.subject}", f"  Applied-Upstream: {r.landed_in}", f"  Evidence: {r.decided_by}"]
             lines += [f"  Also: {e}" for e in r.evidence if e != r.decided_by]
-    from vpatch.update.retarget import message_lines as moved_lines
-
     if refreshed:
         lines += ["", f"Refreshed, re-exported against {plan.to_ref}:"]
         for f in refreshed:
