@@ -163,7 +163,8 @@ def test_update_keeps_the_needed_patches_retargeted_and_drops_the_backport(moved
     assert "drop 0002" in message.splitlines()[0]
     assert f"moved {OLD} -> {NEW}" in message and "git am -3" in message
     # the probe now names the new path too
-    assert NEW in (moved / "patches" / "probes" / "0003-params.yaml").read_text()
+    assert (moved / "patches" / "probes" / "0003-params.yaml").read_text() == PROBE.replace(OLD, NEW)
+    assert "Files probes re-targeted to the moved paths (their keys rewritten):\n- patches/probes/0003-params.yaml" in message
 
     result = cells(moved, "v0.33.0")
     for number in ("0001", "0003"):

@@ -291,10 +291,13 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
     cache = cache_dir() if cache is None else cache
     tree = git.tree_of(repo, treeish)
     name = f"{tree}.json"
-    if probe.kind is ProbeKind.FILES and moves_from is not None:
+    if probe.kind is ProbeKind.FILES:
+        # Never the plain name: results cached before a missing file became an error (when it satisfied
+        # not_contains) are stored under it and must not be read. What a missing path means depends on the
+        # commit it is followed from, so that is part of the name when a path is missing.
         named = [check.path for check in probe.files]
-        if any(blob is None for blob in git.read_blobs(repo, tree, named).values()):
-            name = f"{tree}-from-{moves_from}.json"  # what a missing path means depends on where it is followed from
+        missing = any(blob is None for blob in git.read_blobs(repo, tree, named).values())
+        name = f"{tree}.files-2" + (f"-from-{moves_from}" if missing and moves_from else "") + ".json"
     entry = cache / "probe-results" / probe.content_hash() / name
     if use_cache:
         cached = _read_result(entry)

@@ -32,7 +32,8 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     from vpatch.update.retarget import probe_writes
 
     kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
-    writes.update(probe_writes(config.root, project.rel, kept, plan.patches))
+    moved_probes = probe_writes(config.root, project.rel, kept, plan.patches)
+    writes.update(moved_probes)
     retired = _retired_entries(project, series, plan, old)
     if retired:
         record = project.path(f"{config.patches}/{RETIRED_FILE}")
@@ -44,6 +45,9 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()
     writes[yaml_path] = repin_text(current_yaml.decode("utf-8"), plan.to_ref, plan.to_commit).encode()
     message = commit_message(plan, probes)
+    if moved_probes:
+        message += "\nFiles probes re-targeted to the moved paths (their keys rewritten):\n" + "".join(
+            f"- {name}\n" for name in sorted(moved_probes))
     tree = git.tree_with(top, old, writes, removes)
     checkpoint("prepared")
     if state.no_commit:
