@@ -101,11 +101,13 @@ def missing_paths(repo: Path, pin: str, commit: str, paths: Sequence[str],
     return [p for p in gone if there.get(p) is not None]
 
 
-def follow(repo: Path, pin: str, commit: str, paths: Collection[str], *, branch: str | None = None) -> dict[str, Move]:
+def follow(repo: Path, pin: str, commit: str, paths: Collection[str], *, branch: str | None = None,
+           describe: bool = True) -> dict[str, Move]:
     """Where each of `paths` (files at `pin`, missing at `commit`) went: see the module docstring.
 
     `branch`: a git upstream's main branch (release branches fork from it), for the first release; None on
-    the release history."""
+    the release history. `describe=False` leaves out the moving commit and its release (a bisection step
+    needs only the fate and the new path)."""
     if not paths:
         return {}
     cache = commitcache.store()
@@ -123,11 +125,13 @@ def follow(repo: Path, pin: str, commit: str, paths: Collection[str], *, branch:
         renamed = {c.old: c for c in changes if c.status == "R"}
         added = [c.new for c in changes if c.status == "A" and c.new]
         for path in todo:
-            move = _fate(repo, pin, commit, path, renamed.get(path), added)
-            move = _with_commit(repo, pin, commit, move, branch)
-            cache.put(commit, _field(pin, path), move.to_json())
-            out[path] = move
-        cache.flush()
+            out[path] = _fate(repo, pin, commit, path, renamed.get(path), added)
+    for path in paths:
+        if describe and out[path].commit is None:
+            out[path] = _with_commit(repo, pin, commit, out[path], branch)
+        if path in todo or (describe and out[path].commit is not None):
+            cache.put(commit, _field(pin, path), out[path].to_json())
+    cache.flush()
     return out
 
 

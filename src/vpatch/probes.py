@@ -327,7 +327,8 @@ def _run_files(repo: Path, probe: Probe, tree: str, moves_from: str | None) -> t
 
     blobs = git.read_blobs(repo, tree, [check.path for check in probe.files])
     gone = [check.path for check in probe.files if blobs.get(check.path) is None]
-    found = moves.follow(repo, moves_from, tree, moves.missing_paths(repo, moves_from, tree, gone, blobs)) \
+    found = moves.follow(repo, moves_from, tree, moves.missing_paths(repo, moves_from, tree, gone, blobs),
+                         describe=False) \
         if gone and moves_from is not None else {}
     problems, notes, errors = [], [], []
     for check in probe.files:

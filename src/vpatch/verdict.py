@@ -181,7 +181,7 @@ def judge_series(
     `branch`: a git upstream's main branch, to name the first release of a move (moves.follow).
     """
     wanted = _stack_closure(patches, only)
-    found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch)
+    found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch, describe=only is None)
     originals = {p.filename: p for p in patches}
     patches = [moves.retarget(p, found) for p in patches]
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
@@ -212,12 +212,13 @@ def judge_series(
 
 
 def _moves(repo: Path, patches: Sequence[Patch], wanted: Collection[str], commit: str, *, pin: str,
-           blobs: Mapping[str, bytes | None] | None, branch: str | None) -> dict[str, moves.Move]:
+           blobs: Mapping[str, bytes | None] | None, branch: str | None, describe: bool) -> dict[str, moves.Move]:
     """Where the paths the judged patches read went since the pin; rename detection runs only when one of
     them is missing on `commit`."""
     reads = sorted({fd.old_path for p in patches if p.filename in wanted for fd in p.files if fd.old_path})
     gone = moves.missing_paths(repo, pin, commit, reads, blobs)
-    return moves.follow(repo, pin, commit, gone, branch=branch) if gone else {}
+    # the commit that moved a file is named in a column's evidence; a bisection step (`only`) needs just the move
+    return moves.follow(repo, pin, commit, gone, branch=branch, describe=describe) if gone else {}
 
 
 def _move_evidence(patch: Patch, found: Mapping[str, moves.Move]) -> tuple[Evidence, ...]:
