@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from vpatch import git as vgit
 from vpatch import probes
 from vpatch.cli import app
-from vpatch.series import Patch
+from vpatch.image.build import expected_files
+from vpatch.series import Patch, Series
 
 pytestmark = pytest.mark.releases
 OLD = "vllm/entrypoints/offline_utils.py"
@@ -175,3 +176,9 @@ def test_update_keeps_the_needed_patches_retargeted_and_drops_the_backport(moved
     assert vpatch(moved, "apply")[0] == 0
     applied = (moved / ".vpatch" / "tree" / NEW).read_text()
     assert LORA_AFTER in applied and PARAMS_AFTER in applied
+    # what an overlay image ships and `vpatch verify` expects: the moved file, patched, under its new name
+    series = Series.load(moved / "patches")
+    pre, post = expected_files(release_history, vgit.resolve_commit(release_history, "v0.32.0") or "",
+                               series.patches, [NEW, OLD])
+    assert pre[OLD] is None and post[OLD] is None
+    assert LORA_AFTER.encode() in (post[NEW] or b"") and PARAMS_AFTER.encode() in (post[NEW] or b"")
