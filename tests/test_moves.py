@@ -231,3 +231,30 @@ def test_apply_onto_a_ref_follows_the_move_and_export_writes_the_new_path(tmp_pa
     assert not (tree / "vllm/engine/sched.py").exists()
     assert vpatch(root, "export")[0] == 0
     assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in (root / "patches" / "0001-sched.patch").read_text()
+
+
+def test_files_probes_on_deleted_and_split_files_count_only_where_absence_is_said_to_be_the_fix(
+        tmp_path: Path, history: History) -> None:
+    root = make_project(tmp_path, history, ["misc", "kv", "misc"])
+    probes_dir = root / "patches" / "probes"
+    probes_dir.mkdir()
+    (probes_dir / "gone.yaml").write_text("kind: files\nfiles:\n  vllm/misc.py:\n    absent_is_fix: true\n")
+    (probes_dir / "split.yaml").write_text("kind: files\nfiles:\n  vllm/kv.py:\n    absent_is_fix: true\n")
+    (probes_dir / "vacuous.yaml").write_text("kind: files\nfiles:\n  vllm/misc.py:\n    not_contains: [\"misc line 3\\n\"]\n")
+    for number, probe in ((1, "gone"), (2, "split"), (3, "vacuous")):
+        patch = next((root / "patches").glob(f"{number:04d}-*.patch"))
+        text = patch.read_text().replace("Last-Update: 2026-09-01\n", f"Last-Update: 2026-09-01\nProbe: probes/{probe}.yaml\n")
+        patch.write_text(text)
+    code, out = vpatch(root, "status", "--json", "--exit-code", "--against", "main")
+    cells = {p["file"][:4]: p["results"]["main"] for p in json.loads(out)["patches"]}
+    # the probe says the file being gone is the fix, and it is gone with no successor: that decides
+    assert cells["0001"]["state"] == "landed" and cells["0001"]["decided_by"] == "probe", cells["0001"]
+    # a split file is not gone: absence cannot be read, the probe errs and the split decides (a person must look)
+    probe = next(e for e in cells["0002"]["evidence"] if e["kind"] == "probe")
+    assert probe["says"] == "unavailable" and "vllm/kv.py was split" in probe["detail"], probe
+    assert cells["0002"]["state"] == "conflict" and cells["0002"]["decided_by"] == "moved"
+    # not_contains on a deleted file used to pass vacuously (and drop the patch); now it errs, counted neither way
+    probe = next(e for e in cells["0003"]["evidence"] if e["kind"] == "probe")
+    assert probe["says"] == "unavailable" and "a missing file is no evidence either way" in probe["detail"], probe
+    assert cells["0003"]["state"] == "conflict" and cells["0003"]["decided_by"] == "moved"
+    assert code == 4
