@@ -127,10 +127,20 @@ def project(tmp_path: Path, history: History) -> Path:
     return make_project(tmp_path, history, ["sched", "tool", "misc", "kv", "tool-fix"])
 
 
+def status_json(root: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    """`vpatch status --json ARGS`: its exit code and the document on stdout (progress goes to stderr)."""
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    result = CliRunner().invoke(app, ["--project", str(root), "status", "--json", *args])
+    return result.exit_code, json.loads(result.stdout)
+
+
 def status(root: Path, *against: str) -> tuple[int, dict[str, dict]]:  # type: ignore[type-arg]
     args = [a for ref in against for a in ("--against", ref)]
-    code, out = vpatch(root, "status", "--json", "--exit-code", *args)
-    return code, {p["slug"]: p for p in json.loads(out)["patches"]}
+    code, doc = status_json(root, "--exit-code", *args)
+    return code, {p["slug"]: p for p in doc["patches"]}
 
 
 def moved(cell: dict) -> list[dict]:  # type: ignore[type-arg]
@@ -210,6 +220,7 @@ def test_update_follows_moves_narrows_a_partial_moved_patch_and_apply_ref_and_ex
     code, out = vpatch(root, "update", "--to", "main")
     assert code == 0, out
     assert "moved: vllm/engine/sched.py -> vllm/core/sched.py" in out and "git am -3" in out
+    assert "rename detection for vllm/engine/sched.py, vllm/tool.py" in out  # progress, on stderr
     message = git(root, "log", "-1", "--format=%B")
     assert message.splitlines()[0] == "Update upstream pin v1.0.0 -> main: narrow 0002"
     assert "Re-targeted: upstream moved vllm/engine/sched.py -> vllm/core/sched.py" in message
@@ -245,8 +256,8 @@ def test_files_probes_on_deleted_and_split_files_count_only_where_absence_is_sai
         patch = next((root / "patches").glob(f"{number:04d}-*.patch"))
         text = patch.read_text().replace("Last-Update: 2026-09-01\n", f"Last-Update: 2026-09-01\nProbe: probes/{probe}.yaml\n")
         patch.write_text(text)
-    code, out = vpatch(root, "status", "--json", "--exit-code", "--against", "main")
-    cells = {p["file"][:4]: p["results"]["main"] for p in json.loads(out)["patches"]}
+    code, doc = status_json(root, "--exit-code", "--against", "main")
+    cells = {p["file"][:4]: p["results"]["main"] for p in doc["patches"]}
     # the probe says the file being gone is the fix, and it is gone with no successor: that decides
     assert cells["0001"]["state"] == "landed" and cells["0001"]["decided_by"] == "probe", cells["0001"]
     # a split file is not gone: absence cannot be read, the probe errs and the split decides (a person must look)

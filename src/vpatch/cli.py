@@ -369,7 +369,7 @@ def status(
         result = core.compute(
             repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
             branch=config.upstream.branch,
-            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names),
+            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names), report=view,
         )
     if json_out:
         import json

@@ -18,6 +18,7 @@ git upstream a cherry-pick on a release branch counts). Everything is kept in th
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from vpatch import git, lineage
+from vpatch.progress import Event, Reporter, silent
 from vpatch.series import FileDiff, Patch, parse_diff
 from vpatch.upstream import commitcache
 
@@ -102,12 +104,12 @@ def missing_paths(repo: Path, pin: str, commit: str, paths: Sequence[str],
 
 
 def follow(repo: Path, pin: str, commit: str, paths: Collection[str], *, branch: str | None = None,
-           describe: bool = True) -> dict[str, Move]:
+           describe: bool = True, report: Reporter = silent) -> dict[str, Move]:
     """Where each of `paths` (files at `pin`, missing at `commit`) went: see the module docstring.
 
     `branch`: a git upstream's main branch (release branches fork from it), for the first release; None on
     the release history. `describe=False` leaves out the moving commit and its release (a bisection step
-    needs only the fate and the new path)."""
+    needs only the fate and the new path). `report` hears the rename detection (seconds at vLLM's size)."""
     if not paths:
         return {}
     cache = commitcache.store()
@@ -121,11 +123,16 @@ def follow(repo: Path, pin: str, commit: str, paths: Collection[str], *, branch:
                 pass
     todo = [p for p in paths if p not in out]
     if todo:
+        subject = f"moves {pin[:12]}..{commit[:12]}"
+        report(Event(subject, f"rename detection for {', '.join(sorted(todo))}"))
+        started = time.monotonic()
         changes = git.renames_and_deletions(repo, pin, commit, similarity=SIMILARITY)
         renamed = {c.old: c for c in changes if c.status == "R"}
         added = [c.new for c in changes if c.status == "A" and c.new]
         for path in todo:
             out[path] = _fate(repo, pin, commit, path, renamed.get(path), added)
+        report(Event(subject, "done", ", ".join(f"{p}: {out[p].fate.value}" for p in sorted(todo)), final=True,
+                     seconds=time.monotonic() - started))
     for path in paths:
         if describe and out[path].commit is None:
             out[path] = _with_commit(repo, pin, commit, out[path], branch)

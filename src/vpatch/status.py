@@ -155,14 +155,17 @@ def compute(
     probe: ProbeFn | None = None,
     landing: bool = True,
     history_evidence: bool = True,
+    report: Reporter = silent,
 ) -> Status:
-    """Judge every patch on every target, then find each landed patch's landing point."""
+    """Judge every patch on every target, then find each landed patch's landing point (`report` hears the
+    rename detection of files upstream moved)."""
     counter = _PinVettedProbe(_CountingProbe(probe), pin) if probe is not None else None
     paths = sorted({path for patch in patches for path in patch.paths})
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
-                     use_history_evidence=history_evidence, blobs=blobs[t.commit], branch=branch if history else None)
+                     use_history_evidence=history_evidence, blobs=blobs[t.commit], branch=branch if history else None,
+                     report=report)
         for t in targets
     ]
     rows: list[PatchStatus] = []

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from vpatch import lineage, moves
 from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
+from vpatch.progress import Reporter, silent
 from vpatch.series import Patch
 from vpatch.textual import Applies as Applies  # noqa: PLC0414 - re-exported: a verdict says how the diff applies
 from vpatch.textual import Text, Tree, read, with_three_way
@@ -170,6 +171,7 @@ def judge_series(
     use_history_evidence: bool = True,
     blobs: Mapping[str, bytes | None] | None = None,
     branch: str | None = None,
+    report: Reporter = silent,
 ) -> tuple[Verdict, ...]:
     """Verdicts for `patches` on `commit`, in order, with stack semantics (see the module docstring).
 
@@ -178,10 +180,12 @@ def judge_series(
     patches they stack on are still evaluated, textually). `use_history_evidence=False` skips the
     patch-id and PR look-ups altogether (the fast textual mode). `blobs`: the touched files of `commit`
     already read (path -> content, None: absent), e.g. by one `git.read_blobs_at` for many commits.
-    `branch`: a git upstream's main branch, to name the first release of a move (moves.follow).
+    `branch`: a git upstream's main branch, to name the first release of a move (moves.follow); `report` hears
+    its rename detection.
     """
     wanted = _stack_closure(patches, only)
-    found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch, describe=only is None)
+    found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch, describe=only is None,
+                   report=report)
     originals = {p.filename: p for p in patches}
     patches = [moves.retarget(p, found) for p in patches]
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
@@ -212,13 +216,14 @@ def judge_series(
 
 
 def _moves(repo: Path, patches: Sequence[Patch], wanted: Collection[str], commit: str, *, pin: str,
-           blobs: Mapping[str, bytes | None] | None, branch: str | None, describe: bool) -> dict[str, moves.Move]:
+           blobs: Mapping[str, bytes | None] | None, branch: str | None, describe: bool,
+           report: Reporter) -> dict[str, moves.Move]:
     """Where the paths the judged patches read went since the pin; rename detection runs only when one of
     them is missing on `commit`."""
     reads = sorted({fd.old_path for p in patches if p.filename in wanted for fd in p.files if fd.old_path})
     gone = moves.missing_paths(repo, pin, commit, reads, blobs)
     # the commit that moved a file is named in a column's evidence; a bisection step (`only`) needs just the move
-    return moves.follow(repo, pin, commit, gone, branch=branch, describe=describe) if gone else {}
+    return moves.follow(repo, pin, commit, gone, branch=branch, describe=describe, report=report) if gone else {}
 
 
 def _move_evidence(patch: Patch, found: Mapping[str, moves.Move]) -> tuple[Evidence, ...]:

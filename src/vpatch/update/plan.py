@@ -156,12 +156,14 @@ def judge_with_status(
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides."""
     from vpatch import status
+    from vpatch.progress import silent
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
     report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
                             branch=config.upstream.branch,
-                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}))
+                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}),
+                            report=progress or silent)
     rows = []
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
