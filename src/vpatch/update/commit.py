@@ -32,7 +32,8 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     from vpatch.update.retarget import probe_writes
 
     kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
-    moved_probes = probe_writes(config.root, project.rel, kept, plan.patches)
+    moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
+                                target=plan.to_commit)
     writes.update(moved_probes)
     retired = _retired_entries(project, series, plan, old)
     if retired:

@@ -3,8 +3,9 @@
 The verdict followed the move (moves.py); the update applies the re-targeted patch in its tree and exports it
 from there, so the patch file's diff header and index lines name the new path and the new pin's blobs. The
 proof: in a scratch work tree at the same parent commit, `git am -3` of the patch as it was (old path) must
-give exactly the tree the re-targeted patch gave; otherwise the update stops and changes nothing. A `files`
-probe of such a patch names the new path afterwards too (its YAML keys are rewritten, nothing else).
+give exactly the tree the re-targeted patch gave; otherwise the update stops and changes nothing. A kept
+patch's `files` probe names the new paths afterwards too: each of its keys whose file moved from the old pin
+to the new one is rewritten, nothing else (the probe was validated on the new pin following those moves).
 """
 
 from __future__ import annotations
@@ -62,21 +63,25 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
     return proofs
 
 
-def probe_writes(root: Path, rel: str, series: Sequence[Patch], rows: Sequence[PatchPlan]) -> dict[str, bytes]:
-    """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved."""
+def probe_writes(repo: Path, root: Path, rel: str, series: Sequence[Patch], *, pin: str, target: str) -> dict[str, bytes]:
+    """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved from
+    `pin` to `target` (the patch's own files or any other the probe reads)."""
     from vpatch import probes
 
     out: dict[str, bytes] = {}
-    by_file = {p.filename: p for p in series}
-    for row in rows:
-        patch = by_file.get(row.file)
-        if not row.retarget or patch is None or patch.probe_path is None:
+    for patch in series:
+        if patch.probe_path is None:
             continue
         probe = probes.Probe.load(patch.probe_path)
         if probe.kind is not probes.ProbeKind.FILES:
             continue  # a behavioural probe enters through the code, wherever the file is
+        named = [check.path for check in probe.files]
+        found = moves.follow(repo, pin, target, moves.missing_paths(repo, pin, target, named), describe=False)
+        pairs = [(old, m.new) for old, m in found.items() if m.followed and m.new]
+        if not pairs:
+            continue
         text = probe.raw.decode("utf-8")
-        for old, new in row.retarget:
+        for old, new in pairs:
             # a key of the files: mapping, plain or quoted, at the start of its line
             key = re.compile(rf"^(\s*)(['\"]?){re.escape(old)}\2(\s*):", re.MULTILINE)
             text = key.sub(_renamed_key(new), text)
