@@ -217,6 +217,16 @@ def test_moves_are_found_only_for_missing_paths_and_then_answered_from_the_cache
 def test_update_follows_moves_narrows_a_partial_moved_patch_and_apply_ref_and_export_name_the_new_paths(
         tmp_path: Path, history: History) -> None:
     root = make_project(tmp_path, history, ["sched", "tool-both"])
+    # a files probe reading the patch's file and one it does not touch: both moved by main
+    probe = ("kind: files\nfiles:\n  vllm/tool.py:\n    contains: [\"tool line 7 local\"]\n"
+             "  vllm/engine/sched.py:\n    contains: [\"sched line 1\\n\"]\n")
+    (root / "patches" / "probes").mkdir()
+    (root / "patches" / "probes" / "tool.yaml").write_text(probe)
+    both_file = root / "patches" / "0002-tool-both.patch"
+    both_file.write_text(both_file.read_text().replace("Last-Update: 2026-09-01\n",
+                                                       "Last-Update: 2026-09-01\nProbe: probes/tool.yaml\n"))
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "probe")
     code, out = vpatch(root, "update", "--to", "main")
     assert code == 0, out
     assert "moved: vllm/engine/sched.py -> vllm/core/sched.py" in out and "git am -3" in out
@@ -229,6 +239,10 @@ def test_update_follows_moves_narrows_a_partial_moved_patch_and_apply_ref_and_ex
     both = (root / "patches" / "0002-tool-both.patch").read_text()
     assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in sched and "engine/sched.py" not in sched
     assert "+tool line 7 local" in both and "tool line 20 fixed" not in both and "vllm/tools/parser.py" in both
+    # the probe's keys follow both moves; it was validated on main following them
+    assert (root / "patches" / "probes" / "tool.yaml").read_text() == probe.replace(
+        "vllm/tool.py", "vllm/tools/parser.py").replace("vllm/engine/sched.py", "vllm/core/sched.py")
+    assert "Probes re-validated on main" in message
     code, rows = status(root)
     assert code == 0 and {r["results"]["main"]["state"] for r in rows.values()} == {"needed"}, rows
 
