@@ -50,6 +50,7 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
         "applies": v.applies.value,
         "evidence": [{"kind": ev.kind.value, "says": ev.says.value, "detail": ev.detail} for ev in v.evidence],
         "hunks": {"landed": list(v.landed_hunks), "needed": list(v.needed_hunks), "conflict": list(v.conflict_hunks)},
+        "moves": [m.to_json() for m in v.moved],  # where the files it reads went since the pin (docs/moves.md)
     }
 
 
