@@ -142,11 +142,6 @@ class Verdict:
         lost = next((ev for ev in self.evidence if ev.kind is Kind.MOVED and ev.says is Says.UNAVAILABLE), None)
         return lost or self._of(Kind.HUNKS) or self._of(Kind.FORWARD)
 
-    @property
-    def moves(self) -> tuple[Evidence, ...]:
-        """The `moved` evidence: where touched files went since the pin (followed or not)."""
-        return tuple(ev for ev in self.evidence if ev.kind is Kind.MOVED)
-
     def _of(self, kind: Kind) -> Evidence | None:
         return next((ev for ev in self.evidence if ev.kind is kind), None)
 
