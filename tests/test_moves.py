@@ -157,7 +157,8 @@ def test_each_kind_of_move_gets_its_verdict(project: Path, history: History) -> 
     assert sched["state"] == "needed" and sched["applies"] == "clean", sched
     assert sched["moves"] == [{"old": "vllm/engine/sched.py", "fate": "moved", "new": "vllm/core/sched.py",
                                "similarity": 100, "candidates": [], "commit": c["sched-move"],
-                               "subject": "[Refactor] Move the scheduler to core (#201)", "release": "v1.1.0"}]
+                               "subject": "[Refactor] Move the scheduler to core (#201)", "release": "v1.1.0",
+                               "via": None}]
     (ev,) = moved(sched)
     assert ev["says"] == "neutral"
     assert ev["detail"].startswith("vllm/engine/sched.py -> vllm/core/sched.py (similarity 100%, in "

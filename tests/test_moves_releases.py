@@ -52,17 +52,17 @@ def mail(subject: str, diff: bytes, *, trailers: str = "") -> bytes:
             ).encode() + diff
 
 
-def patch_on_pin(history: Path, tmp_path: Path, name: str, change: tuple[str, str]) -> bytes:
-    """The diff on v0.29.0's file that replaces change[0] by change[1] (each present once)."""
+def patch_on_pin(history: Path, tmp_path: Path, name: str, change: tuple[str, str], path: str = OLD) -> bytes:
+    """The diff on v0.29.0's `path` that replaces change[0] by change[1] (each present once)."""
     scratch = tmp_path / f"scratch-{name}"
-    (scratch / OLD).parent.mkdir(parents=True)
+    (scratch / path).parent.mkdir(parents=True)
     git(scratch, "init", "-q")
-    text = (vgit.read_blobs(history, "v0.29.0", [OLD])[OLD] or b"").decode()
+    text = (vgit.read_blobs(history, "v0.29.0", [path])[path] or b"").decode()
     assert text.count(change[0]) == 1, change[0]
-    (scratch / OLD).write_text(text)
+    (scratch / path).write_text(text)
     git(scratch, "add", "-A")
     git(scratch, "commit", "-q", "-m", "v0.29.0")
-    (scratch / OLD).write_text(text.replace(change[0], change[1]))
+    (scratch / path).write_text(text.replace(change[0], change[1]))
     return git(scratch, "diff", "--full-index").encode()
 
 
@@ -182,3 +182,39 @@ def test_update_keeps_the_needed_patches_retargeted_and_drops_the_backport(moved
                                series.patches, [NEW, OLD])
     assert pre[OLD] is None and post[OLD] is None
     assert LORA_AFTER.encode() in (post[NEW] or b"") and PARAMS_AFTER.encode() in (post[NEW] or b"")
+
+
+CHAT = "vllm/entrypoints/chat_utils.py"
+CHAT_MOVED = "vllm/renderers/chat_utils.py"
+CHAT_LINE = ('f"modality_order ({len(vision_chunks_modality_order)}) must have same length"',
+             'f"modality_order ({len(vision_chunks_modality_order)}) must have the same length"')
+
+
+def test_a_real_file_moved_then_split_into_a_package_is_followed_then_handed_to_a_person(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    """chat_utils.py moved to vllm/renderers/ in v0.32.0 (git: R091 from v0.29.0), and v0.33.0 cut that file into
+    a package of modules, none of which git pairs with it at 50 %: followed at v0.32.0, not guessed at v0.33.0."""
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.32.0", "v0.33.0", "--"]).out.splitlines()
+    assert f"D\t{CHAT_MOVED}" in late and f"A\tvllm/renderers/chat_utils/chat_message.py" in late
+    root = tmp_path / "project"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "0001-chat-template-message.patch").write_bytes(mail(
+        "Say the same length", patch_on_pin(release_history, tmp_path, "chat", CHAT_LINE, path=CHAT)))
+    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.29.0\n"
+                                      "patches: patches\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    result = cells(root, "v0.32.0", "v0.33.0")["0001"]
+    at32, at33 = result["v0.32.0"], result["v0.33.0"]
+    assert at32["state"] == "needed" and moved_evidence(at32)[0].startswith(f"{CHAT} -> {CHAT_MOVED} (similarity ")
+    assert at33["state"] == "conflict" and at33["decided_by"] == "moved", at33
+    assert at33["summary"] == f"{CHAT} moved to {CHAT_MOVED}, then no file matches it: not guessed, a person must look"
+    (lost,) = moved_evidence(at33)
+    assert lost.startswith(f"{CHAT} moved to {CHAT_MOVED} in ") and "(release v0.32.0), and since then no file" in lost
+    assert lost.endswith("not guessed, a person must look"), lost
+    print(lost)
+    code, out = vpatch(root, "update", "--to", "v0.33.0", "--dry-run")
+    assert "would stop at  0001-chat-template-message.patch  [conflict] moved: " in out, out
+    assert "would drop" not in out

@@ -452,7 +452,7 @@ def _update_lines(result: UpdateResult) -> list[str]:
         if row.narrowing is not None:
             verb = "would narrow" if result.outcome is Outcome.PLANNED else "narrow"
         lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
-        lines += [f"  {'':<14} moved: {move}" for move in row.moves]
+        lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
         if row.move_proof:
             lines.append(f"  {'':<14} proof: {row.move_proof}")
         if row.action is Action.DROP:

@@ -33,7 +33,7 @@ from vpatch.upstream import commitcache
 SIMILARITY = 50  # git's default rename score (-M, and what a 3-way merge uses)
 NEAR = 10  # a second candidate within this many points of git's choice makes the move a split
 _FLOOR = 30  # ... but a match below this is no candidate at all
-_VERSION = "1"
+_VERSION = "2"  # bumped whenever what a cached Move holds changes
 
 
 class Fate(str, Enum):
@@ -52,6 +52,7 @@ class Move:
     commit: str | None = None  # the commit that moved (or deleted) it; None: not found on the line
     subject: str = ""
     release: str | None = None  # the first release carrying `commit`; None: in no release yet
+    via: str | None = None  # SPLIT/DELETED: where `commit` itself moved it (a move, then a split or rewrite later)
 
     @property
     def followed(self) -> bool:
@@ -70,23 +71,26 @@ class Move:
         tail = f", {where}" if where else ""
         if self.fate is Fate.MOVED:
             return f"{self.old} -> {self.new} (similarity {self.similarity}%{tail})"
+        at = f" {where}" if where else ""
+        later = self.via is not None and self.via not in dict(self.candidates)
         if self.fate is Fate.SPLIT:
             names = ", ".join(f"{path} {score}%" for path, score in self.candidates)
-            return (f"{self.old} was split{' ' + where if where else ''}: {names} match about equally; "
-                    "not guessed, a person must choose")
-        return (f"{self.old} was deleted{' ' + where if where else ''} and no file matches it at git's "
-                f"{SIMILARITY}% similarity; not guessed, a person must look")
+            how = f"moved to {self.via}{at}, later split" if later else f"was split{at}"
+            return f"{self.old} {how}: {names} match about equally; not guessed, a person must choose"
+        how = f"moved to {self.via}{at}, and since then" if later else f"was deleted{at} and"
+        return (f"{self.old} {how} no file matches it at git's {SIMILARITY}% similarity; not guessed, a person "
+                "must look")
 
     def to_json(self) -> dict[str, Any]:
         return {"old": self.old, "fate": self.fate.value, "new": self.new, "similarity": self.similarity,
                 "candidates": [list(c) for c in self.candidates], "commit": self.commit, "subject": self.subject,
-                "release": self.release}
+                "release": self.release, "via": self.via}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Move:
         return cls(str(data["old"]), Fate(data["fate"]), data.get("new"), int(data.get("similarity", 0)),
                    tuple((str(p), int(s)) for p, s in data.get("candidates", [])), data.get("commit"),
-                   str(data.get("subject", "")), data.get("release"))
+                   str(data.get("subject", "")), data.get("release"), data.get("via"))
 
 
 def missing_paths(repo: Path, pin: str, commit: str, paths: Sequence[str],
@@ -177,7 +181,13 @@ def _with_commit(repo: Path, pin: str, commit: str, move: Move, branch: str | No
     found = line[hi]
     subject = commitcache.log_records(repo, None, found, commits=[found])[0].subject
     proof = lineage.first_release(repo, found, branch=branch)
-    return replace(move, commit=found, subject=subject, release=proof.release if proof else None)
+    via = None
+    parents = git.parents(repo, found)
+    if not move.followed and parents:
+        # the commit that took the path away may have moved it, and a later one rewritten or split that file
+        there = git.renames_and_deletions(repo, parents[0], found, similarity=SIMILARITY)
+        via = next((c.new for c in there if c.status == "R" and c.old == move.old), None)
+    return replace(move, commit=found, subject=subject, release=proof.release if proof else None, via=via)
 
 
 def _field(pin: str, path: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vpatch.moves import Move
 from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def cell_summary(v: Verdict) -> str:
                      {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails", Says.UNAVAILABLE: "probe error"}[probe.says])
     for move in v.moved:
         # a followed move is named beside the verdict; one not followed is what decides (or is named with it)
-        parts.append(f"moved to {move.new}" if move.followed else _lost(move.old, move.fate.value))
+        parts.append(f"moved to {move.new}" if move.followed else _lost(move))
     revert = next((ev for ev in v.evidence if ev.kind is Kind.REVERT), None)
     if revert is not None and revert is not decided:
         parts.append("landed, then reverted upstream" if revert.says is Says.NOT_LANDED else "re-landed after a revert")
@@ -123,7 +124,7 @@ def _short(ev: Evidence, v: Verdict) -> str:
         return ev.detail
     if ev.kind is Kind.MOVED:
         lost = next((m for m in v.moved if not m.followed), None)
-        return _lost(lost.old, lost.fate.value) if lost else ev.detail
+        return _lost(lost) if lost else ev.detail
     if ev.kind is Kind.FORWARD:
         return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
@@ -139,8 +140,10 @@ def _short(ev: Evidence, v: Verdict) -> str:
     return ev.detail
 
 
-def _lost(path: str, fate: str) -> str:
-    return f"{path} {fate} upstream, not guessed: a person must look"
+def _lost(move: Move) -> str:
+    if move.via is not None and move.via not in dict(move.candidates):
+        return f"{move.old} moved to {move.via}, then no file matches it: not guessed, a person must look"
+    return f"{move.old} {move.fate.value} upstream, not guessed: a person must look"
 
 
 def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 6) -> str:
