@@ -196,7 +196,7 @@ def test_a_real_file_moved_then_split_into_a_package_is_followed_then_handed_to_
     a package of modules, none of which git pairs with it at 50 %: followed at v0.32.0, not guessed at v0.33.0."""
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
     late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.32.0", "v0.33.0", "--"]).out.splitlines()
-    assert f"D\t{CHAT_MOVED}" in late and f"A\tvllm/renderers/chat_utils/chat_message.py" in late
+    assert f"D\t{CHAT_MOVED}" in late and "A\tvllm/renderers/chat_utils/chat_message.py" in late
     root = tmp_path / "project"
     (root / "patches").mkdir(parents=True)
     (root / "patches" / "0001-chat-template-message.patch").write_bytes(mail(
@@ -215,6 +215,6 @@ def test_a_real_file_moved_then_split_into_a_package_is_followed_then_handed_to_
     assert lost.startswith(f"{CHAT} moved to {CHAT_MOVED} in ") and "(release v0.32.0), and since then no file" in lost
     assert lost.endswith("not guessed, a person must look"), lost
     print(lost)
-    code, out = vpatch(root, "update", "--to", "v0.33.0", "--dry-run")
+    _code, out = vpatch(root, "update", "--to", "v0.33.0", "--dry-run")
     assert "would stop at  0001-chat-template-message.patch  [conflict] moved: " in out, out
     assert "would drop" not in out
