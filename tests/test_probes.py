@@ -36,12 +36,27 @@ def test_files_probe_reads_the_tree_without_a_checkout(toy_upstream: ToyUpstream
     assert (toy_upstream.path / "vllm/kv.py").read_text() == KV_FIXED
 
 
-def test_a_missing_file_fails_contains_and_satisfies_not_contains(toy_upstream: ToyUpstream, tmp_path: Path) -> None:
+def test_a_missing_file_is_never_evidence_unless_the_probe_says_absence_is_the_fix(
+        toy_upstream: ToyUpstream, tmp_path: Path) -> None:
     gone = write_probe(tmp_path / "a", "kind: files\nfiles:\n  vllm/gone.py:\n    not_contains: [x]\n")
     needed = write_probe(tmp_path / "b", "kind: files\nfiles:\n  vllm/gone.py:\n    contains: [x]\n")
-    assert probes.run_probe(toy_upstream.path, gone, "v1.0").outcome is ProbeOutcome.PASS
-    result = probes.run_probe(toy_upstream.path, needed, "v1.0")
-    assert (result.outcome, result.detail) == (ProbeOutcome.FAIL, "vllm/gone.py: missing")
+    for probe in (gone, needed):
+        result = probes.run_probe(toy_upstream.path, probe, "v1.0")
+        assert result.outcome is ProbeOutcome.ERROR, result  # neither a pass (vacuous) nor a fail
+        assert "vllm/gone.py: missing from the tree; a missing file is no evidence" in result.detail
+    said = write_probe(tmp_path / "c", "kind: files\nfiles:\n  vllm/gone.py:\n    absent_is_fix: true\n")
+    result = probes.run_probe(toy_upstream.path, said, "v1.0")
+    assert result.outcome is ProbeOutcome.PASS and "absent, which the probe says is the fix" in result.detail
+    present = write_probe(tmp_path / "d", "kind: files\nfiles:\n  vllm/kv.py:\n    absent_is_fix: true\n")
+    result = probes.run_probe(toy_upstream.path, present, "v1.0")
+    assert (result.outcome, result.detail) == (ProbeOutcome.FAIL, "vllm/kv.py: still there")
+
+
+def test_a_file_check_that_checks_nothing_or_a_bad_absent_is_fix_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(probes.ProbeError, match=r"vllm/x\.py: checks nothing"):
+        write_probe(tmp_path / "a", "kind: files\nfiles:\n  vllm/x.py:\n    contains: []\n")
+    with pytest.raises(probes.ProbeError, match="absent_is_fix: must be true or false"):
+        write_probe(tmp_path / "b", "kind: files\nfiles:\n  vllm/x.py:\n    absent_is_fix: 'yes'\n")
 
 
 def test_command_probe_runs_in_the_materialised_tree(toy_upstream: ToyUpstream, fixed: str, tmp_path: Path) -> None:

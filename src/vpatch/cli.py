@@ -205,8 +205,10 @@ def apply(
     if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
         echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
     with lock.held(config.root, "apply"):
+        # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
+        pin = upstream.pin_commit(repo, config, moved_ok=True) if ref is not None else None
         result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
-                                    state_dir=config.state_dir, keep=keep, force=force)
+                                    state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
     echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
     for a in result.applied:
         echo(f"  {a.commit[:12]} {a.file}")
@@ -392,7 +394,7 @@ def status(
         result = core.compute(
             repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
             branch=config.upstream.branch,
-            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names),
+            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names), report=view,
         )
     if json_out:
         import json
@@ -485,6 +487,9 @@ def _update_lines(result: UpdateResult) -> list[str]:
         if row.narrowing is not None:
             verb = "would narrow" if result.outcome is Outcome.PLANNED else "narrow"
         lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
+        lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
+        if row.move_proof:
+            lines.append(f"  {'':<14} proof: {row.move_proof}")
         if row.action is Action.DROP:
             lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
         if row.narrowing is not None:

@@ -628,3 +628,76 @@ def branches_containing(repo: Path, commit: str) -> list[str]:
     """Local branch names (in a mirror: upstream's branches) whose tip contains `commit`."""
     out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname:short)", "refs/heads/"]).out
     return out.split()
+
+
+# --- upstream moves: where a file went between two commits (read by moves.py) ------------------
+
+# merge-ort's default rename limit: `git am -3` and merges pair renames up to this many files, where a plain
+# `git diff` stops at diff.renameLimit (1000); the same limit makes vpatch find what a 3-way merge finds.
+MERGE_RENAME_LIMIT = 7000
+
+
+@dataclass(frozen=True)
+class PathChange:
+    status: str  # "R" (renamed, maybe edited), "D" (deleted with no successor), "A" (added, no source)
+    old: str | None
+    new: str | None
+    similarity: int = 0  # git's rename score in percent (R only)
+
+
+def renames_and_deletions(repo: Path, base: str, tip: str, *, similarity: int) -> list[PathChange]:
+    """Renamed, deleted and added files from `base` to `tip` (commits or trees) with git's rename detection at
+    `similarity` percent (git's default: 50), paired over the whole tree as a 3-way merge pairs them."""
+    out = run(repo, ["diff-tree", "-r", "-z", "--no-commit-id", "--name-status", f"-M{similarity}%",
+                     f"-l{MERGE_RENAME_LIMIT}", "--diff-filter=ADR", base, tip, "--"]).stdout
+    return _name_status(out)
+
+
+def best_rename_among(repo: Path, base: str, tip: str, old: str, candidates: Sequence[str], *,
+                      similarity: int) -> PathChange | None:
+    """git's best rename of `old` to one of `candidates` (files of `tip`) at `similarity` percent or more, or None.
+
+    The pathspec limits both sides of the diff, so git pairs `old` with these candidates only: the way to
+    ask how well a file other than git's first choice matches (a split into near-equal candidates)."""
+    if not candidates:
+        return None
+    out = run(repo, ["--literal-pathspecs", "diff-tree", "-r", "-z", "--no-commit-id", "--name-status",
+                     f"-M{similarity}%", f"-l{MERGE_RENAME_LIMIT}", "--diff-filter=R", base, tip, "--",
+                     old, *candidates]).stdout
+    found = [c for c in _name_status(out) if c.old == old]
+    return max(found, key=lambda c: c.similarity, default=None)
+
+
+def _name_status(out: bytes) -> list[PathChange]:
+    fields = [f.decode("utf-8", "surrogateescape") for f in out.split(b"\0")]
+    changes: list[PathChange] = []
+    i = 0
+    while i < len(fields) and fields[i]:
+        status = fields[i]
+        if status.startswith("R"):
+            changes.append(PathChange("R", fields[i + 1], fields[i + 2], int(status[1:] or 0)))
+            i += 3
+        else:
+            kind = status[:1]
+            changes.append(PathChange(kind, fields[i + 1] if kind == "D" else None,
+                                      fields[i + 1] if kind == "A" else None))
+            i += 2
+    return changes
+
+
+def checkout_detached(worktree: Path, commit: str) -> None:
+    """Point a work tree's HEAD at `commit` (detached) with its index and files."""
+    run(worktree, ["checkout", "--detach", "--quiet", "--force", commit])
+
+
+def am_three_way(worktree: Path, patch: bytes) -> Result:
+    """`git am -3` of one mail-form patch in a work tree (rename-following 3-way fallback); returns the result,
+    never raises; a failed am is aborted, leaving the work tree as it was."""
+    # only the tree counts: a fixed committer, so that a user without a git identity can run it too
+    env = {"GIT_COMMITTER_NAME": "vpatch", "GIT_COMMITTER_EMAIL": "vpatch@localhost"}
+    # merge.renames follows diff.renames, which vpatch turns off for its own diffs: git's default is on
+    result = run(worktree, ["-c", "merge.renames=true", "-c", f"merge.renameLimit={MERGE_RENAME_LIMIT}", "am", "-3",
+                            "--keep-cr", "--quiet"], input=patch, env=env, check=False)
+    if result.returncode != 0:
+        run(worktree, ["am", "--abort"], check=False)
+    return result

@@ -7,8 +7,10 @@ the patches folder). Two kinds::
     kind: files
     files:
       vllm/path/x.py:
-        contains: ["..."]        # a file missing from the tree fails these
-        not_contains: ["..."]    # ... and satisfies these
+        contains: ["..."]
+        not_contains: ["..."]
+      vllm/path/old_helper.py:
+        absent_is_fix: true      # the fix is that this file is gone (say so, or a missing file is an error)
     ---
     # behavioural: a command run against the materialised tree, cwd = the tree root
     kind: command
@@ -19,7 +21,14 @@ the patches folder). Two kinds::
 In ``run``, ``{python}`` is the probe venv's python, ``{probe_dir}`` the folder of the YAML file and
 ``{tree}`` the tree root; the tree root is also first on PYTHONPATH. Exit code 0 = PASS (the fix is
 there), 1 = FAIL (the bug is there), anything else or a timeout = ERROR: the probe could not decide,
-which is never read as pass or fail. Python exits 1 on an uncaught exception, so exit 1 with a Python
+which is never read as pass or fail.
+
+A missing file is never evidence (docs/moves.md). A `files` check on a path missing from the tree follows
+the file where it moved: with `moves_from` (the commit the probe's paths name, the pin) git's rename
+detection from there finds its successor, the checks run on that file and the detail says so. A path
+with no successor (deleted, or split into near-equal candidates) makes the probe an ERROR, counted
+neither way - unless the check says `absent_is_fix: true`, when a file deleted without successor holds.
+Python exits 1 on an uncaught exception, so exit 1 with a Python
 traceback in the output is an ERROR too; a probe script should still catch its own errors and exit 2.
 
 The probe venv is built once per set of requirements (keyed by their hash) under
@@ -66,7 +75,7 @@ DEFAULT_TIMEOUT = 900.0
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _PLACEHOLDERS = ("python", "probe_dir", "tree")
 _KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "lock", "timeout"}}
-_FILE_KEYS = {"contains", "not_contains"}
+_FILE_KEYS = {"contains", "not_contains", "absent_is_fix"}
 # How much of a command's output a result keeps: the tail is where probes print their verdict.
 _OUTPUT_CHARS = 6000
 _TRACEBACK = b"Traceback (most recent call last):"
@@ -92,6 +101,7 @@ class FileCheck:
     path: str
     contains: tuple[str, ...] = ()
     not_contains: tuple[str, ...] = ()
+    absent_is_fix: bool = False  # the file being gone (deleted, no successor) is the fix itself
 
 
 @dataclass(frozen=True)
@@ -200,12 +210,21 @@ def _parse_files(path: Path, value: object) -> tuple[FileCheck, ...]:
         unknown = sorted(str(k) for k in spec if k not in _FILE_KEYS)
         if unknown:
             raise ProbeError(f"{path}: {where}: {unknown[0]}: not a file check",
-                             hint="a file has the checks: contains, not_contains")
-        checks.append(FileCheck(
+                             hint="a file has the checks: contains, not_contains, absent_is_fix")
+        absent = spec.get("absent_is_fix", False)
+        if not isinstance(absent, bool):
+            raise ProbeError(f"{path}: {where}: absent_is_fix: must be true or false, not {absent!r}",
+                             hint="absent_is_fix: true says the file being gone is the fix; leave it out otherwise")
+        check = FileCheck(
             path=name,
             contains=_strings(path, f"{where}: contains", spec.get("contains", []), allow_empty=True),
             not_contains=_strings(path, f"{where}: not_contains", spec.get("not_contains", []), allow_empty=True),
-        ))
+            absent_is_fix=absent,
+        )
+        if not (check.contains or check.not_contains or check.absent_is_fix):
+            raise ProbeError(f"{path}: {where}: checks nothing",
+                             hint="give contains and/or not_contains strings, or absent_is_fix: true")
+        checks.append(check)
     return tuple(checks)
 
 
@@ -263,18 +282,30 @@ class ProbeResult:
 
 
 def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = None,
-              use_cache: bool = True, report: Reporter = silent, label: str | None = None) -> ProbeResult:
-    """Run `probe` against `treeish` of `repo` (a commit or tree id), or answer from the result cache."""
+              use_cache: bool = True, report: Reporter = silent, label: str | None = None,
+              moves_from: str | None = None) -> ProbeResult:
+    """Run `probe` against `treeish` of `repo` (a commit or tree id), or answer from the result cache.
+
+    `moves_from`: the commit whose paths the probe names (the pin): a `files` check on a path missing from
+    the tree follows the file's move from there (see the module docstring)."""
     cache = cache_dir() if cache is None else cache
     tree = git.tree_of(repo, treeish)
-    entry = cache / "probe-results" / probe.content_hash() / f"{tree}.json"
+    name = f"{tree}.json"
+    if probe.kind is ProbeKind.FILES:
+        # Never the plain name: results cached before a missing file became an error (when it satisfied
+        # not_contains) are stored under it and must not be read. What a missing path means depends on the
+        # commit it is followed from, so that is part of the name when a path is missing.
+        named = [check.path for check in probe.files]
+        missing = any(blob is None for blob in git.read_blobs(repo, tree, named).values())
+        name = f"{tree}.files-2" + (f"-from-{moves_from}" if missing and moves_from else "") + ".json"
+    entry = cache / "probe-results" / probe.content_hash() / name
     if use_cache:
         cached = _read_result(entry)
         if cached is not None:
             return cached
     started = time.monotonic()
     if probe.kind is ProbeKind.FILES:
-        outcome, detail = _run_files(repo, probe, tree)
+        outcome, detail = _run_files(repo, probe, tree, moves_from)
     else:
         outcome, detail = _run_command(repo, probe, tree, cache, report, f"probe {label or probe.name}")
     result = ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3))
@@ -291,20 +322,39 @@ def _read_result(entry: Path) -> ProbeResult | None:
         return None
 
 
-def _run_files(repo: Path, probe: Probe, tree: str) -> tuple[ProbeOutcome, str]:
+def _run_files(repo: Path, probe: Probe, tree: str, moves_from: str | None) -> tuple[ProbeOutcome, str]:
+    from vpatch import moves
+
     blobs = git.read_blobs(repo, tree, [check.path for check in probe.files])
-    problems = []
+    gone = [check.path for check in probe.files if blobs.get(check.path) is None]
+    found = moves.follow(repo, moves_from, tree, moves.missing_paths(repo, moves_from, tree, gone, blobs),
+                         describe=False) \
+        if gone and moves_from is not None else {}
+    problems, notes, errors = [], [], []
     for check in probe.files:
-        blob = blobs.get(check.path)
-        text = "" if blob is None else blob.decode("utf-8", "surrogateescape")
-        if blob is None and check.contains:
-            problems.append(f"{check.path}: missing")
+        path, blob = check.path, blobs.get(check.path)
+        move = found.get(path)
+        if blob is None and move is not None and move.followed and move.new:
+            notes.append(f"{path} moved to {move.new} (similarity {move.similarity}%), checked there")
+            path, blob = move.new, git.read_blobs(repo, tree, [move.new])[move.new]
+        if blob is None:
+            if check.absent_is_fix and (move is None or move.fate is moves.Fate.DELETED):
+                notes.append(f"{path}: absent, which the probe says is the fix")
+            else:
+                errors.append(f"{path}: " + (str(move) if move is not None else "missing from the tree")
+                              + ("" if check.absent_is_fix else "; a missing file is no evidence either way"))
             continue
-        problems += [f"{check.path}: lacks {s!r}" for s in check.contains if s not in text]
-        problems += [f"{check.path}: still has {s!r}" for s in check.not_contains if s in text]
+        text = blob.decode("utf-8", "surrogateescape")
+        if check.absent_is_fix and not (check.contains or check.not_contains):
+            problems.append(f"{path}: still there")
+        problems += [f"{path}: lacks {s!r}" for s in check.contains if s not in text]
+        problems += [f"{path}: still has {s!r}" for s in check.not_contains if s in text]
+    tail = "".join(f"; {n}" for n in notes)
+    if errors:
+        return ProbeOutcome.ERROR, "; ".join(errors) + tail
     if problems:
-        return ProbeOutcome.FAIL, "; ".join(problems)
-    return ProbeOutcome.PASS, f"all {len(probe.files)} file checks hold"
+        return ProbeOutcome.FAIL, "; ".join(problems) + tail
+    return ProbeOutcome.PASS, f"all {len(probe.files)} file checks hold" + tail
 
 
 def _run_command(repo: Path, probe: Probe, tree: str, cache: Path, report: Reporter,
@@ -378,15 +428,17 @@ def probe_for(patch: Patch) -> Probe | None:
 
 
 def validation(repo: Path, probe: Probe, patch_file: str, *, base: str, patched: str, base_name: str | None = None,
-               cache: Path | None = None, report: Reporter = silent, use_cache: bool = True) -> Validation:
+               cache: Path | None = None, report: Reporter = silent, use_cache: bool = True,
+               moves_from: str | None = None) -> Validation:
     """The probe on `base` (it must FAIL there) and on `patched` (it must PASS): the one check that `update`,
     `update --dry-run`, `status` and `probe check` all make. Says, never raises, when the probe falls short."""
     name = base_name or base[:12]
     before = run_probe(repo, probe, base, cache=cache, report=report, use_cache=use_cache,
-                       label=f"{patch_file.removesuffix('.patch')} on {name}")
+                       label=f"{patch_file.removesuffix('.patch')} on {name}", moves_from=moves_from)
     after = run_probe(repo, probe, patched, cache=cache, report=report, use_cache=use_cache,
-                      label=f"{patch_file.removesuffix('.patch')} on {name} with the patch")
-    absent = absent_files(repo, probe, (base, patched))
+                      label=f"{patch_file.removesuffix('.patch')} on {name} with the patch", moves_from=moves_from)
+    # a path the pin has is no typo: where it is missing, run_probe followed its move (or called it an error)
+    absent = absent_files(repo, probe, (base, patched) + ((moves_from,) if moves_from else ()))
     if absent:
         # A checked file on neither side is a typo or a move: whatever the checks said, they read nothing.
         return Validation(False, f"probe {probe.name}: files: {absent[0]}: no such file on {name} nor with the patch"
@@ -414,8 +466,8 @@ def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str
 
     Raises ProbeError when the patch has no probe or the probe does not tell the two apart.
     """
-    del config  # the probe and both trees say all there is to say
     probe = probe_for(patch)
+    pin = moves_base(repo, config)
     if probe is None:
         raise ProbeError(f"{patch.filename} names no probe", hint="add a Probe: trailer naming a file under probes/")
     if patched is None:
@@ -424,10 +476,19 @@ def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str
             raise ProbeError(f"{patch.filename} does not apply to {base}, so its probe cannot be validated there",
                              hint=f"vpatch apply --ref {base} to see the conflict")
     checked = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=base, cache=cache,
-                         report=report)
+                         report=report, moves_from=pin)
     if not checked.ok:
         raise ProbeError(checked.detail, hint=checked.hint)
     return checked
+
+
+def moves_base(repo: Path, config: Config | None) -> str | None:
+    """The commit whose paths a project's probes name: its pin (None without a project, or when the pin names
+    nothing here); a `files` check follows moves from there."""
+    if config is None:
+        return None
+    return config.pin.commit if config.pin.commit and git.resolve_commit(repo, config.pin.commit) \
+        else git.resolve_commit(repo, config.pin.ref)
 
 
 def says(result: ProbeResult) -> str:

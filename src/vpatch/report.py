@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vpatch.moves import Move
 from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict
 
 if TYPE_CHECKING:
@@ -51,6 +52,7 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
         "applies": v.applies.value,
         "evidence": [{"kind": ev.kind.value, "says": ev.says.value, "detail": ev.detail} for ev in v.evidence],
         "hunks": {"landed": list(v.landed_hunks), "needed": list(v.needed_hunks), "conflict": list(v.conflict_hunks)},
+        "moves": [m.to_json() for m in v.moved],  # where the files it reads went since the pin (docs/moves.md)
     }
 
 
@@ -86,6 +88,9 @@ def cell_summary(v: Verdict) -> str:
     if probe is not None and probe is not decided:
         parts.append(_probe_short(v) if probe.says is Says.UNAVAILABLE else
                      {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails"}[probe.says])
+    for move in v.moved:
+        # a followed move is named beside the verdict; one not followed is what decides (or is named with it)
+        parts.append(f"moved to {move.new}" if move.followed else _lost(move))
     revert = next((ev for ev in v.evidence if ev.kind is Kind.REVERT), None)
     if revert is not None and revert is not decided:
         parts.append("landed, then reverted upstream" if revert.says is Says.NOT_LANDED else "re-landed after a revert")
@@ -130,6 +135,9 @@ def _short(ev: Evidence, v: Verdict) -> str:
         return "identity says landed, content says not: " + ev.detail.split(",")[0]
     if ev.kind is Kind.REVERT:
         return ev.detail
+    if ev.kind is Kind.MOVED:
+        lost = next((m for m in v.moved if not m.followed), None)
+        return _lost(lost) if lost else ev.detail
     if ev.kind is Kind.FORWARD:
         return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
@@ -143,6 +151,12 @@ def _short(ev: Evidence, v: Verdict) -> str:
     if v.conflict_hunks:
         return f"{len(v.conflict_hunks)}/{len(every)} hunks do not apply: " + _hunks_short(v.conflict_hunks, every)
     return ev.detail
+
+
+def _lost(move: Move) -> str:
+    if move.via is not None and move.via not in dict(move.candidates):
+        return f"{move.old} moved to {move.via}, then no file matches it: not guessed, a person must look"
+    return f"{move.old} {move.fate.value} upstream, not guessed: a person must look"
 
 
 def _hunks_short(names: tuple[str, ...], every: tuple[str, ...], limit: int = 6) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from vpatch import git
+from vpatch import git, moves
 from vpatch.errors import ApplyError, SeriesError, VpatchError
 from vpatch.fs import atomic_write
 from vpatch.series import PATCH_NAME, Patch, Series, slugify
@@ -70,10 +70,16 @@ class Failure:
 
 def apply_series(
     upstream: Path, series: Series, *, ref: str, base: str, out: Path, state_dir: Path, keep: bool = False,
-    force: bool = False,
+    force: bool = False, moves_from: str | None = None,
 ) -> Stack:
-    """Make `out` a work tree of `base` with each patch committed; all or nothing unless `keep`."""
-    _prepare_out(upstream, series, out, state_dir, force=force)
+    """Make `out` a work tree of `base` with each patch committed; all or nothing unless `keep`.
+
+    `moves_from`: the commit the patches were written on (the pin); a file they read that is missing on `base`
+    is followed where upstream moved it (moves.py), so the commit, and what `export` writes, names the new path."""
+    original = series
+    if moves_from is not None and moves_from != base:
+        series = _following_moves(upstream, series, moves_from, base)
+    _prepare_out(upstream, original, out, state_dir, force=force)
     tmp = out.parent / f".{out.name}.partial"
     # a killed apply, or a state folder deleted by hand, leaves registrations (maybe locked) of both paths
     shutil.rmtree(tmp, ignore_errors=True)
@@ -101,6 +107,12 @@ def apply_series(
     _record(state_dir, stack)
     git.run(upstream, ["worktree", "move", str(tmp), str(out)])
     return stack
+
+
+def _following_moves(upstream: Path, series: Series, pin: str, base: str) -> Series:
+    reads = sorted({fd.old_path for patch in series for fd in patch.files if fd.old_path})
+    found = moves.follow(upstream, pin, base, moves.missing_paths(upstream, pin, base, reads))
+    return replace(series, patches=tuple(moves.retarget(p, found) for p in series)) if found else series
 
 
 def commit_patch(worktree: Path, patch: Patch) -> None:

@@ -171,14 +171,17 @@ def compute(
     probe: ProbeFn | None = None,
     landing: bool = True,
     history_evidence: bool = True,
+    report: Reporter = silent,
 ) -> Status:
-    """Judge every patch on every target, then find each landed patch's landing point."""
+    """Judge every patch on every target, then find each landed patch's landing point (`report` hears the
+    rename detection of files upstream moved)."""
     counter = _PinVettedProbe(_CountingProbe(probe), pin, repo, patches) if probe is not None else None
     paths = sorted({path for patch in patches for path in patch.paths})
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
-                     use_history_evidence=history_evidence, blobs=blobs[t.commit])
+                     use_history_evidence=history_evidence, blobs=blobs[t.commit], branch=branch if history else None,
+                     report=report)
         for t in targets
     ]
     rows: list[PatchStatus] = []
@@ -296,7 +299,7 @@ def _landing(
 
     def landed(commit: str) -> bool:
         verdict = judge_series(repo, patches, commit, pin=pin, history=history, probe=probe,
-                               only={patch.filename}, use_history_evidence=history_evidence)[0]
+                               only={patch.filename}, use_history_evidence=history_evidence, branch=main)[0]
         return verdict.state is State.LANDED
 
     below = targets[first - 1].commit
@@ -364,11 +367,15 @@ def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = N
     probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way.
     `report` hears each probe that runs, named by patch and target (`names`: commit -> ref)."""
     loaded: dict[Path, object] = {}
+    base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
 
     def run(patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.probe_path is None:
             return None
         from vpatch import probes
+
+        if not base:
+            base.append(probes.moves_base(repo, config))
 
         try:
             if patch.probe_path not in loaded:
@@ -376,7 +383,8 @@ def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = N
             probe = loaded[patch.probe_path]
             assert isinstance(probe, probes.Probe)
             label = f"{patch.name} on {(names or {}).get(commit, commit[:12])}"
-            result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent)
+            result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent,
+                                      moves_from=base[0])
         except VpatchError as exc:
             return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
         return ProbeCheck(ProbeOutcome(result.outcome.value), _last_lines(result.detail), ran=not result.cached)

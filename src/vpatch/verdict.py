@@ -26,6 +26,13 @@ Rules, in order:
   naming both sets (never LANDED: a patch is never dropped because part of it landed).
 - Otherwise it forward-applies (cleanly, with offsets, or only 3-way) -> NEEDED, else CONFLICT.
 
+Moves (moves.py): a path the patch reads that is a file at the pin and missing on the commit is looked up
+with git's rename detection from the pin. A move is followed: the patch is judged at the new path by every
+rule above (re-targeted, as `git am -3` would apply it), with a `moved` evidence item naming old -> new,
+the similarity and the commit that moved it. A path deleted with no successor, or split into near-equal
+candidates, is not guessed: a `moved` item says so, and unless a probe or identity evidence says landed
+the patch is CONFLICT, decided by that item (a person must look).
+
 Stack semantics: a later patch is judged on the commit plus the earlier patches that are NEEDED there
 and touch the same files (the tree `vpatch apply`/`update` would build), so a patch written on top of
 another is not called a conflict. Probes always run on the unpatched commit: the question they answer
@@ -38,12 +45,13 @@ Textual checks never check out a tree; textual.py reads the diff on the touched 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from vpatch import lineage
+from vpatch import lineage, moves
 from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
+from vpatch.progress import Reporter, silent
 from vpatch.series import Patch
 from vpatch.textual import Applies as Applies  # noqa: PLC0414 - re-exported: a verdict says how the diff applies
 from vpatch.textual import Text, Tree, read, with_three_way
@@ -69,6 +77,7 @@ class Kind(str, Enum):
     FORWARD = "forward-apply"
     HUNKS = "hunks"
     REVERT = "revert"  # a landing was reverted (and maybe re-landed) on the way to the commit
+    MOVED = "moved"  # a touched file moved (followed), or was deleted or split (not guessed) since the pin
     DISAGREEMENT = "disagreement"  # identity and content evidence contradict each other
 
 
@@ -78,6 +87,7 @@ class Says(str, Enum):
     LANDED = "landed"
     NOT_LANDED = "not-landed"
     UNAVAILABLE = "unavailable"  # could not be checked here (probe error, no commit history, no trailer)
+    NEUTRAL = "neutral"  # bears on how the rest was read (a move followed), not on whether it landed
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,7 @@ class Verdict:
     needed_hunks: tuple[str, ...] = ()  # hunks that still apply
     conflict_hunks: tuple[str, ...] = ()  # hunks that neither apply nor are upstream
     probe: ProbeCheck | None = field(default=None, compare=False)
+    moved: tuple[moves.Move, ...] = ()  # where the files it reads went since the pin (followed or not)
 
     @property
     def decided_by(self) -> Evidence | None:
@@ -128,7 +139,8 @@ class Verdict:
             return self._of(Kind.HUNKS)
         if self.state is State.DISPUTED:
             return self._of(Kind.DISAGREEMENT)
-        return self._of(Kind.HUNKS) or self._of(Kind.FORWARD)
+        lost = next((ev for ev in self.evidence if ev.kind is Kind.MOVED and ev.says is Says.UNAVAILABLE), None)
+        return lost or self._of(Kind.HUNKS) or self._of(Kind.FORWARD)
 
     def _of(self, kind: Kind) -> Evidence | None:
         return next((ev for ev in self.evidence if ev.kind is kind), None)
@@ -153,6 +165,8 @@ def judge_series(
     only: Collection[str] | None = None,
     use_history_evidence: bool = True,
     blobs: Mapping[str, bytes | None] | None = None,
+    branch: str | None = None,
+    report: Reporter = silent,
 ) -> tuple[Verdict, ...]:
     """Verdicts for `patches` on `commit`, in order, with stack semantics (see the module docstring).
 
@@ -161,8 +175,14 @@ def judge_series(
     patches they stack on are still evaluated, textually). `use_history_evidence=False` skips the
     patch-id and PR look-ups altogether (the fast textual mode). `blobs`: the touched files of `commit`
     already read (path -> content, None: absent), e.g. by one `git.read_blobs_at` for many commits.
+    `branch`: a git upstream's main branch, to name the first release of a move (moves.follow); `report` hears
+    its rename detection.
     """
     wanted = _stack_closure(patches, only)
+    found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch, describe=only is None,
+                   report=report)
+    originals = {p.filename: p for p in patches}
+    patches = [moves.retarget(p, found) for p in patches]
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
     verdicts: list[Verdict] = []
     with Tree(repo, commit, patches, paths, blobs) as tree:
@@ -172,18 +192,43 @@ def judge_series(
             is_target = only is None or patch.filename in only
             check = probe(patch, commit) if (probe is not None and is_target) else None
             text = read(tree, patch)
+            # identity is upstream's commits against the patch as written: its patch-id names the pin's paths
             hist = [] if not is_target else _history_evidence(
-                repo, patch, commit, pin=pin, history=history and use_history_evidence)
+                repo, originals[patch.filename], commit, pin=pin, history=history and use_history_evidence)
             if _three_way_decides(text, check, hist):
                 text = with_three_way(tree, patch, text)
-            evidence = _evidence(patch, text=text, probe=check, history=hist)
+            evidence = _evidence(patch, text=text, probe=check, history=hist) + _move_evidence(
+                originals[patch.filename], found)
             verdict = _decide(patch, commit, text, evidence, check)
+            if found:
+                verdict = replace(verdict, moved=tuple(moves.touched(originals[patch.filename], found)))
             if is_target:
                 verdicts.append(verdict)
             later_overlap = any(set(p.paths) & set(patch.paths) for p in patches[i + 1:] if p.filename in wanted)
             if verdict.state is State.NEEDED and later_overlap:
                 tree.apply(patch, three_way=text.forward is Applies.THREE_WAY)
     return tuple(verdicts)
+
+
+def _moves(repo: Path, patches: Sequence[Patch], wanted: Collection[str], commit: str, *, pin: str,
+           blobs: Mapping[str, bytes | None] | None, branch: str | None, describe: bool,
+           report: Reporter) -> dict[str, moves.Move]:
+    """Where the paths the judged patches read went since the pin; rename detection runs only when one of
+    them is missing on `commit`."""
+    reads = sorted({fd.old_path for p in patches if p.filename in wanted for fd in p.files if fd.old_path})
+    gone = moves.missing_paths(repo, pin, commit, reads, blobs)
+    # the commit that moved a file is named in a column's evidence; a bisection step (`only`) needs just the move
+    return moves.follow(repo, pin, commit, gone, branch=branch, describe=describe, report=report) if gone else {}
+
+
+def _move_evidence(patch: Patch, found: Mapping[str, moves.Move]) -> tuple[Evidence, ...]:
+    out = []
+    for move in moves.touched(patch, found):
+        if move.followed:
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move}: judged at {move.new}"))
+        else:
+            out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(move)))
+    return tuple(out)
 
 
 def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> set[str]:

@@ -28,6 +28,12 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
     removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
+    from vpatch.update.retarget import probe_writes
+
+    kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
+    moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
+                                target=plan.to_commit)
+    writes.update(moved_probes)
     retired = _retired_entries(project, series, plan, old)
     if retired:
         record = project.path(f"{config.patches}/{RETIRED_FILE}")
@@ -39,6 +45,9 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()
     writes[yaml_path] = repin_text(current_yaml.decode("utf-8"), plan.to_ref, plan.to_commit).encode()
     message = commit_message(plan, probes)
+    if moved_probes:
+        message += "\nFiles probes re-targeted to the moved paths (their keys rewritten):\n" + "".join(
+            f"- {name}\n" for name in sorted(moved_probes))
     tree = git.tree_with(top, old, writes, removes)
     if state.no_commit:
         git.switch_tree(top, old, tree)

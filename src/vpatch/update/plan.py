@@ -46,6 +46,9 @@ class PatchPlan:
     upstream_pr: str | None = None
     narrowing: Narrowing | None = None  # partial, narrowed (narrow.py): applied without the hunks upstream has
     note: str = ""  # partial, not narrowed: why, and which hunks upstream already has
+    moves: tuple[str, ...] = ()  # where the files it reads went since the pin, in words (moves.Move)
+    retarget: tuple[tuple[str, str], ...] = ()  # (old, new) of each move followed: the patch goes on at `new`
+    move_proof: str = ""  # re-targeted: why the result is what `git am -3` of the old patch gives
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class Plan:
         from vpatch.narrow import Narrowing
 
         patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
+                                     "moves": tuple(r.get("moves", ())),
+                                     "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "narrowing": Narrowing.from_dict(r["narrowing"]) if r.get("narrowing") else None})
                         for r in rows)
         return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches)
@@ -151,12 +156,14 @@ def judge_with_status(
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides."""
     from vpatch import status
+    from vpatch.progress import silent
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
     report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
                             branch=config.upstream.branch,
-                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}))
+                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}),
+                            report=progress or silent)
     rows = []
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
@@ -173,7 +180,8 @@ def judge_with_status(
             landed_in = _landing_text(row.landed_in, to, target)
         rows.append(PatchPlan(patch.filename, patch.subject, state, action, decided,
                               tuple(str(e) for e in verdict.evidence), landed_in,
-                              patch.trailer("Upstream-PR")))
+                              patch.trailer("Upstream-PR"), moves=tuple(str(m) for m in verdict.moved),
+                              retarget=tuple((m.old, m.new) for m in verdict.moved if m.followed and m.new)))
     return rows, report
 
 
@@ -199,8 +207,13 @@ def narrow_rows(
         check = validate(patch, tree)
         return None if check.ok else check.detail or "it does not fail without the patch and pass with it"
 
+    from vpatch.update.retarget import retargeted
+
+    # the verdicts followed upstream's moves: narrowing splits the patch as they judged it, at the new paths
+    by_file = {r.file: r for r in rows}
+    patches = [retargeted(p, by_file[p.filename]) if p.filename in by_file else p for p in series.patches]
     found = narrow.narrow_series(
-        repo, series.patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
+        repo, patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
         target=target, to_ref=to, today=datetime.datetime.now(datetime.UTC).date().isoformat(),
         branch=config.upstream.branch if config.upstream.source == "git" else None,
         validate=probe if validate is not None else None)
@@ -225,6 +238,8 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
+    from vpatch.update.retarget import message_lines as moved_lines
+
     narrowed = [p for p in plan.patches if p.narrowing is not None]
     dropped, refreshed, kept = (plan.files(Action.DROP), _unnarrowed(plan, Action.REFRESH),
                                 _unnarrowed(plan, Action.KEEP))
@@ -242,6 +257,7 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
         for row in narrowed:
             assert row.narrowing is not None
             lines += message_lines(row.subject, row.narrowing)
+            lines += moved_lines(row)
     if dropped:
         lines += ["", f"Dropped, landed upstream (recorded in {RETIRED_FILE}):"]
         for f in dropped:
@@ -250,7 +266,8 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
             lines += [f"  Also: {e}" for e in r.evidence if e != r.decided_by]
     if refreshed:
         lines += ["", f"Refreshed, re-exported against {plan.to_ref}:"]
-        lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}" for f in refreshed]
+        for f in refreshed:
+            lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}", *moved_lines(rows[f])]
     if kept:
         lines += ["", "Kept, unchanged:"]
         lines += [f"- {f}: {rows[f].state}: {rows[f].decided_by}" for f in kept]

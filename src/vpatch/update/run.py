@@ -19,7 +19,7 @@ from vpatch.errors import ApplyError, VpatchError
 from vpatch.fs import atomic_write
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
-from vpatch.update import guard
+from vpatch.update import guard, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
     JOURNAL_FILE,
@@ -191,7 +191,10 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     originals = {p.filename: p for p in series}
     # a narrowed patch goes into the update tree without the hunks upstream has; export compares with the file
     narrowed = {p.file: p.narrowing for p in plan.patches if p.narrowing}
-    by_file = {f: narrowed[f].patch(p) if f in narrowed else p for f, p in originals.items()}
+    # a patch whose file moved goes in at the new path (retarget.py), narrowed or not
+    rows = {p.file: p for p in plan.patches}
+    moved = {f: retarget.retargeted(p, rows[f]) if f in rows else p for f, p in originals.items()}
+    by_file = {f: narrowed[f].patch(p) if f in narrowed else p for f, p in moved.items()}
     kept = [by_file[f] for f in plan.files(Action.KEEP, Action.REFRESH, Action.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
@@ -210,6 +213,9 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     state = replace(state, pending=[])
     applied = stack.load_stack(project.work)
     assert applied is not None
+    proofs = retarget.prove(repo, project.work, applied, originals, plan.patches)
+    plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
+                                       for p in plan.patches))
     probes = tuple(_validate(repo, config, by_file[a.file], applied.base, a.commit, validator) for a in applied.applied)
     failed = [p for p in probes if not p.ok]
     if failed:
