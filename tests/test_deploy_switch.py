@@ -22,9 +22,9 @@ from serverimage import tiny_serve, write_project
 from typer.testing import CliRunner
 
 from vpatch.cli import app
+from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import Docker
 from vpatch.serve.render import render
 

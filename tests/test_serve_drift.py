@@ -17,7 +17,7 @@ import pytest
 from serverimage import tiny_serve, tiny_yaml
 
 from vpatch.config import Pin
-from vpatch.image.definition import ImageDefinition
+from vpatch.definition import ImageDefinition
 from vpatch.image.docker import Docker
 from vpatch.serve import drift
 from vpatch.serve.render import for_definition

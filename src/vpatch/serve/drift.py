@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vpatch.config import Pin
+from vpatch.definition import ImageDefinition
 from vpatch.errors import VpatchError
-from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import ContainerInfo, Docker, DockerError, ImageInfo
 from vpatch.image.plan import LABEL_PREFIX
 from vpatch.serve import render

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vpatch.definition import ImageDefinition
 from vpatch.errors import VpatchError
-from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import Docker
 from vpatch.serve import lint, render
 from vpatch.serve.render import RunCommand
