@@ -34,6 +34,11 @@ _REGISTRY = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::\d+)?|\[[0-9a-
 _RELEASE = re.compile(r"^v\d+\.\d+\.\d+(?:[.-]?[a-z0-9.]+)?$")
 
 
+def definition_name_ok(name: str) -> bool:
+    """Whether `name` can name images/<name>.yaml (and the files named after it, such as its deploy journal)."""
+    return bool(_NAME.match(name))
+
+
 def image_reference_ok(ref: str) -> bool:
     """Docker's reference grammar: [registry[:port]/]path[:tag][@sha256:digest], the path in lower case."""
     rest, _, digest = ref.partition("@")
