@@ -12,8 +12,8 @@ from pathlib import Path
 
 from vpatch.definition import ImageDefinition
 from vpatch.errors import VpatchError
-from vpatch.image.docker import Docker
-from vpatch.serve import lint, render
+from vpatch.image.docker import Docker, DockerError
+from vpatch.serve import lint, render, runerror
 from vpatch.serve.render import RunCommand
 
 Progress = Callable[[str], None]
@@ -71,7 +71,10 @@ def start(docker: Docker, command: RunCommand, *, progress: Progress | None = No
     """Run the rendered `docker run` (the very argv --print shows) and return the container id."""
     if progress:
         progress(f"starting: {command.shell_line()}")
-    return docker.run_cli(command.argv, timeout=300).out.strip()
+    try:
+        return docker.run_cli(command.argv, timeout=300).out.strip()
+    except DockerError as exc:
+        raise runerror.explain(docker, command, exc) from exc  # names the yaml key; removes what it created
 
 
 def wait_healthy(docker: Docker, container: str, url: str, *, timeout: float,
