@@ -56,7 +56,7 @@ def lint_of(images: dict[str, str], kind: str, cache: Path, **fields: object) ->
     path = cache / "serve" / "vllm-options" / f"{image.id.replace(':', '-')}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": "0.32.0", "options": OPTIONS}))
-    serve = ServeConfig(model="/models/m", container=ContainerOptions(name="x"), **fields)  # type: ignore[arg-type]
+    serve = ServeConfig(**{"model": "/models/m", "container": ContainerOptions(name="x"), **fields})  # type: ignore[arg-type]
     return lint.check(docker, render(serve, images[kind], definition="tiny"), definition="tiny", cache=cache)
 
 
@@ -77,6 +77,29 @@ def test_serve_after_a_serving_entrypoint_is_refused_with_the_fix(images: dict[s
     assert "already `vllm serve`" in info.value.message
     assert f"would run `vllm serve {' '.join(command)} /models/m" in info.value.message
     assert info.value.hint is not None and info.value.hint.startswith(f"remove `{' '.join(command)}` from serve.command")
+
+
+@pytest.mark.parametrize(("fields", "word"), [
+    ({"command": ("Serve",)}, "Serve"),
+    ({"command": ("serve ",)}, "serve "),
+    ({"command": (" SERVE",)}, " SERVE"),
+    ({"model": "serve /models/x"}, "serve /models/x"),
+    ({"model": "Serve"}, "Serve"),
+])
+def test_serve_is_found_in_any_case_and_with_spaces(images: dict[str, str], tmp_path: Path,
+                                                    fields: dict[str, object], word: str) -> None:
+    """The argv normalised: what the yaml check refuses first is refused here too, for a config built in code."""
+    with pytest.raises(VpatchError) as info:
+        lint_of(images, "serve", tmp_path, **fields)
+    assert "already `vllm serve`" in info.value.message
+    assert info.value.hint is not None and info.value.hint.startswith(f"remove `{word}` from serve.command")
+
+
+@pytest.mark.parametrize("command", [("vllm", "serve", "Serve"), ("vllm", "SERVE ", "serve")])
+def test_serve_twice_after_a_plain_entrypoint_in_any_case(images: dict[str, str], tmp_path: Path,
+                                                          command: tuple[str, ...]) -> None:
+    with pytest.raises(VpatchError, match="starts vLLM's server twice"):
+        lint_of(images, "shell", tmp_path, command=command)
 
 
 def test_the_model_named_serve_is_the_same_mistake(images: dict[str, str], tmp_path: Path) -> None:

@@ -109,13 +109,33 @@ def check(docker: Docker, command: RunCommand, *, definition: str, cache: Path,
 
 def serves(words: Sequence[str]) -> int | None:
     """Where vLLM's server arguments begin in an entrypoint+command, or None when these words start no
-    server: after `vllm serve` or `python -m vllm.entrypoints.openai.api_server`."""
+    server: after `vllm serve` or `python -m vllm.entrypoints.openai.api_server`. Words are compared
+    normalised (case, surrounding spaces): `Serve` or `serve ` in a yaml is the same mistake as `serve`."""
     for i, word in enumerate(words):
-        if PurePosixPath(word).name == "vllm" and i + 1 < len(words) and words[i + 1] == "serve":
+        if PurePosixPath(_normal(word)).name == "vllm" and i + 1 < len(words) and _normal(words[i + 1]) == "serve":
             return i + 2
-        if word == _SERVER_MODULE and i > 0 and words[i - 1] == "-m":
+        if _normal(word) == _SERVER_MODULE and i > 0 and words[i - 1] == "-m":
             return i + 1
     return None
+
+
+def _normal(word: str) -> str:
+    return word.strip().casefold()
+
+
+def _says_serve(words: Sequence[str]) -> bool:
+    """Whether one of `words` is, or begins with, `serve` once normalised (`serve /models/x` as one word too)."""
+    return any(_normal(word).split()[:1] == ["serve"] for word in words)
+
+
+def _positional_head(args: Sequence[str]) -> tuple[str, ...]:
+    """The words before the first flag: command and model."""
+    head = []
+    for word in args:
+        if word.startswith("-"):
+            break
+        head.append(word)
+    return tuple(head)
 
 
 def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source: str) -> int:
@@ -124,8 +144,9 @@ def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source
     start = serves(entrypoint)
     if start == len(entrypoint):
         # The entrypoint already serves: the arguments must begin with the model, not another `serve`.
-        if args and (args[0] == "serve" or serves(args) is not None):
-            extra = "vllm serve" if serves(args) is not None else "serve"
+        if _says_serve(_positional_head(args)) or serves(args) is not None:
+            extra = "vllm serve" if serves(args) is not None else next(
+                w for w in _positional_head(args) if _says_serve([w]))
             raise VpatchError(
                 f"the image's entrypoint is already `{shown}`: these arguments would run "
                 f"`{shown} {' '.join(args[:3])} …` and vLLM refuses it (a crash loop under a restart policy)",
@@ -143,7 +164,7 @@ def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source
             f"the image's entrypoint `{shown}` does not start vLLM's server, and serve.command does not either",
             hint=f"set serve.command: [vllm, serve] in {source}",
         )
-    if serves(args[inner:]) is not None or args[inner:inner + 1] == ("serve",):
+    if serves(args[inner:]) is not None or _says_serve(_positional_head(args[inner:])):
         raise VpatchError(
             f"serve.command starts vLLM's server twice: `{' '.join(args[:inner + 2])} …`",
             hint=f"say `serve` once in serve.command in {source}",
