@@ -72,9 +72,12 @@ def test_the_next_start_after_a_refused_one_works(tmp_path: Path, image: str, na
 
 
 def test_a_container_of_someone_else_is_never_removed(tmp_path: Path, image: str, name: str) -> None:
-    """The name is taken by a container vpatch did not make: docker refuses, and that container stays."""
+    """The name is taken (even by a never-started container with this definition's label, as an earlier
+    vpatch could have left): docker refuses, and that container stays."""
+    from vpatch.serve.render import LABEL_DEFINITION
+
     docker = Docker.connect()
-    docker.run_cli(["docker", "create", "--name", name, image])
+    docker.run_cli(["docker", "create", "--name", name, "--label", f"{LABEL_DEFINITION}=tiny", image])
     error = start(tmp_path, image, name)
     assert "is already in use" in error.message and "check serve.container.name" in error.message
     assert "was removed" not in error.message

@@ -41,7 +41,10 @@ def definition_of(command: RunCommand) -> str:
 
 def explain(docker: Docker, command: RunCommand, error: DockerError) -> VpatchError:
     """The error to raise for a failed `docker run`, after removing the container it created but could not start."""
-    left = docker.container(command.name)
+    # The name was free before (serve refuses a taken one, deploy parked production first): a never-started
+    # container under it now is the one this run created, unless docker says the name was already taken.
+    taken = re.search(r"is already in use", error.message) is not None
+    left = None if taken else docker.container(command.name)
     removed = ""
     if left is not None and left.status == "created" and left.labels.get(LABEL_DEFINITION) == definition_of(command):
         docker.remove_container(left.id)
