@@ -100,7 +100,7 @@ def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
 
 
 def test_duplicate_keys_in_a_probe_and_an_image_definition(tmp_path: Path) -> None:
-    from vpatch.image.definition import ImageDefinition
+    from vpatch.definition import ImageDefinition
     from vpatch.probes import Probe
 
     probe = tmp_path / "p.yaml"
@@ -122,7 +122,7 @@ def test_a_nul_byte_in_a_probe_command_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("image", ["my image:v1", "vllm/VLLM-openai:v1", "vllm/vllm-openai:", "UPPER"])
 def test_bad_base_image_names_are_refused(tmp_path: Path, image: str) -> None:
-    from vpatch.image.definition import ImageDefinition
+    from vpatch.definition import ImageDefinition
 
     with pytest.raises(ConfigError, match=r"base\.image"):
         ImageDefinition.parse(f"image:\n  repository: ml/prod\n  tag: prod\nbase:\n  image: '{image}'\n", name="prod",

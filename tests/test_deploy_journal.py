@@ -8,7 +8,7 @@ import pytest
 
 from vpatch.deploy.container import last_error
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.errors import JournalError
+from vpatch.errors import ConfigError, JournalError
 
 
 def test_journal_round_trips_each_phase_and_lives_in_the_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,3 +48,58 @@ def test_the_line_that_says_why_a_container_died() -> None:
     real = (Path(__file__).parent / "data" / "deploy" / "cpu-kv-too-small.log").read_text()
     assert "See root cause above" in real
     assert last_error(real).startswith("ValueError: To serve at least one request with the model's max seq len (1024)")
+
+
+GOOD = {"definition": "x", "container": "vllm-x", "image": "ml/x:new", "phase": "deployed", "started": "20260924-201500",
+        "parked_id": "abc123", "parked_name": "vllm-x-parked-20260924-201500", "parked_restart": "unless-stopped",
+        "candidate_started": True, "candidate_id": "def456", "candidate_kept_as": None, "note": ""}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"parked_id": 12345}, "field 'parked_id' must be a non-empty string or null, not 12345"),
+    ({"container": None}, "field 'container' must be a non-empty string, not None"),
+    ({"candidate_started": "yes"}, "field 'candidate_started' must be true or false, not 'yes'"),
+    ({"phase": "half-way"}, "field 'phase' must be one of baseline, parking,"),
+    ({"phase": None}, "field 'phase' must be one of"),
+    ({"parked": "abc"}, "field 'parked' is not a journal field"),
+    ({"started": ""}, "field 'started' must be a non-empty string"),
+    ({"definition": "other"}, "field 'definition' is 'other', but the file is the journal of 'x'"),
+])
+def test_each_journal_field_is_checked_with_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        change: dict[str, object], message: str) -> None:
+    import json
+
+    monkeypatch.setenv("VPATCH_STATE", str(tmp_path))
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "x.json").write_text(json.dumps({**GOOD, **change}))
+    with pytest.raises(JournalError) as info:
+        Journal.load("x")
+    assert f"the deploy journal {tmp_path / 'deploy' / 'x.json'} is unreadable: {message}" in info.value.message
+    assert info.value.hint and "docker ps -a" in info.value.hint
+
+
+def test_a_complete_journal_loads_and_a_missing_field_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setenv("VPATCH_STATE", str(tmp_path))
+    (tmp_path / "deploy").mkdir()
+    path = tmp_path / "deploy" / "x.json"
+    path.write_text(json.dumps(GOOD))
+    loaded = Journal.load("x")
+    assert loaded is not None and loaded.phase is Phase.DEPLOYED and loaded.parked_id == "abc123"
+    assert loaded.path == path  # saved again, it is written under its own name
+    path.write_text(json.dumps({k: v for k, v in GOOD.items() if k != "image"}))
+    with pytest.raises(JournalError, match="field 'image' is missing"):
+        Journal.load("x")
+    path.write_text("[1, 2]")
+    with pytest.raises(JournalError, match="it must be a JSON object, not list"):
+        Journal.load("x")
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(JournalError, match="unreadable"):
+        Journal.load("x")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "", "X"])
+def test_a_definition_name_that_is_no_file_name_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="is not an image definition name"):
+        Journal.path_for(name)

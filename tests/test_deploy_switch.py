@@ -22,9 +22,9 @@ from serverimage import tiny_serve, write_project
 from typer.testing import CliRunner
 
 from vpatch.cli import app
+from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import Docker
 from vpatch.serve.render import render
 
@@ -78,7 +78,7 @@ class Host:
         write_project(self.root, self.image, serve, name=NAME)
         path = self.root / "images" / f"{NAME}.yaml"
         doc = yaml.safe_load(path.read_text())
-        doc["deploy"] = {**SUITE, "hooks": hooks or {}}
+        doc["deploy"] = {**SUITE, **({"hooks": hooks} if hooks else {})}  # an empty hooks: is an error
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
     def production(self) -> dict[str, object]:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from vpatch import git as vgit
+from vpatch.definition import ImageDefinition, Strategy
 from vpatch.errors import VpatchError
-from vpatch.image.definition import ImageDefinition, Strategy
 from vpatch.image.plan import Changes, Kind, choose, classify, content_hash, declared_args, vllm_buildargs
 from vpatch.series import Patch
 

@@ -51,7 +51,7 @@ def test_a_record_round_trips_atomically_and_a_missing_one_is_none(tmp_path: Pat
 
 @pytest.mark.parametrize(("content", "why"), [
     (b"{not json", "Expecting property name"),
-    (b"[1, 2]", "a JSON object was expected, not list"),
+    (b"[1, 2]", "it must be a JSON object, not list"),
     (b'{"name": "a"}', "no field 'color'"),
     (b'{"name": "a", "color": "blue"}', "'blue' is not a valid Color"),
     (b"\xff\xfe", "can't decode"),
@@ -76,7 +76,7 @@ def test_the_deploy_journal_and_the_update_journal_refuse_alike(project: Project
     monkeypatch.setenv("VPATCH_STATE", str(tmp_path / "state"))
     Journal("x", "vllm-x", "img", Phase.BASELINE, "20260924-201500").save()
     Journal.path_for("x").write_text('{"definition": "x"}')
-    with pytest.raises(JournalError, match=r"the deploy journal .*x\.json is unreadable: no field 'phase'"):
+    with pytest.raises(JournalError, match=r"the deploy journal .*x\.json is unreadable: field 'container' is missing"):
         Journal.load("x")
 
     commit_all(project)

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from vpatch.cli import app
+from vpatch.definition import ImageDefinition
 from vpatch.errors import ConfigError
-from vpatch.image.definition import ImageDefinition
 from vpatch.serve.render import LABEL_DEFINITION, for_definition
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ HEAD = "image:\n  repository: test/vllm\n  tag: tiny\n"
 def load(tmp_path: Path, serve: str, name: str = "tiny") -> ImageDefinition:
     (tmp_path / "images").mkdir(exist_ok=True)
     (tmp_path / "images" / f"{name}.yaml").write_text(HEAD + serve)
-    return ImageDefinition.load(tmp_path, name)
+    return ImageDefinition.load(tmp_path, name).validate()
 
 
 def flags(argv: list[str]) -> dict[str, str]:
@@ -80,7 +80,8 @@ def test_render_order_env_and_container_options(tmp_path: Path) -> None:
     assert argv[argv.index("--gpus") + 1] == '"device=0,2"'  # one CSV field for the docker CLI
     assert "--publish" not in argv  # host network: the port is the host's
     envs = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
-    assert envs == ["VLLM_CPU_KVCACHE_SPACE=1", "HF_HUB_OFFLINE=1"]
+    # As written in the yaml: `true` stays "true" (no YAML 1.1 rewriting; see test_serve_values_as_written)
+    assert envs == ["VLLM_CPU_KVCACHE_SPACE=1", "HF_HUB_OFFLINE=true"]
     assert argv[argv.index("local/other:1") + 1:] == command.args
     # deploy starts a candidate under another name and restart policy, same configuration otherwise
     other = for_definition(definition, image="local/other:1", name="cand", restart="no")
@@ -100,7 +101,7 @@ def test_default_container_name_and_published_port(tmp_path: Path) -> None:
     [
         ("serve:\n  port: 8000\n", "key 'serve.model' is missing"),
         ("serve:\n  model: m\n  max_model_lenght: 10\n", "key 'serve.max_model_lenght' is not a known key"),
-        ("serve:\n  model: m\n  max_model_len: 220k\n", "key 'serve.max_model_len' must be a whole number"),
+        ("serve:\n  model: m\n  max_model_len: 220k\n", "key 'serve.max_model_len' must be a positive whole number, not 220k"),
         ("serve:\n  model: m\n  max_num_seqs: 0\n", "key 'serve.max_num_seqs' must be a positive"),
         ("serve:\n  model: m\n  port: 70000\n", "key 'serve.port' must be a TCP port"),
         ("serve:\n  model: m\n  enforce_eager: yes please\n", "key 'serve.enforce_eager' must be true or false"),

@@ -1,23 +1,22 @@
-"""Drift rules on real containers that are created, never started (docker inspect is all --diff reads).
-
-The image is an empty root filesystem with the official entrypoint, an environment default and vpatch's
-pin labels; test_serve.py finds drift on the running vLLM server itself.
+"""Drift rules on real containers started exactly as `vpatch serve` would run them (docker inspect is all
+--diff reads), from a stand-in image (tests/placeholder.py: the official entrypoint, a binary that waits),
+with an environment default and vpatch's pin labels; test_serve.py finds drift on the running vLLM server.
 """
 
 from __future__ import annotations
 
-import io
-import tarfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import placeholder
 import pytest
 from serverimage import tiny_serve, tiny_yaml
 
 from vpatch.config import Pin
-from vpatch.image.definition import ImageDefinition
+from vpatch.definition import ImageDefinition
 from vpatch.image.docker import Docker
 from vpatch.serve import drift
 from vpatch.serve.render import for_definition
@@ -30,13 +29,8 @@ PIN = Pin("v0.29.0", "ff9cd35769848aaabb41d2b2f0caada8b431f17e")
 @pytest.fixture(scope="module")
 def image() -> Iterator[str]:
     docker = Docker.connect()
-    empty = io.BytesIO()
-    with tarfile.open(fileobj=empty, mode="w") as tar:
-        tar.addfile(tarfile.TarInfo("README"), io.BytesIO(b""))
-    ref = f"vpatch-serve-test/drift-base:{uuid.uuid4().hex[:8]}"
-    empty.seek(0)
-    docker.import_rootfs(empty, ref, [
-        'ENTRYPOINT ["vllm", "serve"]', "ENV BASE_DEFAULT=1",
+    ref = placeholder.build(docker, [
+        "ENV BASE_DEFAULT=1",
         f"LABEL io.vpatch.pin.ref={PIN.ref} io.vpatch.pin.commit={PIN.commit} org.opencontainers.image.version=0.29.0",
     ])
     yield ref
@@ -55,11 +49,12 @@ def definition(tmp_path: Path, image: str, serve: dict[str, Any]) -> ImageDefini
                                  source="images/tiny.yaml")
 
 
-def create(image: str, tmp_path: Path, serve: dict[str, Any]) -> None:
-    """Create (not start) the container exactly as `vpatch serve` would run it."""
+def create(image: str, tmp_path: Path, serve: dict[str, Any], *, start: bool = True, options: tuple[str, ...] = ()) -> None:
+    """Run (or only create) the container exactly as `vpatch serve` would, with `options` added to docker's."""
     argv = list(for_definition(definition(tmp_path, image, serve)).argv)
     assert argv[1:3] == ["run", "--detach"]
-    Docker.connect().run_cli([argv[0], "create", *argv[3:]])
+    verb = ["run", "--detach"] if start else ["create"]
+    Docker.connect().run_cli([argv[0], *verb, *options, *argv[3:]])
 
 
 def test_the_same_yaml_has_no_drift_and_the_labels_are_shown(image: str, container: str, tmp_path: Path) -> None:
@@ -94,3 +89,74 @@ def test_every_kind_of_drift_is_named(image: str, container: str, tmp_path: Path
         "shm size": (str(2 * 1024**3), str(1024**3)),
         "image pin": (f"v0.30.0 ({'a' * 12}, vpatch.yaml)", f"{PIN.ref} ({PIN.commit[:12]})"),
     }
+
+
+def wait_for(docker: Docker, name: str, what: str, test: Any, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not test(docker.container(name)):
+        assert time.monotonic() < deadline, f"{name} never became {what}: {docker.container(name)}"
+        time.sleep(0.3)
+
+
+def state_drift(image: str, container: str, tmp_path: Path, serve: dict[str, Any]) -> list[tuple[str, str]]:
+    report = drift.diff(Docker.connect(), definition(tmp_path, image, serve))
+    return [(d.yaml, d.running) for d in report.drifts if d.what == "state"]
+
+
+def test_a_running_container_has_no_state_drift(image: str, container: str, tmp_path: Path) -> None:
+    serve = tiny_serve(8000, container)
+    create(image, tmp_path, serve)
+    assert state_drift(image, container, tmp_path, serve) == []
+
+
+def test_a_stopped_container_is_drift(image: str, container: str, tmp_path: Path) -> None:
+    serve = tiny_serve(8000, container)
+    create(image, tmp_path, serve)
+    docker = Docker.connect()
+    docker.stop_container(container)
+    wait_for(docker, container, "exited", lambda c: c.status == "exited")
+    (found,) = state_drift(image, container, tmp_path, serve)
+    assert found[0] == "running" and found[1].startswith("exited (exit code ")
+
+
+def test_a_container_never_started_is_drift(image: str, container: str, tmp_path: Path) -> None:
+    serve = tiny_serve(8000, container)
+    create(image, tmp_path, serve, start=False)
+    assert state_drift(image, container, tmp_path, serve) == [("running", "created")]
+
+
+def test_a_restarting_container_is_drift(image: str, container: str, tmp_path: Path) -> None:
+    serve = tiny_serve(8000, container, extra_args=["--exit-now"])  # the stand-in exits 3 at once
+    serve["container"]["restart"] = "always"
+    create(image, tmp_path, serve)
+    docker = Docker.connect()
+    wait_for(docker, container, "restarting", lambda c: c.status == "restarting" or c.restart_count > 0)
+    wait_for(docker, container, "restarting", lambda c: c.status == "restarting")
+    (found,) = state_drift(image, container, tmp_path, serve)
+    assert found[1].startswith("restarting (restart ") and "last exit code 3" in found[1]
+
+
+def test_an_unhealthy_container_is_drift(image: str, container: str, tmp_path: Path) -> None:
+    serve = tiny_serve(8000, container)
+    create(image, tmp_path, serve, options=("--health-cmd", "vllm --unhealthy", "--health-interval", "1s",
+                                             "--health-retries", "1"))
+    wait_for(docker := Docker.connect(), container, "unhealthy", lambda c: c.health == "unhealthy")
+    assert state_drift(image, container, tmp_path, serve) == [("running", "running, but its health check says unhealthy")]
+    assert docker.container(container).status == "running"  # type: ignore[union-attr]
+
+
+def test_serve_diff_on_a_stopped_container_exits_7_and_says_so(image: str, container: str, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    serve = tiny_serve(8000, container)
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "tiny.yaml").write_text(tiny_yaml(image, serve))
+    (tmp_path / "vpatch.yaml").write_text("pin:\n  ref: v0.29.0\n")
+    create(image, tmp_path, serve)
+    Docker.connect().stop_container(container)
+    result = CliRunner().invoke(app, ["-C", str(tmp_path), "serve", "tiny", "--diff"])
+    assert result.exit_code == 7, result.output
+    assert f"{container} differs from images/tiny.yaml:" in result.stdout and "running: exited (exit code" in result.stdout
+    assert "runs exactly what" not in result.stdout

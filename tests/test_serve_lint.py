@@ -24,6 +24,9 @@ pytestmark = pytest.mark.docker
 
 OPTIONS = ["--port", "--max-model-len", "--enforce-eager", "--no-enforce-eager", "--kv-cache-dtype", "-tp",
            "--tensor-parallel-size", "--served-model-name"]
+# What vLLM's parser says each sets (as the lint's python3 dump records it): an alias and a --no- form share it.
+DESTS = {**{o: o.lstrip("-").replace("-", "_") for o in OPTIONS}, "-tp": "tensor_parallel_size",
+         "--no-enforce-eager": "enforce_eager"}
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +56,33 @@ def images() -> Iterator[dict[str, str]]:
 def lint_of(images: dict[str, str], kind: str, cache: Path, **fields: object) -> lint.LintReport:
     docker = Docker.connect()
     image = docker.image(images[kind])
-    path = cache / "serve" / "vllm-options" / f"{image.id.replace(':', '-')}.json"
+    path = cache / "serve" / "vllm-options" / f"{image.id.replace(':', '-')}.v2.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"version": "0.32.0", "options": OPTIONS}))
-    serve = ServeConfig(model="/models/m", container=ContainerOptions(name="x"), **fields)  # type: ignore[arg-type]
+    path.write_text(json.dumps({"version": "0.32.0", "options": OPTIONS, "dests": DESTS}))
+    serve = ServeConfig(**{"model": "/models/m", "container": ContainerOptions(name="x"), **fields})  # type: ignore[arg-type]
     return lint.check(docker, render(serve, images[kind], definition="tiny"), definition="tiny", cache=cache)
 
 
 def test_official_entrypoint_takes_the_model_first(images: dict[str, str], tmp_path: Path) -> None:
-    report = lint_of(images, "serve", tmp_path, max_model_len=1024, enforce_eager=False,
+    report = lint_of(images, "serve", tmp_path, enforce_eager=False,
                      extra_args=("--max_model_len", "1024", "--kv-cache-dtype=fp8", "-tp", "1"))
     assert report.vllm_version == "0.32.0" and report.entrypoint == ("vllm", "serve")
     # underscores and --flag=value are what vLLM's parser accepts too; numbers are values, not flags
-    assert report.flags == ("--port", "--max-model-len", "--no-enforce-eager", "--max_model_len",
-                            "--kv-cache-dtype=fp8", "-tp")
+    assert report.flags == ("--port", "--no-enforce-eager", "--max_model_len", "--kv-cache-dtype=fp8", "-tp")
+
+
+@pytest.mark.parametrize(("fields", "pair"), [
+    ({"tensor_parallel_size": 2, "extra_args": ("-tp", "2")}, "--tensor-parallel-size and -tp"),
+    ({"max_model_len": 1024, "extra_args": ("--max_model_len", "2048")}, "--max-model-len and --max_model_len"),
+    ({"enforce_eager": True, "extra_args": ("--no-enforce-eager",)}, "--enforce-eager and --no-enforce-eager"),
+])
+def test_a_setting_given_twice_is_refused_by_the_images_own_parser(images: dict[str, str], tmp_path: Path,
+                                                                   fields: dict[str, object], pair: str) -> None:
+    """Aliases only the image's vLLM knows (-tp) included; a config built in code is checked as the yaml is."""
+    with pytest.raises(VpatchError) as info:
+        lint_of(images, "serve", tmp_path, **fields)
+    assert f"{pair} both set vLLM 0.32.0's" in info.value.message
+    assert info.value.hint is not None and "nothing was started or stopped" in info.value.hint
 
 
 @pytest.mark.parametrize("command", [("serve",), ("vllm", "serve")])
@@ -77,6 +93,29 @@ def test_serve_after_a_serving_entrypoint_is_refused_with_the_fix(images: dict[s
     assert "already `vllm serve`" in info.value.message
     assert f"would run `vllm serve {' '.join(command)} /models/m" in info.value.message
     assert info.value.hint is not None and info.value.hint.startswith(f"remove `{' '.join(command)}` from serve.command")
+
+
+@pytest.mark.parametrize(("fields", "word"), [
+    ({"command": ("Serve",)}, "Serve"),
+    ({"command": ("serve ",)}, "serve "),
+    ({"command": (" SERVE",)}, " SERVE"),
+    ({"model": "serve /models/x"}, "serve /models/x"),
+    ({"model": "Serve"}, "Serve"),
+])
+def test_serve_is_found_in_any_case_and_with_spaces(images: dict[str, str], tmp_path: Path,
+                                                    fields: dict[str, object], word: str) -> None:
+    """The argv normalised: what the yaml check refuses first is refused here too, for a config built in code."""
+    with pytest.raises(VpatchError) as info:
+        lint_of(images, "serve", tmp_path, **fields)
+    assert "already `vllm serve`" in info.value.message
+    assert info.value.hint is not None and info.value.hint.startswith(f"remove `{word}` from serve.command")
+
+
+@pytest.mark.parametrize("command", [("vllm", "serve", "Serve"), ("vllm", "SERVE ", "serve")])
+def test_serve_twice_after_a_plain_entrypoint_in_any_case(images: dict[str, str], tmp_path: Path,
+                                                          command: tuple[str, ...]) -> None:
+    with pytest.raises(VpatchError, match="starts vLLM's server twice"):
+        lint_of(images, "shell", tmp_path, command=command)
 
 
 def test_the_model_named_serve_is_the_same_mistake(images: dict[str, str], tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from vpatch.definition import Strategy
 from vpatch.errors import ExitCode, VpatchError
-from vpatch.image.strategy import Strategy
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -325,10 +325,11 @@ def serve(
 
     --print shows the exact `docker run` that would run; --diff shows how the running container differs.
     """
-    from vpatch.image.definition import ImageDefinition
+    from vpatch.definition import ImageDefinition
     from vpatch.serve import render
 
-    definition = ImageDefinition.load(_config().root, name)
+    # The whole definition, every section and the rules between them, before anything is shown or touched.
+    definition = ImageDefinition.load(_config().root, name).validate()
     if print_only:
         echo(render.for_definition(definition, image=image).shell_line())
         return
@@ -531,9 +532,9 @@ def deploy(
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
     import json
 
+    from vpatch.definition import ImageDefinition
     from vpatch.deploy import report as deploy_report
     from vpatch.deploy import switch
-    from vpatch.image.definition import ImageDefinition
     from vpatch.image.docker import Docker
 
     definition = ImageDefinition.load(_config().root, name)
@@ -560,6 +561,7 @@ def deploy(
         return
     from vpatch.upstream import cache_dir
 
+    definition.validate()  # every section and the rules between them, before production is touched
     result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy,
                            image=image or definition.moving_ref, docker=docker, cache=cache_dir(), progress=progress)
     if as_json:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from vpatch.document import Document
 from vpatch.errors import ConfigError
 from vpatch.fs import atomic_write
 
@@ -66,15 +67,7 @@ class Config:
 
     @classmethod
     def parse(cls, text: str, *, root: Path, source: str) -> Config:
-        import yaml
-
-        from vpatch import yamlload
-
-        try:
-            data = yamlload.load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
-        doc = _Doc(source)
+        doc, data = Document.parse(text, source=source)
         top = doc.mapping(data, "", required={"pin"}, optional={"upstream", "patches"})
         up = doc.mapping(top.get("upstream", {}), "upstream", optional={"git", "releases", "source", "branch"})
         upstream = Upstream(
@@ -121,48 +114,6 @@ class Config:
 
     def save(self) -> None:
         atomic_write(self.path, self.dump().encode())
-
-
-class _Doc:
-    """Validation helpers that report the file and the key path."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, key: str, message: str) -> NoReturn:
-        where = f"key '{key}'" if key else "top level"
-        raise ConfigError(f"{self.source}: {where} {message}", hint=f"fix {where} in {self.source}")
-
-    def mapping(
-        self, value: Any, key: str, *, required: frozenset[str] | set[str] = frozenset(),
-        optional: frozenset[str] | set[str] = frozenset(),
-    ) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            self.fail(key, f"must be a mapping, not {type(value).__name__}")
-        prefix = f"{key}." if key else ""
-        for name in value:
-            if name not in required | optional:
-                known = ", ".join(sorted(required | optional))
-                self.fail(f"{prefix}{name}", f"is not a known key (known here: {known})")
-        for name in sorted(required):
-            if name not in value:
-                self.fail(f"{prefix}{name}", "is missing")
-        return value
-
-    def string(self, data: dict[str, Any], key: str, default: str | None = None) -> str:
-        name = key.rsplit(".", 1)[-1]
-        value = data.get(name, default)
-        if value is None:
-            self.fail(key, "is missing")
-        if not isinstance(value, str) or not value.strip():
-            self.fail(key, f"must be a non-empty string, not {value!r}")
-        return value
-
-    def optional_string(self, data: dict[str, Any], key: str) -> str | None:
-        name = key.rsplit(".", 1)[-1]
-        if data.get(name) is None:
-            return None
-        return self.string(data, key)
 
 
 def find_root(start: Path) -> Path:

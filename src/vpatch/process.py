@@ -8,6 +8,7 @@ Additions a caller passes explicitly (a temporary GIT_INDEX_FILE) are applied af
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -296,6 +297,13 @@ def failure(
 def _not_started(command: tuple[str, ...], shown: Sequence[str] | None, exc: OSError,
                  error: type[ProcessError], hint: str | None) -> ProcessError:
     program = command[0] if command else "?"
+    if exc.errno == errno.E2BIG:
+        # Not a missing program: the kernel refused the arguments (each at most 128 KiB, all together ARG_MAX).
+        longest = max(range(len(command)), key=lambda i: len(command[i]))
+        start = _name([w if len(w) <= 40 else w[:37] + "..." for w in command[:3]])
+        return error(f"cannot run {start} …: the argument list is too long (argument {longest} is "
+                     f"{len(command[longest].encode()):,} bytes; Linux takes at most 131,072 per argument)",
+                     command=command, returncode=None, output="", hint=hint or "shorten the value that became that argument")
     return error(f"cannot run {_name(shown or command)}: {exc.strerror or exc}", command=command, returncode=None,
                  output="", hint=hint or f"is {Path(program).name} installed and on PATH?")
 

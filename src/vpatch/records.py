@@ -40,7 +40,7 @@ def load(path: Path, parse: Callable[[dict[str, Any]], R], *, what: str, hint: s
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
-            raise TypeError(f"a JSON object was expected, not {type(data).__name__}")
+            raise TypeError(f"it must be a JSON object, not {type(data).__name__}")
         return parse(data)
     except (ValueError, TypeError, KeyError) as exc:
         why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)

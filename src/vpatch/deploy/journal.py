@@ -9,12 +9,16 @@ daemon, not a checkout, so a second checkout or a fresh clone finds it; and it i
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from vpatch import records
+from vpatch.definition import definition_name_ok
+from vpatch.errors import ConfigError, JournalError
+
+_HINT = "inspect it and the containers (`docker ps -a`); remove it only once production is sound"
 
 
 class Phase(str, Enum):
@@ -56,6 +60,10 @@ class Journal:
 
     @classmethod
     def path_for(cls, definition: str) -> Path:
+        if not definition_name_ok(definition):
+            # The name becomes a file name in the state folder: nothing may lead out of it.
+            raise ConfigError(f"{definition!r} is not an image definition name (lower-case letters, digits, "
+                              "'.', '_', '-')", hint="name one of images/*.yaml without the .yaml")
         return cls.folder() / f"{definition}.json"
 
     @property
@@ -64,15 +72,53 @@ class Journal:
 
     @classmethod
     def load(cls, definition: str) -> Journal | None:
-        return records.load(cls.path_for(definition), cls.from_dict, what="the deploy journal",
-                            hint="inspect it and the containers (`docker ps -a`); remove it only once production is sound")
+        """The journal of `definition`, None when there is none; every field checked (JournalError naming it)."""
+        path = cls.path_for(definition)
+        journal = records.load(path, lambda data: cls.from_json(data, source=str(path)), what="the deploy journal",
+                               hint=_HINT)
+        if journal is not None and journal.definition != definition:
+            # Saved again it would land under another definition's name (and take over its journal).
+            _refuse(str(path), "definition", f"is {journal.definition!r}, but the file is the journal of {definition!r}")
+        return journal
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Journal:
-        return cls(**{**data, "phase": Phase(data["phase"])})
+        return cls.from_json(data, source="the deploy journal")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "phase": self.phase.value}
+
+    @classmethod
+    def from_json(cls, data: Any, *, source: str) -> Journal:
+        """The journal a JSON document describes, field by field: the right type in each, no unknown one."""
+        if not isinstance(data, dict):
+            _refuse(source, "", f"must be a JSON object, not {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        for name in data:
+            if name not in known:
+                _refuse(source, name, f"is not a journal field (known: {', '.join(known)})")
+        values: dict[str, Any] = {}
+        for name, spec in known.items():
+            if name not in data:
+                if spec.default is MISSING:  # a field without a default (none has a default_factory)
+                    _refuse(source, name, "is missing")
+                continue
+            value = data[name]
+            if name == "phase":
+                phases = {p.value: p for p in Phase}
+                if value not in phases:
+                    _refuse(source, name, f"must be one of {', '.join(phases)}, not {value!r}")
+                value = phases[value]
+            elif spec.type == "bool":
+                if not isinstance(value, bool):
+                    _refuse(source, name, f"must be true or false, not {value!r}")
+            elif spec.type == "str | None":
+                if value is not None and (not isinstance(value, str) or not value):
+                    _refuse(source, name, f"must be a non-empty string or null, not {value!r}")
+            elif not isinstance(value, str) or (not value and name != "note"):
+                _refuse(source, name, f"must be a non-empty string, not {value!r}")
+            values[name] = value
+        return cls(**values)
 
     def save(self) -> Journal:
         records.save(self.path, self)
@@ -81,3 +127,8 @@ class Journal:
     def advance(self, phase: Phase, **changes: str | bool | None) -> Journal:
         """The journal moved to `phase` (with `changes`), written to disk before the step it announces."""
         return replace(self, phase=phase, **changes).save()  # type: ignore[arg-type]
+
+
+def _refuse(source: str, field: str, message: str) -> NoReturn:
+    where = f"field {field!r}" if field else "it"
+    raise JournalError(f"the deploy journal {source} is unreadable: {where} {message}", hint=_HINT)

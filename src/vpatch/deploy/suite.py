@@ -1,4 +1,7 @@
-"""`deploy:` in images/<name>.yaml: the check suite with its thresholds, and the switch hooks."""
+"""`deploy:` in images/<name>.yaml: the check suite with its thresholds, and the switch hooks.
+
+A config-layer module (it imports nothing but document.py and errors.py), parsed on first use by
+ImageDefinition; the sizes of the requests its checks send are checked against serve: by consistency.py."""
 
 from __future__ import annotations
 
@@ -6,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpatch.config import _Doc
-from vpatch.errors import ConfigError
+from vpatch.document import Document
 
 DEFAULT_LOG_PATTERNS = ("memory allocation failed", "Traceback", "CUDA error", "out of memory")
 
@@ -62,6 +64,19 @@ class ParallelCheck:
 
 
 @dataclass(frozen=True)
+class RequestSize:
+    """One request a check sends, as big as the yaml makes it: it must fit the server's max_model_len."""
+
+    key: str  # the check's yaml key, e.g. deploy.checks.parallel
+    prompt_tokens: int  # the prompt's nominal length (the chat template adds a few)
+    max_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.max_tokens
+
+
+@dataclass(frozen=True)
 class Hooks:
     before_switch: tuple[tuple[str, ...], ...] = ()  # argv lists, run before the production container is parked
     after_switch: tuple[tuple[str, ...], ...] = ()  # run after the decision (deployed or rolled back)
@@ -83,14 +98,32 @@ class Suite:
     log_patterns: tuple[str, ...] = DEFAULT_LOG_PATTERNS
     hooks: Hooks = field(default_factory=Hooks)
 
+    def request_sizes(self) -> tuple[RequestSize, ...]:
+        """The largest request of each check that sends one (a new such check adds its own here)."""
+        out = []
+        if self.block_cost is not None:
+            out.append(RequestSize("deploy.checks.block_cost", self.block_cost.prompt_tokens, self.block_cost.max_tokens))
+        if self.needles is not None:
+            out.append(RequestSize("deploy.checks.needles", max(self.needles.lengths), self.needles.max_tokens))
+        if self.questions is not None:
+            out.append(RequestSize("deploy.checks.questions", 0, self.questions.max_tokens))
+        if self.parallel is not None:
+            out.append(RequestSize("deploy.checks.parallel", self.parallel.prompt_tokens, self.parallel.max_tokens))
+        return tuple(out)
+
     @classmethod
     def parse(cls, data: Any, *, root: Path, source: str) -> Suite:
-        doc = _Doc(source)
-        top = doc.mapping(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "checks", "hooks"})
-        checks = doc.mapping(top.get("checks") or {}, "deploy.checks", optional={
-            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "log_scan"})
-        hooks = doc.mapping(top.get("hooks") or {}, "deploy.hooks", optional={"before_switch", "after_switch"})
-        log = doc.mapping(checks.get("log_scan") or {}, "deploy.checks.log_scan", optional={"patterns"})
+        doc = Document(source)
+        # Present but empty (deploy: [], checks: false, hooks: 0) is an error, never the defaults.
+        top = doc.filled(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "checks", "hooks"})
+        checks = doc.section(top, "deploy.checks", optional={
+            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "log_scan"}) or {}
+        for name, value in checks.items():
+            if not isinstance(value, dict):
+                doc.fail(f"deploy.checks.{name}", f"must be a mapping of its settings ({{}} for its defaults), not "
+                         f"{value!r}", hint=f"leave deploy.checks.{name} out to skip the check")
+        hooks = doc.section(top, "deploy.hooks", optional={"before_switch", "after_switch"}) or {}
+        log = doc.section(checks, "deploy.checks.log_scan", optional={"patterns"}) or {}
         patterns = log.get("patterns", list(DEFAULT_LOG_PATTERNS))
         if not isinstance(patterns, list) or not all(isinstance(p, str) and p.strip() for p in patterns):
             doc.fail("deploy.checks.log_scan.patterns", f"must be a list of non-empty strings, not {patterns!r}")
@@ -109,27 +142,21 @@ class Suite:
         )
 
 
-def _number(doc: _Doc, data: dict[str, Any], key: str, default: float | None = None) -> float:
-    value = data.get(key.rsplit(".", 1)[-1], default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        doc.fail(key, f"must be a positive number, not {value!r}")
-    return float(value)
+def _number(doc: Document, data: dict[str, Any], key: str, default: float | None = None) -> float:
+    return doc.number(data, key, default)  # finite: .nan would pass every comparison's check
 
 
-def _count(doc: _Doc, data: dict[str, Any], key: str, default: int | None = None, *, zero: bool = False) -> int:
-    value = data.get(key.rsplit(".", 1)[-1], default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero else 1):
-        doc.fail(key, f"must be a {'non-negative' if zero else 'positive'} whole number, not {value!r}")
-    return value
+def _count(doc: Document, data: dict[str, Any], key: str, default: int | None = None, *, zero: bool = False) -> int:
+    return doc.count(data, key, default, zero=zero)
 
 
-def _section(doc: _Doc, value: Any, key: str, required: set[str], optional: set[str]) -> dict[str, Any] | None:
-    if value is None or value is False:
-        return None
-    return doc.mapping({} if value is True else value, key, required=required, optional=optional)
+def _section(doc: Document, value: Any, key: str, required: set[str], optional: set[str]) -> dict[str, Any] | None:
+    if value is None:
+        return None  # absent (Suite.parse refused a present but empty one)
+    return doc.mapping(value, key, required=required, optional=optional)
 
 
-def _kv_pool(doc: _Doc, value: Any) -> KvPoolCheck | None:
+def _kv_pool(doc: Document, value: Any) -> KvPoolCheck | None:
     key = "deploy.checks.kv_pool"
     data = _section(doc, value, key, {"min_tokens"}, {"min_concurrency", "max_drop"})
     if data is None:
@@ -144,7 +171,7 @@ def _kv_pool(doc: _Doc, value: Any) -> KvPoolCheck | None:
     )
 
 
-def _block_cost(doc: _Doc, value: Any) -> BlockCostCheck | None:
+def _block_cost(doc: Document, value: Any) -> BlockCostCheck | None:
     key = "deploy.checks.block_cost"
     data = _section(doc, value, key, {"prompt_tokens"}, {"max_tokens", "max_ratio"})
     if data is None:
@@ -156,7 +183,7 @@ def _block_cost(doc: _Doc, value: Any) -> BlockCostCheck | None:
     )
 
 
-def _needles(doc: _Doc, value: Any) -> NeedleCheck | None:
+def _needles(doc: Document, value: Any) -> NeedleCheck | None:
     key = "deploy.checks.needles"
     data = _section(doc, value, key, {"lengths"}, {"min_found", "max_tokens"})
     if data is None:
@@ -170,7 +197,7 @@ def _needles(doc: _Doc, value: Any) -> NeedleCheck | None:
     return NeedleCheck(lengths=tuple(lengths), min_found=min_found, max_tokens=_count(doc, data, f"{key}.max_tokens", 32))
 
 
-def _tool_call(doc: _Doc, value: Any) -> ToolCallCheck | None:
+def _tool_call(doc: Document, value: Any) -> ToolCallCheck | None:
     data = _section(doc, value, "deploy.checks.tool_call", set(), {"extra"})
     if data is None:
         return None
@@ -180,7 +207,7 @@ def _tool_call(doc: _Doc, value: Any) -> ToolCallCheck | None:
     return ToolCallCheck(extra=dict(extra))
 
 
-def _questions(doc: _Doc, value: Any, root: Path) -> QuestionCheck | None:
+def _questions(doc: Document, value: Any, root: Path) -> QuestionCheck | None:
     key = "deploy.checks.questions"
     data = _section(doc, value, key, {"file", "min_right"}, {"max_tokens"})
     if data is None:
@@ -197,29 +224,29 @@ def _questions(doc: _Doc, value: Any, root: Path) -> QuestionCheck | None:
 
 
 def load_questions(path: Path, source: str) -> tuple[Question, ...]:
-    """A question file: a YAML list of {ask: text, expect: text or list of texts}."""
-    import yaml
-
-    doc = _Doc(source)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{source}: cannot read the question file: {exc}",
-                          hint="deploy.checks.questions.file names a YAML list of {ask, expect}") from exc
+    """A question file: a YAML list of {ask: text, expect: text or list of texts}. Read like every vpatch
+    file (a key given twice is an error); answers as written (`yes` stays "yes", `1.10` stays "1.10")."""
+    doc, data = Document.read(path, source=source, what="the question file",
+                              hint="deploy.checks.questions.file names a YAML list of {ask, expect}")
     if not isinstance(data, list) or not data:
         doc.fail("", "must be a non-empty list of {ask, expect}")
     out = []
     for i, item in enumerate(data):
         entry = doc.mapping(item, f"[{i}]", required={"ask", "expect"})
-        expect = entry["expect"]
-        expects = [expect] if isinstance(expect, (str, int, float)) and not isinstance(expect, bool) else expect
-        if not isinstance(expects, list) or not expects or not all(isinstance(e, (str, int, float)) for e in expects):
-            doc.fail(f"[{i}].expect", f"must be an answer or a list of accepted answers, not {expect!r}")
-        out.append(Question(ask=doc.string(entry, f"[{i}].ask"), expect=tuple(str(e) for e in expects)))
+        expects = entry["expect"] if isinstance(entry["expect"], list) else [entry["expect"]]
+        if not expects:
+            doc.fail(f"[{i}].expect", "is an empty list: give the accepted answers")
+        texts = [doc.text(expects, j, f"[{i}].expect") if isinstance(entry["expect"], list)
+                 else doc.text(entry, "expect", f"[{i}].expect") for j in range(len(expects))]
+        for text in texts:
+            if not text.strip():
+                # An empty expected answer is in every answer: the question would always count as right.
+                doc.fail(f"[{i}].expect", f"holds an empty answer ({text!r}), which every answer contains")
+        out.append(Question(ask=doc.string(entry, f"[{i}].ask"), expect=tuple(texts)))
     return tuple(out)
 
 
-def _parallel(doc: _Doc, value: Any) -> ParallelCheck | None:
+def _parallel(doc: Document, value: Any) -> ParallelCheck | None:
     key = "deploy.checks.parallel"
     data = _section(doc, value, key, {"requests", "prompt_tokens"}, {"max_tokens", "max_preemptions"})
     if data is None:
@@ -232,8 +259,8 @@ def _parallel(doc: _Doc, value: Any) -> ParallelCheck | None:
     )
 
 
-def _commands(doc: _Doc, hooks: dict[str, Any], name: str) -> tuple[tuple[str, ...], ...]:
-    value = hooks.get(name) or []
+def _commands(doc: Document, hooks: dict[str, Any], name: str) -> tuple[tuple[str, ...], ...]:
+    value = hooks.get(name, [])
     key = f"deploy.hooks.{name}"
     if not isinstance(value, list):
         doc.fail(key, "must be a list of commands, each a list of arguments (no shell)")

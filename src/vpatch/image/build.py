@@ -14,8 +14,8 @@ from pathlib import Path
 
 from vpatch import git
 from vpatch.config import Config
+from vpatch.definition import Base, ImageDefinition, Strategy, image_reference_ok
 from vpatch.errors import ApplyError, ConfigError, VpatchError
-from vpatch.image.definition import Base, ImageDefinition, image_reference_ok
 from vpatch.image.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.image.plan import (
     LABEL_PREFIX,
@@ -31,7 +31,6 @@ from vpatch.image.plan import (
     version_of,
     vllm_buildargs,
 )
-from vpatch.image.strategy import Strategy
 from vpatch.progress import Progress
 from vpatch.series import Patch, Series
 

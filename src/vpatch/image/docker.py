@@ -82,6 +82,7 @@ class ContainerInfo:
     binds: tuple[str, ...]
     port_bindings: Mapping[str, tuple[str, ...]]  # "8000/tcp" -> ("8000",)
     gpus: tuple[str, ...]  # one entry per --gpus device request: "all", "4" or "device=0,1"
+    health: str | None = None  # its health check's verdict (starting | healthy | unhealthy); None: it has none
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -122,6 +123,7 @@ class ContainerInfo:
             binds=tuple(host.get("Binds") or ()),
             port_bindings=ports,
             gpus=tuple(gpus),
+            health=(state.get("Health") or {}).get("Status") or None,
         )
 
 
@@ -184,6 +186,9 @@ class Docker:
         """The image `ref` names on the daemon; DockerError (with `missing_hint`) when there is none."""
         import docker as dockersdk
 
+        if not ref.strip():
+            # The SDK would raise NullResource (not an APIError) for "": no image is named at all.
+            raise DockerError(f"no image named ({ref!r} is empty)", hint="name an image by tag or id (`docker images`)")
         try:
             attrs = self.client.api.inspect_image(ref)
         except dockersdk.errors.ImageNotFound as exc:
@@ -414,7 +419,9 @@ class Docker:
         except ProcessError as exc:
             if exc.timed_out:
                 raise DockerError(f"{shlex.join(argv)} did not finish within {timeout:.0f}s") from exc
-            raise DockerError(f"the docker CLI ({argv[0]}) is not installed", hint="install docker.io") from exc
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise DockerError(f"the docker CLI ({argv[0]}) is not installed", hint="install docker.io") from exc
+            raise DockerError(exc.message, hint=exc.hint) from exc  # e.g. an argument list too long
         if result.returncode != 0:
             raise DockerError(
                 f"{shlex.join(argv)} failed with exit code {result.returncode}\n"

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import PurePosixPath
 
+from vpatch.definition import ImageDefinition, Strategy
 from vpatch.errors import VpatchError
-from vpatch.image.definition import ImageDefinition
-from vpatch.image.strategy import Strategy
 from vpatch.series import Patch
 
 # Bumped when the overlay recipe's meaning changes, so old content tags are not reused for it.

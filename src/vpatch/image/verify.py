@@ -10,11 +10,11 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from vpatch.config import Config
+from vpatch.definition import Strategy
 from vpatch.errors import VpatchError
 from vpatch.image.build import expected_entries
 from vpatch.image.docker import Docker
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
-from vpatch.image.strategy import Strategy
 from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:

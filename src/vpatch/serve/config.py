@@ -1,8 +1,9 @@
 """The `serve:` section of images/<name>.yaml: vLLM's arguments, the environment and the container options.
 
 It is the only place the server's configuration lives; `render` turns it into the one `docker run` that
-starts it. Parsed by `ServeConfig.parse(doc, data, "serve")` from ImageDefinition.parse, so errors name
-the file and the key path like every other section.
+starts it. Parsed on first use by ImageDefinition (definition.py) through the one document reader, so errors
+name the file and the key path like every other section. A config-layer module: it imports nothing but
+the config layer (document.py, errors.py), whatever else lives in serve/.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vpatch.config import _Doc
+    from vpatch.document import Document
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
@@ -128,104 +129,195 @@ class ServeConfig:
         out += self.extra_args
         return tuple(out)
 
+
+    def flag(self, name: str) -> FlagUse | None:
+        """How the rendered arguments give vLLM's flag `name` (in any spelling); None when they do not.
+        Parsing made sure each flag is given once, by a typed key or by extra_args."""
+        family = flag_family(name)
+        return next((use for use in flag_uses(self, "serve") if use.flag == family), None)
+
     @classmethod
-    def parse(cls, doc: _Doc, value: Any, key: str, *, default_name: str) -> ServeConfig:
+    def parse(cls, doc: Document, value: Any, key: str, *, default_name: str) -> ServeConfig:
         """Validate the `serve:` mapping at `key`; `default_name` names the container when the yaml does not."""
         other = {"model", "command", "extra_args", "env", "container", "health_timeout"}
-        data = doc.mapping(value, key, required={"model"}, optional=other | set(_BY_KEY))
+        data = doc.filled(value, key, required={"model"}, optional=other | set(_BY_KEY))
         typed: dict[str, Any] = {}
         for spec in VLLM_FLAGS:
-            if data.get(spec.key) is not None:
-                typed[spec.key] = _typed(doc, data[spec.key], f"{key}.{spec.key}", spec.kind)
+            if spec.key in data:
+                typed[spec.key] = _typed(doc, data, f"{key}.{spec.key}", spec.kind)
         if "port" in typed and not 0 < typed["port"] < 65536:
             doc.fail(f"{key}.port", f"must be a TCP port (1-65535), not {typed['port']}")
-        for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len", "max_num_seqs",
-                     "max_num_batched_tokens", "kv_cache_memory_bytes", "block_size"):
-            if name in typed and typed[name] < 1:
-                doc.fail(f"{key}.{name}", f"must be a positive whole number, not {typed[name]}")
         if "gpu_memory_utilization" in typed and not 0 < typed["gpu_memory_utilization"] <= 1:
             doc.fail(f"{key}.gpu_memory_utilization", "must be a fraction in (0, 1]")
-        if typed.get("tool_call_parser") and typed.get("enable_auto_tool_choice") is None:
-            # vLLM ignores a tool parser unless auto tool choice is on; say so instead of serving without tools.
-            doc.fail(f"{key}.enable_auto_tool_choice", "must be set (true) when tool_call_parser is set")
-        health_timeout = _typed(doc, data.get("health_timeout", DEFAULT_HEALTH_TIMEOUT), f"{key}.health_timeout", int)
-        if health_timeout < 1:
-            doc.fail(f"{key}.health_timeout", "must be a positive number of seconds")
-        return cls(
+        config = cls(
             model=doc.string(data, f"{key}.model"),
-            command=_strings(doc, data.get("command"), f"{key}.command"),
-            extra_args=_strings(doc, data.get("extra_args"), f"{key}.extra_args"),
-            env=_env(doc, data.get("env"), f"{key}.env"),
-            container=_container(doc, data.get("container"), f"{key}.container", default_name),
-            health_timeout=health_timeout,
+            command=doc.texts(data["command"], f"{key}.command") if "command" in data else (),
+            extra_args=doc.texts(data["extra_args"], f"{key}.extra_args") if "extra_args" in data else (),
+            env=_env(doc, data, f"{key}.env"),
+            container=_container(doc, data, f"{key}.container", default_name),
+            health_timeout=doc.count(data, f"{key}.health_timeout", DEFAULT_HEALTH_TIMEOUT),
             **typed,
         )
+        _check_serve_words(doc, config, key)
+        _check_flags(doc, config, key)
+        return config
 
 
-def _typed(doc: _Doc, value: Any, key: str, kind: type) -> Any:
+@dataclass(frozen=True)
+class FlagUse:
+    """One vLLM flag as the rendered arguments give it."""
+
+    flag: str  # its one name: --max_model_len=4096 and --no-enforce-eager give --max-model-len, --enforce-eager
+    value: str | None  # the value given; None for a flag given alone (a boolean)
+    negated: bool  # given in its --no- form (or a typed boolean that is false)
+    where: str  # the yaml key that gives it, e.g. serve.max_model_len or serve.extra_args[2]
+
+
+def flag_family(word: str) -> str:
+    """The one name of a long flag in any spelling: `--max_model_len=4096` -> `--max-model-len`, and a
+    boolean's `--no-` form -> the flag itself (vLLM reads `_` as `-`; both forms set one value)."""
+    name = word.split("=", 1)[0]
+    if not name.startswith("--"):
+        return name
+    name = "--" + name[2:].replace("_", "-")
+    return "--" + name[5:] if name.startswith("--no-") else name
+
+
+_BOOLEAN_FLAGS = frozenset(f.flag for f in VLLM_FLAGS if f.kind is bool)
+_NEGATIVE_NUMBER = re.compile(r"^-\d")
+
+
+def flag_uses(config: ServeConfig, key: str) -> list[FlagUse]:
+    """Every flag the rendered arguments give, typed keys first (as rendered), then command and extra_args words."""
+    uses = []
+    for spec in VLLM_FLAGS:
+        value = getattr(config, spec.key)
+        if value is None:
+            continue
+        if spec.kind is bool:
+            uses.append(FlagUse(spec.flag, None, not value, f"{key}.{spec.key}"))
+        else:
+            uses.append(FlagUse(spec.flag, str(value), False, f"{key}.{spec.key}"))
+    for part, words in (("command", config.command), ("extra_args", config.extra_args)):
+        uses += [use for use, _ in _word_flags(words, f"{key}.{part}")]
+    return uses
+
+
+def _word_flags(words: tuple[str, ...], key: str) -> list[tuple[FlagUse, int | None]]:
+    """The flags among `words` (with the index of the word taken as a flag's value, if any)."""
+    out: list[tuple[FlagUse, int | None]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-") and not _NEGATIVE_NUMBER.match(word):
+            family = flag_family(word)
+            name, eq, value = word.partition("=")
+            taken: int | None = None
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            if not eq and nxt is not None and family not in _BOOLEAN_FLAGS and (
+                    not nxt.startswith("-") or _NEGATIVE_NUMBER.match(nxt)):
+                value, taken = nxt, i + 1
+            negated = name.replace("_", "-").startswith("--no-")
+            out.append((FlagUse(family, value if (eq or taken is not None) else None, negated, f"{key}[{i}]"), taken))
+            i = taken if taken is not None else i
+        i += 1
+    return out
+
+
+def _check_flags(doc: Document, config: ServeConfig, key: str) -> None:
+    """One value per vLLM flag; a tool parser only with auto tool choice on (vLLM ignores it otherwise)."""
+    seen: dict[str, FlagUse] = {}
+    for use in flag_uses(config, key):
+        first = seen.setdefault(use.flag, use)
+        if first is use:
+            continue
+        if use.flag == "--port":
+            doc.fail(use.where, f"gives --port again: {key}.port ({config.port}) is the port vLLM listens on, the "
+                     "port published and the one the health wait polls", hint=f"remove it and set {key}.port")
+        doc.fail(use.where, f"gives {use.flag} a second time ({first.where} gives it already): vLLM would take the "
+                 "last one silently and `serve --diff` could not tell",
+                 hint=f"give {use.flag} once, in {first.where} or here")
+    parser, auto = seen.get("--tool-call-parser"), seen.get("--enable-auto-tool-choice")
+    if parser is not None and auto is None:
+        # vLLM ignores a tool parser unless auto tool choice is on; say so instead of serving without tools.
+        doc.fail(f"{key}.enable_auto_tool_choice", f"must be set (true) when a tool parser is set ({parser.where})")
+    if parser is not None and auto is not None and auto.negated:
+        doc.fail(auto.where, f"is false while a tool parser is set ({parser.where}): the server would take no "
+                 "tool calls", hint=f"set {key}.enable_auto_tool_choice: true, or remove the tool parser")
+    if auto is not None and not auto.negated and parser is None:
+        doc.fail(auto.where, "is true without a tool parser: vLLM refuses to start",
+                 hint=f"set {key}.tool_call_parser (e.g. hermes, qwen3_coder)")
+
+
+def _norm(word: str) -> list[str]:
+    return word.casefold().split()
+
+
+def _check_serve_words(doc: Document, config: ServeConfig, key: str) -> None:
+    """The `vllm serve serve` crash loop, in every spelling the yaml alone shows: `serve` in any case or with
+    spaces in command, a model that begins with it, or a bare `serve` among extra_args (a second model)."""
+    for i, word in enumerate(config.command):
+        if "serve" in _norm(word) and word != "serve":
+            doc.fail(f"{key}.command[{i}]", f"is {word!r}, not the word `serve`: vLLM's CLI takes its subcommand "
+                     "exactly (lower case, one word of its own)",
+                     hint="write serve, or leave it out when the image's entrypoint already is `vllm serve`")
+    if config.command.count("serve") > 1:
+        doc.fail(f"{key}.command", f"says `serve` twice: {config.command!r}", hint="say serve once")
+    if _norm(config.model)[:1] == ["serve"]:
+        doc.fail(f"{key}.model", f"begins with `serve` ({config.model!r}): vLLM would read it as the model and "
+                 "refuse to start (a crash loop under a restart policy)",
+                 hint=f"{key}.model is the model alone; `serve` belongs to the entrypoint or {key}.command")
+    values = {taken for _, taken in _word_flags(config.extra_args, f"{key}.extra_args") if taken is not None}
+    for i, word in enumerate(config.extra_args):
+        if i not in values and not word.startswith("-") and "serve" in _norm(word):
+            doc.fail(f"{key}.extra_args[{i}]", f"is {word!r}: after the model vLLM reads it as a second positional "
+                     "argument and refuses to start (a crash loop under a restart policy)",
+                     hint=f"remove it: the entrypoint (or {key}.command) says serve")
+
+
+def _typed(doc: Document, data: dict[str, Any], key: str, kind: type) -> Any:
     if kind is bool:
-        if not isinstance(value, bool):
-            doc.fail(key, f"must be true or false, not {value!r}")
-        return value
+        return doc.flag(data, key)
     if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            doc.fail(key, f"must be a whole number, not {value!r}")
-        return value
+        return doc.count(data, key)
     if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            doc.fail(key, f"must be a number, not {value!r}")
-        return float(value)
-    if not isinstance(value, str) or not value.strip():
-        doc.fail(key, f"must be a non-empty string, not {value!r}")
-    return value
+        return doc.number(data, key)
+    return doc.string(data, key)
 
 
-def _strings(doc: _Doc, value: Any, key: str) -> tuple[str, ...]:
-    if value is None:
+def _env(doc: Document, data: dict[str, Any], key: str) -> tuple[tuple[str, str], ...]:
+    if "env" not in data:
         return ()
-    if not isinstance(value, list):
-        doc.fail(key, f"must be a list of strings, not {type(value).__name__}")
+    value = data["env"]
+    if not isinstance(value, dict) or not value:
+        doc.fail(key, "must be a mapping of NAME: value (leave the key out for none), not "
+                 f"{'empty' if not value else type(value).__name__}")
     out = []
-    for i, item in enumerate(value):
-        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
-            doc.fail(f"{key}[{i}]", f"must be a string, not {item!r}")
-        out.append(str(item))
-    return tuple(out)
-
-
-def _env(doc: _Doc, value: Any, key: str) -> tuple[tuple[str, str], ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        doc.fail(key, f"must be a mapping of NAME: value, not {type(value).__name__}")
-    out = []
-    for name, item in value.items():
+    for name in value:
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             doc.fail(f"{key}.{name}", "is not a valid environment variable name")
-        if item is None or isinstance(item, (dict, list)):
-            doc.fail(f"{key}.{name}", f"must be a string or number, not {item!r}")
-        text = ("1" if item else "0") if isinstance(item, bool) else str(item)
-        out.append((name, text))
+        if isinstance(value[name], (dict, list)):
+            doc.fail(f"{key}.{name}", f"must be a string or number, not a {type(value[name]).__name__}")
+        # As written: `0123`, `2.10`, `1:30` and `on` stay those strings (YAML 1.1 would give 83, 2.1, 90, 1).
+        out.append((name, doc.text(value, name, f"{key}.{name}")))
     return tuple(out)
 
 
-def _container(doc: _Doc, value: Any, key: str, default_name: str) -> ContainerOptions:
-    data = doc.mapping(value or {}, key, optional={"name", "restart", "gpus", "ipc", "shm_size", "network", "volumes"})
+def _container(doc: Document, parent: dict[str, Any], key: str, default_name: str) -> ContainerOptions:
+    data = doc.section(parent, key, optional={"name", "restart", "gpus", "ipc", "shm_size", "network", "volumes"}) or {}
     name = doc.string(data, f"{key}.name", default_name)
     if not _CONTAINER_NAME.match(name):
         doc.fail(f"{key}.name", f"is not a valid container name: {name!r}")
     restart = doc.string(data, f"{key}.restart", DEFAULT_RESTART)
     if not _RESTART.match(restart):
         doc.fail(f"{key}.restart", f"must be no, always, unless-stopped or on-failure[:N], not {restart!r}")
-    gpus = data.get("gpus")
-    if gpus is not None:
-        gpus = str(gpus) if isinstance(gpus, int) and not isinstance(gpus, bool) else gpus
-        if not isinstance(gpus, str) or not _GPUS.match(gpus):
-            doc.fail(f"{key}.gpus", f"must be all, a count or device=0,1,..., not {gpus!r}")
-    shm_size = data.get("shm_size")
-    if shm_size is not None and not (isinstance(shm_size, str) and _SIZE.match(shm_size)):
+    gpus = doc.text(data, "gpus", f"{key}.gpus") if "gpus" in data else None
+    if gpus is not None and not _GPUS.match(gpus):
+        doc.fail(f"{key}.gpus", f"must be all, a count or device=0,1,..., not {gpus!r}")
+    shm_size = doc.optional_string(data, f"{key}.shm_size")
+    if shm_size is not None and not _SIZE.match(shm_size):
         doc.fail(f"{key}.shm_size", f"must be a size like 16g or 512m, not {shm_size!r}")
-    volumes = _strings(doc, data.get("volumes"), f"{key}.volumes")
+    volumes = doc.texts(data["volumes"], f"{key}.volumes") if "volumes" in data else ()
     for i, volume in enumerate(volumes):
         if volume.count(":") not in (1, 2) or not all(volume.split(":")[:2]):
             doc.fail(f"{key}.volumes[{i}]", f"must be SOURCE:TARGET[:OPTIONS], not {volume!r}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vpatch.config import Pin
+from vpatch.definition import ImageDefinition
 from vpatch.errors import VpatchError
-from vpatch.image.definition import ImageDefinition
 from vpatch.image.docker import ContainerInfo, Docker, DockerError, ImageInfo
 from vpatch.image.plan import LABEL_PREFIX
 from vpatch.serve import render
@@ -32,6 +32,20 @@ class DriftReport:
 
 
 ABSENT = "(absent)"
+RUNNING = "running"
+
+
+def _state(info: ContainerInfo) -> str:
+    """`running` for a container that serves; otherwise what it is doing instead, in words."""
+    if info.status == "running" and info.health != "unhealthy":
+        return RUNNING
+    if info.status == "running":
+        return "running, but its health check says unhealthy"
+    if info.status == "restarting":
+        return f"restarting (restart {info.restart_count}, last exit code {info.exit_code})"
+    if info.status in ("exited", "dead"):
+        return f"{info.status} (exit code {info.exit_code})"
+    return info.status  # created (never started) or paused
 
 
 def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = None, pin: Pin | None = None) -> DriftReport:
@@ -45,6 +59,10 @@ def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = Non
         raise VpatchError(f"no container named {command.name} on this docker daemon",
                           hint=f"vpatch serve {definition.name} starts it")
     drifts: list[Drift] = []
+    state = _state(running)
+    if state != RUNNING:
+        # The yaml describes a server that serves: a stopped, restarting or unhealthy one runs nothing of it.
+        drifts.append(Drift("state", RUNNING, state))
     try:
         wanted: ImageInfo | None = docker.image(command.image)
     except DockerError:

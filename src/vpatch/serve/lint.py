@@ -6,8 +6,8 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from vpatch.errors import VpatchError
@@ -35,7 +35,8 @@ except ImportError:
     from vllm.utils import FlexibleArgumentParser
 parser = make_arg_parser(FlexibleArgumentParser())
 options = sorted({o for action in parser._actions for o in action.option_strings})
-print("VPATCH-VLLM-OPTIONS " + json.dumps({"version": vllm.__version__, "options": options}))
+dests = {o: action.dest for action in parser._actions for o in action.option_strings}
+print("VPATCH-VLLM-OPTIONS " + json.dumps({"version": vllm.__version__, "options": options, "dests": dests}))
 """
 _MARKER = "VPATCH-VLLM-OPTIONS "
 _SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -48,11 +49,20 @@ class VllmOptions:
 
     version: str
     options: frozenset[str]  # every option string, e.g. --max-model-len, -tp, --no-enforce-eager
+    dests: Mapping[str, str] = field(default_factory=dict)  # option string -> the value it sets (-tp and
+    # --tensor-parallel-size both set tensor_parallel_size; --enforce-eager and --no-enforce-eager enforce_eager)
 
     def knows(self, flag: str) -> bool:
+        return self._name(flag) in self.options
+
+    def dest(self, flag: str) -> str | None:
+        return self.dests.get(self._name(flag))
+
+    @staticmethod
+    def _name(flag: str) -> str:
         # vLLM's FlexibleArgumentParser reads --max_model_len as --max-model-len.
         name = flag.split("=", 1)[0]
-        return name in self.options or (name.startswith("--") and "--" + name[2:].replace("_", "-") in self.options)
+        return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
 
 
 @dataclass(frozen=True)
@@ -65,10 +75,11 @@ class LintReport:
 def vllm_options(docker: Docker, image: ImageInfo, ref: str, *, cache: Path,
                  progress: Progress | None = None) -> VllmOptions:
     """The flags the vLLM in `image` accepts, read by running its python3 once; cached by image id."""
-    path = cache / "serve" / "vllm-options" / f"{image.id.replace(':', '-')}.json"
+    # .v2: with each option's dest (a cache from before holds only the option strings and is read again)
+    path = cache / "serve" / "vllm-options" / f"{image.id.replace(':', '-')}.v2.json"
     if path.is_file():
         data = json.loads(path.read_text())
-        return VllmOptions(data["version"], frozenset(data["options"]))
+        return VllmOptions(data["version"], frozenset(data["options"]), dict(data["dests"]))
     if progress:
         progress(f"reading the vLLM flags of {ref} (imports vLLM once in a container; cached by image id)")
     result = docker.execute(ref, ["python3", "-c", _DUMP_OPTIONS], network="none", timeout=600)
@@ -81,7 +92,7 @@ def vllm_options(docker: Docker, image: ImageInfo, ref: str, *, cache: Path,
         )
     data = json.loads(lines[-1][len(_MARKER):])
     atomic_write(path, json.dumps(data).encode())
-    return VllmOptions(data["version"], frozenset(data["options"]))
+    return VllmOptions(data["version"], frozenset(data["options"]), dict(data["dests"]))
 
 
 def check(docker: Docker, command: RunCommand, *, definition: str, cache: Path,
@@ -103,18 +114,54 @@ def check(docker: Docker, command: RunCommand, *, definition: str, cache: Path,
             f"vLLM {options.version} in {command.image} has no flag " + ", ".join(lines),
             hint=f"fix or remove it in {source} (serve: or serve.extra_args); nothing was started or stopped",
         )
+    _check_once(options, flags, command.image, source)
     return LintReport(entrypoint=image.entrypoint, vllm_version=options.version, flags=tuple(flags))
+
+
+def _check_once(options: VllmOptions, flags: Sequence[str], image: str, source: str) -> None:
+    """One value per setting, by the image's own parser: an alias (`-tp`) beside its long form is the same
+    flag given twice (the yaml check sees spellings; only the image knows its aliases)."""
+    seen: dict[str, str] = {}
+    for flag in flags:
+        dest = options.dest(flag)
+        if dest is None:
+            continue
+        first = seen.setdefault(dest, flag)
+        if first != flag or flags.count(flag) > 1:
+            raise VpatchError(
+                f"{first} and {flag} both set vLLM {options.version}'s {dest} (in {image}): vLLM would take "
+                "the last one silently", hint=f"give it once in {source}; nothing was started or stopped")
 
 
 def serves(words: Sequence[str]) -> int | None:
     """Where vLLM's server arguments begin in an entrypoint+command, or None when these words start no
-    server: after `vllm serve` or `python -m vllm.entrypoints.openai.api_server`."""
+    server: after `vllm serve` or `python -m vllm.entrypoints.openai.api_server`. Words are compared
+    normalised (case, surrounding spaces): `Serve` or `serve ` in a yaml is the same mistake as `serve`."""
     for i, word in enumerate(words):
-        if PurePosixPath(word).name == "vllm" and i + 1 < len(words) and words[i + 1] == "serve":
+        if PurePosixPath(_normal(word)).name == "vllm" and i + 1 < len(words) and _normal(words[i + 1]) == "serve":
             return i + 2
-        if word == _SERVER_MODULE and i > 0 and words[i - 1] == "-m":
+        if _normal(word) == _SERVER_MODULE and i > 0 and words[i - 1] == "-m":
             return i + 1
     return None
+
+
+def _normal(word: str) -> str:
+    return word.strip().casefold()
+
+
+def _says_serve(words: Sequence[str]) -> bool:
+    """Whether one of `words` is, or begins with, `serve` once normalised (`serve /models/x` as one word too)."""
+    return any(_normal(word).split()[:1] == ["serve"] for word in words)
+
+
+def _positional_head(args: Sequence[str]) -> tuple[str, ...]:
+    """The words before the first flag: command and model."""
+    head = []
+    for word in args:
+        if word.startswith("-"):
+            break
+        head.append(word)
+    return tuple(head)
 
 
 def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source: str) -> int:
@@ -123,8 +170,9 @@ def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source
     start = serves(entrypoint)
     if start == len(entrypoint):
         # The entrypoint already serves: the arguments must begin with the model, not another `serve`.
-        if args and (args[0] == "serve" or serves(args) is not None):
-            extra = "vllm serve" if serves(args) is not None else "serve"
+        if _says_serve(_positional_head(args)) or serves(args) is not None:
+            extra = "vllm serve" if serves(args) is not None else next(
+                w for w in _positional_head(args) if _says_serve([w]))
             raise VpatchError(
                 f"the image's entrypoint is already `{shown}`: these arguments would run "
                 f"`{shown} {' '.join(args[:3])} …` and vLLM refuses it (a crash loop under a restart policy)",
@@ -142,7 +190,7 @@ def _check_entrypoint(entrypoint: tuple[str, ...], args: tuple[str, ...], source
             f"the image's entrypoint `{shown}` does not start vLLM's server, and serve.command does not either",
             hint=f"set serve.command: [vllm, serve] in {source}",
         )
-    if serves(args[inner:]) is not None or args[inner:inner + 1] == ("serve",):
+    if serves(args[inner:]) is not None or _says_serve(_positional_head(args[inner:])):
         raise VpatchError(
             f"serve.command starts vLLM's server twice: `{' '.join(args[:inner + 2])} …`",
             hint=f"say `serve` once in serve.command in {source}",

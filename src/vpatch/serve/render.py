@@ -10,7 +10,7 @@ from vpatch.errors import ConfigError
 from vpatch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
-    from vpatch.image.definition import ImageDefinition
+    from vpatch.definition import ImageDefinition
 
 # Labels every container vpatch starts carries: which image definition it serves, so that drift and
 # deploy can tell vpatch's containers from others.

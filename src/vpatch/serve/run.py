@@ -9,11 +9,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from vpatch.definition import ImageDefinition
 from vpatch.errors import VpatchError
-from vpatch.image.definition import ImageDefinition
-from vpatch.image.docker import Docker
+from vpatch.image.docker import Docker, DockerError
 from vpatch.progress import Progress
-from vpatch.serve import lint, render
+from vpatch.serve import lint, render, runerror
 from vpatch.serve.render import RunCommand
 
 # How often the wait reports while vLLM loads (the GPU host takes ~15 minutes).
@@ -69,7 +69,10 @@ def start(docker: Docker, command: RunCommand, *, progress: Progress | None = No
     """Run the rendered `docker run` (the very argv --print shows) and return the container id."""
     if progress:
         progress(f"starting: {command.shell_line()}")
-    return docker.run_cli(command.argv, timeout=300).out.strip()
+    try:
+        return docker.run_cli(command.argv, timeout=300).out.strip()
+    except DockerError as exc:
+        raise runerror.explain(docker, command, exc) from exc  # names the yaml key; removes what it created
 
 
 def wait_healthy(docker: Docker, container: str, url: str, *, timeout: float,

@@ -1,17 +1,28 @@
-"""images/<name>.yaml: which image to produce from the pin and the series, on which base, how."""
+"""images/<name>.yaml, one model: the image to produce (image, base, strategy, source_build), how it is
+served (serve:) and how it is switched into production (deploy:).
+
+The image part is read by `load`; serve: and deploy: are parsed on first use by their own modules
+(serve/config.py, deploy/suite.py), all through the one document reader (document.py). Those two modules
+import nothing but the config layer, so this model points down only, and `vpatch build` or `status` never
+pays for a deploy suite or its question file. `validate()` is the one pass over the whole definition,
+cross-section rules included (consistency.py), that serve and deploy run before they touch anything.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import Enum
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vpatch.config import _Doc
-from vpatch.deploy.suite import Suite
+from vpatch.document import Document
 from vpatch.errors import ConfigError
-from vpatch.image.strategy import Strategy
-from vpatch.serve.config import ServeConfig
+
+if TYPE_CHECKING:
+    from vpatch.deploy.suite import Suite
+    from vpatch.serve.config import ServeConfig
 
 IMAGES_DIR = "images"
 OFFICIAL_REPOSITORY = "vllm/vllm-openai"
@@ -21,6 +32,11 @@ _REPOSITORY = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _REGISTRY = re.compile(r"^(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*(?::\d+)?|\[[0-9a-fA-F:]+\](?::\d+)?)$")
 _RELEASE = re.compile(r"^v\d+\.\d+\.\d+(?:[.-]?[a-z0-9.]+)?$")
+
+
+def definition_name_ok(name: str) -> bool:
+    """Whether `name` can name images/<name>.yaml (and the files named after it, such as its deploy journal)."""
+    return bool(_NAME.match(name))
 
 
 def image_reference_ok(ref: str) -> bool:
@@ -39,6 +55,15 @@ def image_reference_ok(ref: str) -> bool:
             return False
         name = path
     return bool(_REPOSITORY.match(name))
+
+
+class Strategy(str, Enum):
+    """How an image is produced from the pin and the series (`strategy:`, `vpatch build --strategy`)."""
+
+    AUTO = "auto"
+    OVERLAY = "overlay"
+    PRECOMPILED = "precompiled"
+    SOURCE = "source"
 
 
 @dataclass(frozen=True)
@@ -75,8 +100,40 @@ class ImageDefinition:
     strategy: Strategy = Strategy.AUTO
     package_dir: str | None = None  # the installed vllm/ folder in the base; None: discovered
     source_build: SourceBuild = field(default_factory=SourceBuild)
-    deploy: Suite = field(default_factory=Suite)  # the deploy: section (checks, hooks); defaults when absent
-    serve: ServeConfig | None = None  # how the GPU host runs the image (vpatch serve); None: no serve section
+    # The serve: and deploy: sections as read, parsed on first use (the `serve` and `deploy` properties).
+    sections: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    source: str = ""  # how errors name the file, e.g. images/flash-next.yaml
+
+    @cached_property
+    def serve(self) -> ServeConfig | None:
+        """How the GPU host runs the image (vpatch serve); None when the yaml has no serve: section."""
+        from vpatch.serve.config import ServeConfig
+
+        if "serve" not in self.sections:
+            return None
+        return ServeConfig.parse(self._document, self.sections["serve"], "serve", default_name=f"vllm-{self.name}")
+
+    @cached_property
+    def deploy(self) -> Suite:
+        """The deploy: section (checks, hooks); the defaults when the yaml has none."""
+        from vpatch.deploy.suite import Suite
+
+        if "deploy" not in self.sections:
+            return Suite()
+        return Suite.parse(self.sections["deploy"], root=self.path.parent.parent, source=self._document.source)
+
+    @property
+    def _document(self) -> Document:
+        return Document(self.source or f"{IMAGES_DIR}/{self.path.name}")
+
+    def validate(self) -> ImageDefinition:
+        """Every section parsed and every rule between them checked (request sizes within max_model_len, a
+        tool-call check with a tool parser, ...): the pass serve and deploy run before anything is touched.
+        One ConfigError lists every cross-section problem."""
+        from vpatch.consistency import check
+
+        check(self.serve, self.deploy, source=self._document.source)
+        return self
 
     @property
     def full_repository(self) -> str:
@@ -110,23 +167,15 @@ class ImageDefinition:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read: {exc}") from exc
+            raise ConfigError(f"{IMAGES_DIR}/{name}.yaml: cannot read: {exc}") from exc
         return cls.parse(text, name=name, path=path, source=f"{IMAGES_DIR}/{name}.yaml")
 
     @classmethod
     def parse(cls, text: str, *, name: str, path: Path, source: str) -> ImageDefinition:
-        import yaml
-
-        from vpatch import yamlload
-
-        try:
-            data = yamlload.load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{source}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
-        doc = _Doc(source)
+        doc, data = Document.parse(text, source=source)
         if not _NAME.match(name):
             doc.fail("", f"has an invalid image name {name!r} (lower-case letters, digits, '.', '_', '-')")
-        # serve: and deploy: have their own modules, which parse and validate them.
+        # serve: and deploy: have their own modules, which parse them on first use.
         top = doc.mapping(
             data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build", "serve", "deploy"},
         )
@@ -141,7 +190,7 @@ class ImageDefinition:
         if registry is not None and ("/" in registry or " " in registry):
             doc.fail("image.registry", f"must be host[:port], not {registry!r}")
 
-        base_data = doc.mapping(top.get("base") or {}, "base", optional={"image", "digest"})
+        base_data = doc.section(top, "base", optional={"image", "digest"}) or {}
         base = Base(image=doc.optional_string(base_data, "base.image"), digest=doc.optional_string(base_data, "base.digest"))
         if base.digest is not None and not _DIGEST.match(base.digest):
             doc.fail("base.digest", f"must be sha256:<64 hex>, not {base.digest!r}")
@@ -160,15 +209,12 @@ class ImageDefinition:
         if package_dir is not None and not package_dir.startswith("/"):
             doc.fail("package_dir", f"must be an absolute path inside the image, not {package_dir!r}")
 
-        sb = doc.mapping(
-            top.get("source_build") or {},
-            "source_build",
+        sb = doc.section(
+            top, "source_build",
             optional={"torch_cuda_arch_list", "max_jobs", "nvcc_threads", "target", "dockerfile", "wheel_commit"},
-        )
-        arch = sb.get("torch_cuda_arch_list", "12.0")
-        if isinstance(arch, (int, float)):
-            # YAML reads an unquoted 12.0 as a float; the arch list is text.
-            arch = str(arch)
+        ) or {}
+        # YAML reads an unquoted 12.0 as a float (and 9.10 as 9.1): the arch list is taken as written.
+        arch = doc.text(sb, "torch_cuda_arch_list", "source_build.torch_cuda_arch_list") if "torch_cuda_arch_list" in sb else "12.0"
         if not isinstance(arch, str) or not re.fullmatch(r"\d+\.\d+a?(\+PTX)?(\s+\d+\.\d+a?(\+PTX)?)*", arch.strip()):
             doc.fail("source_build.torch_cuda_arch_list", f"must be compute capabilities like \"12.0\" or \"9.0 12.0\", not {arch!r}")
         wheel_commit = doc.optional_string(sb, "source_build.wheel_commit")
@@ -182,9 +228,6 @@ class ImageDefinition:
             dockerfile=doc.string(sb, "source_build.dockerfile", "docker/Dockerfile"),
             wheel_commit=wheel_commit,
         )
-        serve = None
-        if top.get("serve") is not None:
-            serve = ServeConfig.parse(doc, top["serve"], "serve", default_name=f"vllm-{name}")
         return cls(
             name=name,
             path=path,
@@ -195,12 +238,12 @@ class ImageDefinition:
             strategy=strategy,
             package_dir=package_dir,
             source_build=source_build,
-            deploy=Suite.parse(top.get("deploy") or {}, root=path.parent.parent, source=source),
-            serve=serve,
+            sections={k: top[k] for k in ("serve", "deploy") if k in top},
+            source=source,
         )
 
 
-def _positive(doc: _Doc, data: dict[str, Any], key: str) -> int | None:
+def _positive(doc: Document, data: dict[str, Any], key: str) -> int | None:
     value = data.get(key.rsplit(".", 1)[-1])
     if value is None:
         return None
