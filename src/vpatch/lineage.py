@@ -5,12 +5,15 @@ onto them, merged PRs reverted and re-landed. Read-only questions, answered thro
   branches) or a real downgrade, and why.
 - `first_release`: the lowest release that carries a commit, itself or as a cherry-pick, and the commit
   on which branch that proves it.
+- `ancestry_order`: targets oldest first by the commit graph (never by commit date): ancestors first, then
+  by where each meets the main branch, then by release version.
 - `identity`: where a change was landed (same patch-id, or its PR "(#N)" in a subject) between two
   commits, and whether a later revert took it out again (and a re-land put it back).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +43,47 @@ def release_version(ref: str) -> object | None:
     except InvalidVersion:
         return None
     return None if (version.is_prerelease or version.is_devrelease) else version
+
+
+# --- targets in the order of the commit graph ------------------------------------------------
+
+
+def ancestry_order(repo: Path, refs: Sequence[tuple[str, str]], *, branch: str | None) -> list[tuple[str, str]]:
+    """(ref, commit) pairs oldest first, decided by the commit graph and never by commit dates (which lie:
+    back-dated commits, a patch release vX.Y.1 cut after vX.(Y+1).0).
+
+    An ancestor comes before its descendants. Two commits on different lines (release branches, main) are
+    ordered by where each meets `branch` (main), then, meeting at the same point, by release version; what
+    is still tied goes by how many commits each reaches, then by name."""
+    main = git.resolve_commit(repo, branch) if branch else None
+    meets = {c: (c if commitcache.is_ancestor(repo, c, main) else git.merge_base(repo, c, main)) if main else None
+             for _, c in refs}
+
+    def compare(a: tuple[str, str], b: tuple[str, str]) -> int:
+        if a[1] == b[1]:
+            return 0
+        if commitcache.is_ancestor(repo, a[1], b[1]):
+            return -1
+        if commitcache.is_ancestor(repo, b[1], a[1]):
+            return 1
+        ma, mb = meets[a[1]], meets[b[1]]
+        if ma and mb and ma != mb:
+            if commitcache.is_ancestor(repo, ma, mb):
+                return -1
+            if commitcache.is_ancestor(repo, mb, ma):
+                return 1
+        va, vb = release_version(a[0]), release_version(b[0])
+        if va is not None and vb is not None and va != vb:
+            return -1 if va < vb else 1  # type: ignore[operator]
+        ca, cb = git.reachable_count(repo, a[1]), git.reachable_count(repo, b[1])
+        return (ca > cb) - (ca < cb) or (a[0] > b[0]) - (a[0] < b[0])
+
+    return sorted(refs, key=functools.cmp_to_key(compare))
+
+
+def nearest_ancestor(repo: Path, commits: Sequence[str], of: str) -> str | None:
+    """The last of `commits` (oldest first, as `ancestry_order` lists them) that is an ancestor of `of`."""
+    return next((c for c in reversed(commits) if c != of and commitcache.is_ancestor(repo, c, of)), None)
 
 
 # --- direction of a pin move -------------------------------------------------------------------
@@ -106,12 +150,11 @@ def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProo
     main = git.resolve_commit(repo, branch) if branch is not None else None
     if main is not None:
         earlier = tags[: tags.index(first) if first else len(tags)]
-        # a cherry-pick comes after its original: only releases tagged on a commit no older can carry one
+        # Only a release tagged off main (on a release branch) can carry a cherry-pick. Commit dates say
+        # nothing here (a back-dated pick is still a pick), so every such earlier release is searched; each
+        # search walks only that branch's own commits.
         tagged = git.resolve_commits(repo, earlier)
-        times = git.commit_times(repo, [commit, *(c for c in tagged.values() if c)])
-        since = times.get(commit, 0)
-        candidates = [t for t in earlier
-                      if (c := tagged[t]) and times.get(c, 0) >= since and not git.is_ancestor(repo, c, main)]
+        candidates = [t for t in earlier if (c := tagged[t]) and not commitcache.is_ancestor(repo, c, main)]
         if candidates:
             change = _Change.of(repo, commit)
             for tag in candidates:

@@ -10,8 +10,9 @@ Library API (used by `vpatch status` and `vpatch update`):
 patch with a `Verdict` per target (`PatchStatus.at(ref)`), `landed_in` (a `Landing` or None), the
 number of probes run and answered from the cache, and `exit_code()` for `--exit-code`.
 
-Landing point: the first target (oldest first) where the patch is LANDED. When an earlier target is not
-landed, the first-parent commits between the two are bisected with the full verdict (probe included)
+Landing point: the first target (oldest first, by ancestry) where the patch is LANDED. When an earlier
+target is not landed, the first-parent commits between the nearest such ancestor (the pin, for every target
+it is an ancestor of) and the landed target are bisected with the full verdict (probe included)
 as the test, so K commits cost about log2(K) checks; the release history is a line of release commits,
 so there the bisection walks releases. When a target sits on a release branch (vLLM tags vX.Y.Z on
 releases/vX.Y), the bisection walks main between the merge-bases when main had the change where the
@@ -113,7 +114,7 @@ def newest_release(repo: Path) -> str | None:
 
 def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> tuple[Target, list[Target]]:
     """The pin and the targets to judge on: the pin plus `against`, or by default the pin, the newest
-    release and (with a git upstream) the branch tip. Oldest first; one column per commit."""
+    release and (with a git upstream) the branch tip. Oldest first by ancestry; one column per commit."""
     refs = list(against)
     if not refs:
         newest = newest_release(repo)
@@ -135,13 +136,10 @@ def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> 
     seen: dict[str, Target] = {pin.commit: pin}
     for ref in refs:
         seen.setdefault(commits[ref] or "", Target(ref, commits[ref] or ""))
-    # Oldest first by commit time; where times tie (scripted histories), ancestry decides: an ancestor
-    # reaches fewer commits than its descendants.
-    times = git.commit_times(repo, list(seen))
-    tied = {c for c in seen if list(times.values()).count(times.get(c, 0)) > 1}
-    depth = {c: git.reachable_count(repo, c) if c in tied else 0 for c in seen}
-    ordered = sorted(seen.values(), key=lambda t: (times.get(t.commit, 0), depth[t.commit], t is not pin))
-    return pin, ordered
+    # Oldest first by the commit graph, never by commit date (lineage.ancestry_order).
+    branch = config.upstream.branch if config.upstream.source == "git" else None
+    ordered = lineage.ancestry_order(repo, [(t.ref, t.commit) for t in seen.values()], branch=branch)
+    return pin, [seen[commit] for _, commit in ordered]
 
 
 def compute(
@@ -243,7 +241,11 @@ def _landing(
                                only={patch.filename}, use_history_evidence=history_evidence)[0]
         return verdict.state is State.LANDED
 
-    below = targets[first - 1].commit
+    # The baseline is the nearest earlier target the landed one descends from (the pin, for every target
+    # it is an ancestor of); a target on another line only where none is.
+    earlier = [t.commit for t in targets[:first]]
+    below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
+    since = next(t.ref for t in targets if t.commit == below)
     base, tip = _bisect_range(repo, below, top.commit, main, landed)
     if base is None:
         proof = lineage.first_release(repo, top.commit, branch=main)
@@ -254,7 +256,7 @@ def _landing(
     found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)
     proof = lineage.first_release(repo, found, branch=main)
     return Landing(top.ref, found, proof.release if proof else None, bisected=True, checks=checks,
-                   candidates=len(line) - floor, since=targets[first - 1].ref, proof=proof)
+                   candidates=len(line) - floor, since=since, proof=proof)
 
 
 def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
