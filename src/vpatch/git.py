@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,7 +309,7 @@ def commit_times(repo: Path, commits: Sequence[str]) -> dict[str, int]:
     """Committer time (seconds since the epoch) of each commit, read from the commit objects."""
     if not commits:
         return {}
-    if not all(_is_object_id(c) for c in commits):
+    if not all(is_object_id(c) for c in commits):
         out = run(repo, ["log", "--no-walk=unsorted", "--format=%H %ct", *commits, "--"]).out
         return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
     times: dict[str, int] = {}
@@ -331,14 +331,14 @@ def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> d
     out: dict[str, dict[str, bytes | None]] = {c: {} for c in commits}
     if not commits or not paths:
         return out
-    by_id = [c for c in commits if _is_object_id(c)]
+    by_id = [c for c in commits if is_object_id(c)]
     found = iter(_cat_file(repo, [f"{c}:{p}" for c in by_id for p in paths]))
     for c in by_id:
         for p in paths:
             obj = next(found)
             # a tree or gitlink at that path is no file
             out[c][p] = obj[1] if obj is not None and obj[0] == "blob" else None
-    others = [c for c in commits if not _is_object_id(c)]
+    others = [c for c in commits if not is_object_id(c)]
     if others:
         request = "".join(f"{c}:{p}\n" for c in others for p in paths).encode()
         data = run(repo, ["cat-file", "--batch"], input=request).stdout
@@ -358,7 +358,8 @@ def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> d
     return out
 
 
-def _is_object_id(name: str) -> bool:
+def is_object_id(name: str) -> bool:
+    """Whether `name` is a full object id (which names one object forever), not a ref that can move."""
     return len(name) in (40, 64) and all(ch in "0123456789abcdef" for ch in name)
 
 
@@ -660,3 +661,84 @@ def branches_containing(repo: Path, commit: str) -> list[str]:
     """Local branch names (in a mirror: upstream's branches) whose tip contains `commit`."""
     out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname:short)", "refs/heads/"]).out
     return out.split()
+
+
+# --- one walk over a whole range (upstream/rangeindex.py) --------------------------------------
+
+
+def range_parents(repo: Path, base: str, tips: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(commit, parents) of every commit reachable from `tips` but not from `base`, oldest first, parents
+    before children: one walk of the whole range."""
+    out = run(repo, ["rev-list", "--topo-order", "--reverse", "--parents", *tips, f"^{base}", "--"]).out
+    return [(fields[0], tuple(fields[1:])) for fields in (line.split() for line in out.splitlines()) if fields]
+
+
+def range_grep(repo: Path, base: str, tips: Sequence[str], grep: Sequence[str]) -> list[LogRecord]:
+    """Commits of the range (reachable from `tips`, not from `base`) whose message contains any of `grep`
+    literally, with their messages: one walk."""
+    if not grep:
+        return []
+    fmt = "--format=%H%x1f%s%x1f%b%x1e"
+    out = run(repo, ["log", fmt, "--fixed-strings", *(f"--grep={g}" for g in grep), *tips, f"^{base}", "--"]).out
+    records = []
+    for chunk in out.split("\x1e"):
+        parts = chunk.strip("\n").split("\x1f")
+        if len(parts) == 3 and parts[0]:
+            records.append(LogRecord(parts[0], parts[1], parts[2]))
+    return records
+
+
+def range_touching(repo: Path, base: str, tips: Sequence[str], paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Non-merge commits of the range that change any of `paths`, each with the ones it changes: one walk."""
+    if not paths:
+        return {}
+    out = run(repo, ["log", "--no-merges", "--no-renames", "--format=%x1e%H", "--name-only", "-z", *tips, f"^{base}",
+                     "--", *paths]).stdout
+    touched: dict[str, tuple[str, ...]] = {}
+    for chunk in out.split(b"\x1e")[1:]:
+        names = [n.decode("utf-8", "surrogateescape") for n in chunk.replace(b"\n", b"\0").split(b"\0") if n]
+        if names:
+            touched[names[0]] = tuple(names[1:])
+    return touched
+
+
+@dataclass(frozen=True)
+class BranchCommit:
+    commit: str
+    parents: tuple[str, ...]
+    subject: str
+    body: str
+    paths: tuple[str, ...]  # the files it changes (none listed for a merge)
+
+
+def commits_off(repo: Path, tips: Sequence[str], main: str) -> list[BranchCommit]:
+    """Commits reachable from `tips` but not from `main` (release branches' own commits), newest first in
+    topological order, with their messages and changed files: one walk."""
+    if not tips:
+        return []
+    out = run(repo, ["log", "--topo-order", "--no-renames", "--name-only", "--format=%x1e%H%x1f%P%x1f%s%x1f%b%x1f",
+                     *tips, f"^{main}", "--"]).out
+    found = []
+    for chunk in out.split("\x1e")[1:]:
+        parts = chunk.split("\x1f")
+        if len(parts) == 5:
+            found.append(BranchCommit(parts[0], tuple(parts[1].split()), parts[2], parts[3].strip("\n"),
+                                      tuple(line for line in parts[4].splitlines() if line)))
+    return found
+
+
+def fetch_mirror(repo: Path, on_progress: Callable[[str], None], *, blob_filter: str | None = None) -> Result:
+    """`git fetch --prune --tags origin` with git's own progress lines handed to `on_progress`; with
+    `blob_filter` ("blob:none") the first fetch makes `repo` a partial clone (blobs fetched when read)."""
+    if blob_filter:
+        run(repo, ["config", "remote.origin.promisor", "true"])
+        run(repo, ["config", "remote.origin.partialclonefilter", blob_filter])
+    args = ["fetch", "--progress", "--prune", "--tags", *([f"--filter={blob_filter}"] if blob_filter else []), "origin"]
+    return process.stream(["git", *_STABLE_CONFIG, *args], on_progress, cwd=repo, check=False, shown=["git", *args],
+                          error=GitError)
+
+
+def partial_filter(repo: Path) -> str | None:
+    """The filter a partial clone was made with (None: a full repository)."""
+    result = run(repo, ["config", "--get", "remote.origin.partialclonefilter"], check=False)
+    return result.out.strip() or None

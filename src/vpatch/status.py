@@ -157,6 +157,10 @@ def compute(
     """Judge every patch on every target, then find each landed patch's landing point."""
     counter = _PinVettedProbe(_CountingProbe(probe), pin) if probe is not None else None
     paths = sorted({path for patch in patches for path in patch.paths})
+    if history and history_evidence:
+        # every identity question below is about pin..<a target or one of its ancestors>: one walk answers all
+        greps = sorted({g for patch in patches for g in lineage.identity_grep(patch.upstream_pr)})
+        commitcache.declare(repo, pin.commit, [t.commit for t in targets], paths=paths, greps=greps)
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
@@ -266,9 +270,9 @@ def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
     release branch forked, or that release branch's own commits when it did not."""
     main = git.resolve_commit(repo, main_branch) if main_branch else None
     if main is not None and not commitcache.is_ancestor(repo, top, main):
-        top_base = git.merge_base(repo, top, main)
+        top_base = commitcache.merge_base(repo, top, main)
         if top_base is not None and landed(top_base):
-            below_base = git.merge_base(repo, below, main)
+            below_base = commitcache.merge_base(repo, below, main)
             if below_base is not None and below_base != top_base and commitcache.is_ancestor(repo, below_base, top_base):
                 return below_base, top_base
         elif top_base is not None:
@@ -276,7 +280,7 @@ def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
             return start, top
     if commitcache.is_ancestor(repo, below, top):
         return below, top
-    return git.merge_base(repo, below, top), top
+    return commitcache.merge_base(repo, below, top), top
 
 
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:

@@ -5,6 +5,10 @@ A commit id fixes the commit's tree and parents, so what is stored under it hold
 forever; only ranges between full commit ids are memoised, never between names that can move. The store is
 a handful of JSON shards written whole (temporary file, then rename); a shard or entry that does not read
 back as expected is ignored and rebuilt from git.
+
+Questions about commits inside a range a status declared (rangeindex.py) are answered from that range's one
+walk; what is kept per range is small (the commits that touch a patch's files or name its PR, a bisection's
+first-parent line, a derived answer via `memo`), never a list of every commit in it.
 """
 
 from __future__ import annotations
@@ -12,18 +16,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from vpatch import git
 from vpatch.fs import atomic_write
-from vpatch.upstream import cache_dir
+from vpatch.upstream import cache_dir, rangeindex
+
+T = TypeVar("T")
 
 _SHA = re.compile(r"[0-9a-f]{40}")
 # Few shards: a first run touches most of them, and each is rewritten whole when it changes.
 _SHARDS = 16
-_VERSION = 1
+_VERSION = 2  # 2: no per-range list of every commit (topo order) is kept
 
 
 class CommitCache:
@@ -88,6 +94,33 @@ def store() -> CommitCache:
 def reset() -> None:
     """Forget what this process has read: the next use reads the folder again, as a new process would."""
     _open.clear()
+    rangeindex.forget()
+
+
+def declare(repo: Path, base: str, tips: Sequence[str], *, paths: Sequence[str], greps: Sequence[str]) -> None:
+    """The range base..tips that questions (patch-ids on `paths`, messages naming `greps`) will be asked about:
+    one walk, when the first of them is not answered by the cache (rangeindex.declare)."""
+    rangeindex.declare(repo, base, tips, paths=paths, greps=greps)
+
+
+def memo(anchor: str, name: str, parts: Sequence[str], compute: Callable[[], T], *,
+         dump: Callable[[T], Any], load: Callable[[Any], T | None]) -> T:
+    """An answer derived only from commit ids (`anchor` and `parts`), kept under `anchor`: `load` turns what was
+    stored back into the answer (None: unreadable, compute again)."""
+    cache = store()
+    field = _key(name, *parts)
+    stored = cache.get(anchor, field)
+    if stored is not None:
+        try:
+            found = load(stored)
+        except (TypeError, ValueError, KeyError, IndexError):
+            found = None
+        if found is not None:
+            return found
+    answer = compute()
+    cache.put(anchor, field, dump(answer))
+    cache.flush()
+    return answer
 
 
 def _is_sha(ref: str | None) -> bool:
@@ -110,19 +143,19 @@ def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str
         return git.patch_id_commits(repo, base, tip, paths)
     cache = store()
     paths_key = _key(*paths)
-    range_key = _key("touching", base or "", paths_key)
-    touching = _sha_list(cache.get(tip, range_key))
-    if touching is None:
-        touching = git.commits_touching(repo, base, tip, paths)
-        cache.put(tip, range_key, touching)
-    known = {c: cache.get(c, "pid:" + paths_key) for c in touching}
-    missing = [c for c, pid in known.items() if not (isinstance(pid, str) and (pid == "" or _SHA.fullmatch(pid)))]
-    if missing:
-        found = git.commit_patch_ids(repo, missing, paths)
-        for commit in missing:
-            known[commit] = found.get(commit, "")  # "": no change to `paths` (stored, so not asked again)
-            cache.put(commit, "pid:" + paths_key, known[commit])
-    cache.flush()
+    known_range = rangeindex.find(repo, base, tip, paths=paths)
+    if known_range is not None:
+        inside, wanted = known_range.ancestors(tip), set(paths)
+        touching = known_range.newest_first_of(
+            [c for c, names in known_range.touched.items() if c in inside and wanted.intersection(names)])
+    else:
+        range_key = _key("touching", base or "", paths_key)
+        touching_list = _sha_list(cache.get(tip, range_key))
+        if touching_list is None:
+            touching_list = git.commits_touching(repo, base, tip, paths)
+            cache.put(tip, range_key, touching_list)
+        touching = touching_list
+    known = patch_ids(repo, touching, paths)
     ids: dict[str, list[str]] = {}
     for commit in touching:  # newest first, as git log lists them
         if known[commit]:
@@ -130,10 +163,31 @@ def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str
     return ids
 
 
+def patch_ids(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, str]:
+    """Commit -> stable patch-id of its change to `paths` ("" when it changes none of them), kept by commit id."""
+    cache = store()
+    paths_key = _key(*paths)
+    known = {c: cache.get(c, "pid:" + paths_key) for c in commits}
+    missing = [c for c, pid in known.items() if not (isinstance(pid, str) and (pid == "" or _SHA.fullmatch(pid)))]
+    if missing:
+        found = git.commit_patch_ids(repo, missing, paths)
+        for commit in missing:
+            known[commit] = found.get(commit, "")  # "": no change to `paths` (stored, so not asked again)
+            cache.put(commit, "pid:" + paths_key, known[commit])
+    cache.flush()
+    return {c: str(pid) for c, pid in known.items()}
+
+
 def log_records(repo: Path, base: str | None, tip: str, *, grep: Sequence[str] = (),
                 commits: Sequence[str] = ()) -> list[git.LogRecord]:
     """`git.log_records` with messages kept by commit id and grep results kept per range."""
     cache = store()
+    known_range = None if commits or not grep else rangeindex.find(repo, base, tip, greps=grep)
+    if known_range is not None:
+        inside = known_range.ancestors(tip)
+        found = {c: r for c, r in known_range.matched.items()
+                 if c in inside and any(g in r.subject or g in r.body for g in grep)}
+        return [found[c] for c in known_range.newest_first_of(list(found))]
     if commits:
         wanted = list(commits)
     elif _is_sha(base) and _is_sha(tip):
@@ -169,18 +223,16 @@ def _remember(cache: CommitCache, records: Sequence[git.LogRecord]) -> None:
         cache.put(r.commit, "message", [r.subject, r.body])
 
 
-def topo_order(repo: Path, base: str | None, tip: str) -> list[str]:
-    """`git.topo_order`, kept per range of commit ids."""
-    if not _is_sha(base) or not _is_sha(tip):
-        return git.topo_order(repo, base, tip)
-    cache = store()
-    range_key = _key("topo", base or "")
-    order = _sha_list(cache.get(tip, range_key))
-    if order is None:
-        order = git.topo_order(repo, base, tip)
-        cache.put(tip, range_key, order)
-        cache.flush()
-    return order
+def topo_positions(repo: Path, base: str | None, tip: str, commits: Sequence[str]) -> dict[str, int]:
+    """Where each of `commits` sits in base..tip oldest first, parents before children (absent: not in it).
+    From a declared range when it holds base..tip, else from `git.topo_order` (never stored: at vLLM's size
+    one list per range was most of the cache)."""
+    known_range = rangeindex.find(repo, base, tip)
+    if known_range is not None:
+        inside = known_range.ancestors(tip)
+        return {c: known_range.position(c) for c in commits if c in inside}
+    order = {c: i for i, c in enumerate(git.topo_order(repo, base, tip))}
+    return {c: order[c] for c in commits if c in order}
 
 
 def first_parent_commits(repo: Path, base: str, tip: str) -> list[str]:
@@ -210,10 +262,28 @@ def diff_patch_id(repo: Path, diff: bytes) -> str | None:
     return found
 
 
+def merge_base(repo: Path, a: str, b: str) -> str | None:
+    """`git.merge_base`, kept by the two commit ids (their best common ancestor never changes)."""
+    if not _is_sha(a) or not _is_sha(b):
+        return git.merge_base(repo, a, b)
+    cache = store()
+    field = "merge-base:" + b
+    known = cache.get(a, field)
+    if isinstance(known, str) and (known == "" or _SHA.fullmatch(known)):
+        return known or None
+    answer = git.merge_base(repo, a, b)
+    cache.put(a, field, answer or "")
+    cache.flush()
+    return answer
+
+
 def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
     """`git.is_ancestor`, kept by commit id (ancestry between two commit ids never changes)."""
     if not _is_sha(ancestor) or not _is_sha(descendant):
         return git.is_ancestor(repo, ancestor, descendant)
+    from_range = rangeindex.ancestry(repo, ancestor, descendant)
+    if from_range is not None:
+        return from_range
     cache = store()
     field = "ancestor-of:" + descendant
     known = cache.get(ancestor, field)
