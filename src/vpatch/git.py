@@ -646,6 +646,31 @@ def commit_patch_ids(repo: Path, commits: Sequence[str], paths: Sequence[str]) -
     return {sha: pid for pid, sha in (line.split() for line in run(repo, ["patch-id", "--stable"], input=log).out.splitlines())}
 
 
+def commit_diffs(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, dict[str, bytes]]:
+    """Commit -> path -> that file's part of the commit's diff (limited to `paths`), for exactly `commits`: one
+    `log -p` for all of them."""
+    if not commits:
+        return {}
+    log = run(repo, ["log", "--stdin", "--no-walk=unsorted", "-p", "--no-renames", "--no-color", "--format=commit %H",
+                     "--", *paths], input="".join(f"{c}\n" for c in commits).encode()).stdout
+    out: dict[str, dict[str, bytes]] = {}
+    for chunk in log.split(b"\ncommit "):
+        head, _, body = chunk.removeprefix(b"commit ").partition(b"\n")
+        files = out.setdefault(head.strip().decode(), {})
+        for part in (b"\n" + body).split(b"\ndiff --git ")[1:]:
+            section = b"diff --git " + part.rstrip(b"\n") + b"\n"
+            name = section.split(b"\n", 1)[0].split(b" b/", 1)[-1].decode("utf-8", "surrogateescape")
+            files[name] = section
+    return out
+
+
+def stream_patch_ids(repo: Path, stream: bytes) -> dict[str, str]:
+    """`git patch-id --stable` of a stream of "commit <id>" headers each followed by a diff: id -> patch-id."""
+    if not stream.strip():
+        return {}
+    return {sha: pid for pid, sha in (line.split() for line in run(repo, ["patch-id", "--stable"], input=stream).out.splitlines())}
+
+
 def commit_patch_id(repo: Path, commit: str, paths: Sequence[str] = ()) -> str | None:
     """The stable patch-id of one commit's change (limited to `paths` when given)."""
     diff = run(repo, ["diff-tree", "-p", "--no-renames", "--no-color", "--root", commit, "--", *paths]).stdout

@@ -141,15 +141,21 @@ class ReleaseProof:
         return f"{self.release} ({how}{self.commit[:12]}{where}{of})"
 
 
-def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProof | None:
+def refs_state(repo: Path) -> str:
+    """A digest of every tag and branch: what a first release depends on besides commit ids."""
+    refs = [f"{name} {sha}" for prefix in ("refs/tags/", "refs/heads/") for name, sha in git.ref_values(repo, prefix).items()]
+    return hashlib.sha256("\n".join(sorted(refs)).encode()).hexdigest()
+
+
+def first_release(repo: Path, commit: str, *, branch: str | None, state: str | None = None) -> ReleaseProof | None:
     """The lowest release carrying `commit`: one whose tag contains it, or, with a `branch` (a git
     upstream with release branches), one whose release branch holds a cherry-pick of it - named by
     "(cherry picked from commit ...)", the same "(#N)" in the subject, or the same patch-id.
-    Kept in the commit cache by the commit and the state of every tag and branch."""
+    Kept in the commit cache by the commit and the state of every tag and branch (`state`: refs_state's
+    digest, when the caller has it)."""
     if not git.is_object_id(commit):
         return _first_release(repo, commit, branch=branch)
-    refs = [f"{name} {sha}" for prefix in ("refs/tags/", "refs/heads/") for name, sha in git.ref_values(repo, prefix).items()]
-    state = hashlib.sha256("\n".join(sorted(refs)).encode()).hexdigest()
+    state = state or refs_state(repo)
     found = commitcache.memo(
         commit, "first-release", [branch or "", state], lambda: (_first_release(repo, commit, branch=branch),),
         dump=lambda proof: {"proof": proof[0] and [getattr(proof[0], f.name) for f in fields(ReleaseProof)]},
@@ -168,10 +174,11 @@ def _first_release(repo: Path, commit: str, *, branch: str | None) -> ReleasePro
         # nothing here (a back-dated pick is still a pick), so every such earlier release is searched; each
         # search walks only that branch's own commits.
         tagged = git.resolve_commits(repo, earlier)
-        candidates = [t for t in earlier if (c := tagged[t]) and not commitcache.is_ancestor(repo, c, main)]
+        own = _off_main(repo, [c for c in tagged.values() if c], main)
+        off_main = {c.commit for c in own}
+        candidates = [t for t in earlier if tagged[t] in off_main]
         if candidates:
             change = _Change.of(repo, commit)
-            own = _off_main(repo, [tagged[t] or "" for t in candidates], main)
             for tag in candidates:
                 pick = change.picked_in(repo, own, tagged[tag] or "")
                 if pick is not None:

@@ -160,7 +160,9 @@ def compute(
     if history and history_evidence:
         # every identity question below is about pin..<a target or one of its ancestors>: one walk answers all
         greps = sorted({g for patch in patches for g in lineage.identity_grep(patch.upstream_pr)})
-        commitcache.declare(repo, pin.commit, [t.commit for t in targets], paths=paths, greps=greps)
+        commitcache.declare(repo, pin.commit, [t.commit for t in targets], path_sets=[p.paths for p in patches],
+                            greps=greps)
+        commitcache.diff_patch_ids(repo, [p.diff for p in patches])
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
@@ -169,12 +171,15 @@ def compute(
     ]
     rows: list[PatchStatus] = []
     checks = 0
+    # read once for every landing: where main is, and the tags and branches a first release depends on
+    refs = _Refs(git.resolve_commit(repo, branch) if history else None, lineage.refs_state(repo)) if landing else None
     for i, patch in enumerate(patches):
         results = tuple(col[i] for col in columns)
         where = None
         if landing:
+            assert refs is not None
             where = _landing(repo, patches, patch, targets, results, pin=pin.commit, history=history, probe=counter,
-                             branch=branch, history_evidence=history_evidence)
+                             branch=branch, history_evidence=history_evidence, refs=refs)
             checks += where.checks if where else 0
         rows.append(PatchStatus(patch.number, patch.slug, patch.filename, patch.subject, results, where))
     return Status(pin, tuple(targets), tuple(rows), branch, history,
@@ -227,9 +232,15 @@ class _CountingProbe:
         return check
 
 
+@dataclass(frozen=True)
+class _Refs:
+    main: str | None  # the commit upstream's main branch names (None: no per-commit history)
+    state: str  # lineage.refs_state
+
+
 def _landing(
     repo: Path, patches: Sequence[Patch], patch: Patch, targets: Sequence[Target], results: Sequence[Verdict],
-    *, pin: str, history: bool, probe: ProbeFn | None, branch: str, history_evidence: bool,
+    *, pin: str, history: bool, probe: ProbeFn | None, branch: str, history_evidence: bool, refs: _Refs,
 ) -> Landing | None:
     first = next((j for j, v in enumerate(results) if v.state is State.LANDED), None)
     if first is None:
@@ -237,7 +248,7 @@ def _landing(
     top = targets[first]
     main = branch if history else None
     if first == 0:
-        proof = lineage.first_release(repo, top.commit, branch=main)
+        proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
 
     def landed(commit: str) -> bool:
@@ -250,25 +261,24 @@ def _landing(
     earlier = [t.commit for t in targets[:first]]
     below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
     since = next(t.ref for t in targets if t.commit == below)
-    base, tip = _bisect_range(repo, below, top.commit, main, landed)
+    base, tip = _bisect_range(repo, below, top.commit, refs.main, landed)
     if base is None:
-        proof = lineage.first_release(repo, top.commit, branch=main)
+        proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
     line = commitcache.first_parent_commits(repo, base, tip)
     # A revert makes "landed" non-monotonic along the line: search only after the last revert before the tip.
     floor = _after_last_revert(line, results[first])
     found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)
-    proof = lineage.first_release(repo, found, branch=main)
+    proof = lineage.first_release(repo, found, branch=main, state=refs.state)
     return Landing(top.ref, found, proof.release if proof else None, bisected=True, checks=checks,
                    candidates=len(line) - floor, since=since, proof=proof)
 
 
-def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
+def _bisect_range(repo: Path, below: str, top: str, main: str | None,
                   landed: Callable[[str], bool]) -> tuple[str | None, str]:
     """The first-parent line to bisect: below..top when top descends from below; else, on a git upstream with
     release branches, main between the two merge-bases when main already had the change where `top`'s
     release branch forked, or that release branch's own commits when it did not."""
-    main = git.resolve_commit(repo, main_branch) if main_branch else None
     if main is not None and not commitcache.is_ancestor(repo, top, main):
         top_base = commitcache.merge_base(repo, top, main)
         if top_base is not None and landed(top_base):

@@ -97,10 +97,11 @@ def reset() -> None:
     rangeindex.forget()
 
 
-def declare(repo: Path, base: str, tips: Sequence[str], *, paths: Sequence[str], greps: Sequence[str]) -> None:
-    """The range base..tips that questions (patch-ids on `paths`, messages naming `greps`) will be asked about:
-    one walk, when the first of them is not answered by the cache (rangeindex.declare)."""
-    rangeindex.declare(repo, base, tips, paths=paths, greps=greps)
+def declare(repo: Path, base: str, tips: Sequence[str], *, path_sets: Sequence[Sequence[str]],
+            greps: Sequence[str]) -> None:
+    """The range base..tips that questions (patch-ids on each of `path_sets`, messages naming `greps`) will be
+    asked about: one walk, when the first of them is not answered by the cache (rangeindex.declare)."""
+    rangeindex.declare(repo, base, tips, path_sets=path_sets, greps=greps)
 
 
 def memo(anchor: str, name: str, parts: Sequence[str], compute: Callable[[], T], *,
@@ -145,6 +146,8 @@ def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str
     paths_key = _key(*paths)
     known_range = rangeindex.find(repo, base, tip, paths=paths)
     if known_range is not None:
+        if not known_range.prefetched:
+            _prefetch_patch_ids(repo, known_range)
         inside, wanted = known_range.ancestors(tip), set(paths)
         touching = known_range.newest_first_of(
             [c for c, names in known_range.touched.items() if c in inside and wanted.intersection(names)])
@@ -161,6 +164,36 @@ def patch_id_commits(repo: Path, base: str | None, tip: str, paths: Sequence[str
         if known[commit]:
             ids.setdefault(known[commit], []).append(commit)
     return ids
+
+
+def _prefetch_patch_ids(repo: Path, known_range: rangeindex.Range) -> None:
+    """The patch-id of every touching commit of the range on each declared path set, from one `log -p` and
+    one `patch-id` for all of them (a pair per patch costs more than the diffs at vLLM's size)."""
+    cache = store()
+    wanted: dict[str, tuple[str, tuple[str, ...], str]] = {}  # stand-in id -> (commit, path set, its key)
+    for group in known_range.path_sets:
+        paths_key, names = _key(*group), set(group)
+        for commit, touched in known_range.touched.items():
+            pid = cache.get(commit, "pid:" + paths_key)
+            if names.intersection(touched) and not (isinstance(pid, str) and (pid == "" or _SHA.fullmatch(pid))):
+                wanted[hashlib.sha1(f"{commit} {paths_key}".encode()).hexdigest()] = (commit, group, paths_key)
+    if wanted:
+        commits = sorted({c for c, _, _ in wanted.values()})
+        diffs = git.commit_diffs(repo, commits, sorted(known_range.paths))
+        stream = bytearray()
+        complete = {}
+        for stand_in, (commit, group, paths_key) in wanted.items():
+            changed = set(group).intersection(known_range.touched[commit])
+            if not changed.issubset(diffs.get(commit, {})):
+                continue  # a file name the split did not recognise: left to the per-patch diff
+            complete[stand_in] = (commit, paths_key)
+            stream += b"commit %s\n" % stand_in.encode()
+            stream += b"".join(diffs[commit][path] for path in sorted(changed))
+        found = git.stream_patch_ids(repo, bytes(stream))
+        for stand_in, (commit, paths_key) in complete.items():
+            cache.put(commit, "pid:" + paths_key, found.get(stand_in, ""))
+        cache.flush()
+    known_range.prefetched = True
 
 
 def patch_ids(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, str]:
@@ -249,6 +282,20 @@ def first_parent_commits(repo: Path, base: str, tip: str) -> list[str]:
     return line
 
 
+def diff_patch_ids(repo: Path, diffs: Sequence[bytes]) -> None:
+    """Put the patch-id of each of `diffs` (the patches' own) in the cache: one `patch-id` for all not there."""
+    cache = store()
+    digests = {hashlib.sha256(d).hexdigest(): d for d in diffs}
+    missing = {k: d for k, d in digests.items() if not isinstance(cache.get(k, "diff-pid"), str)}
+    if not missing:
+        return
+    stream = b"".join(b"commit %s\n" % k[:40].encode() + d for k, d in missing.items())
+    found = git.stream_patch_ids(repo, stream)
+    for k in missing:
+        cache.put(k, "diff-pid", found.get(k[:40], ""))
+    cache.flush()
+
+
 def diff_patch_id(repo: Path, diff: bytes) -> str | None:
     """`git.patch_id` of a diff, kept by the diff's own hash (a patch file's diff rarely changes)."""
     digest = hashlib.sha256(diff).hexdigest()
@@ -281,15 +328,13 @@ def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
     """`git.is_ancestor`, kept by commit id (ancestry between two commit ids never changes)."""
     if not _is_sha(ancestor) or not _is_sha(descendant):
         return git.is_ancestor(repo, ancestor, descendant)
-    from_range = rangeindex.ancestry(repo, ancestor, descendant)
-    if from_range is not None:
-        return from_range
     cache = store()
     field = "ancestor-of:" + descendant
     known = cache.get(ancestor, field)
     if isinstance(known, bool):
         return known
-    answer = git.is_ancestor(repo, ancestor, descendant)
+    from_range = rangeindex.ancestry(repo, ancestor, descendant)
+    answer = git.is_ancestor(repo, ancestor, descendant) if from_range is None else from_range
     cache.put(ancestor, field, answer)
     cache.flush()
     return answer

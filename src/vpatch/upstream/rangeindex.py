@@ -27,6 +27,8 @@ class Range:
     parents: dict[str, tuple[str, ...]]
     touched: dict[str, tuple[str, ...]]  # non-merge commit -> the `paths` it changes
     matched: dict[str, git.LogRecord]  # commit -> message, for those naming any of `greps`
+    path_sets: tuple[tuple[str, ...], ...] = ()  # the patches' own paths, whose patch-ids will be asked for
+    prefetched: bool = False  # the patch-ids of every (touching commit, path set) are in the commit cache
     _lines: dict[str, dict[str, int]] = field(default_factory=dict)  # tip -> commit -> position on its first-parent line
     _merged: dict[str, dict[str, int]] = field(default_factory=dict)  # tip -> commit -> where it joins that line
     _reach: dict[str, frozenset[str]] = field(default_factory=dict)  # commit -> its ancestors in the range
@@ -115,18 +117,23 @@ class _Declared:
     tips: tuple[str, ...]
     paths: frozenset[str]
     greps: frozenset[str]
+    path_sets: tuple[tuple[str, ...], ...]
     loaded: Range | None = None
 
 
 _declared: list[_Declared] = []
 
 
-def declare(repo: Path, base: str, tips: Sequence[str], *, paths: Sequence[str], greps: Sequence[str]) -> None:
-    """The range base..tips that questions will be asked about (read from git only when one needs it)."""
+def declare(repo: Path, base: str, tips: Sequence[str], *, path_sets: Sequence[Sequence[str]],
+            greps: Sequence[str]) -> None:
+    """The range base..tips that questions will be asked about (read from git only when one needs it):
+    patch-ids on each of `path_sets`, messages naming any of `greps`."""
+    paths = {p for group in path_sets for p in group}
     for d in _declared:
-        if (d.repo, d.base, d.tips) == (repo, base, tuple(tips)) and d.paths >= set(paths) and d.greps >= set(greps):
+        if (d.repo, d.base, d.tips) == (repo, base, tuple(tips)) and d.paths >= paths and d.greps >= set(greps):
             return
-    _declared.append(_Declared(repo, base, tuple(tips), frozenset(paths), frozenset(greps)))
+    _declared.append(_Declared(repo, base, tuple(tips), frozenset(paths), frozenset(greps),
+                               tuple(tuple(group) for group in path_sets)))
 
 
 def find(repo: Path, base: str | None, tip: str, *, paths: Sequence[str] = (), greps: Sequence[str] = ()) -> Range | None:
@@ -136,6 +143,7 @@ def find(repo: Path, base: str | None, tip: str, *, paths: Sequence[str] = (), g
             continue
         if d.loaded is None:
             d.loaded = Range.read(repo, d.base, d.tips, sorted(d.paths), sorted(d.greps))
+            d.loaded.path_sets = d.path_sets
         if d.loaded.covers(base, tip, paths=paths, greps=greps):
             return d.loaded
     return None
