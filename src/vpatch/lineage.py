@@ -174,7 +174,8 @@ def _first_release(repo: Path, commit: str, *, branch: str | None) -> ReleasePro
         # nothing here (a back-dated pick is still a pick), so every such earlier release is searched; each
         # search walks only that branch's own commits.
         tagged = git.resolve_commits(repo, earlier)
-        own = _off_main(repo, [c for c in tagged.values() if c], main)
+        # every release tag's branch in one walk, shared by every landing this process looks up
+        own = _off_main(repo, [c for c in git.resolve_commits(repo, tags).values() if c], main)
         off_main = {c.commit for c in own}
         candidates = [t for t in earlier if tagged[t] in off_main]
         if candidates:

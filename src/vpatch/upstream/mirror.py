@@ -58,11 +58,17 @@ def _fetch(path: Path, url: str, blob_filter: str | None, report: Reporter) -> N
     def progress(line: str) -> None:
         found = _PHASE.match(line.strip())
         if found and not found.group(1).lower().startswith(("fatal", "error", "warning")):
-            report(Event(subject, found.group(1).lower(), found.group(2)))
+            phase, counters = found.group(1).lower(), found.group(2)
+            if counters.endswith(", done."):  # the phase's last count: its own step, so a quiet view shows it too
+                phase, counters = f"{phase}, done", counters.removesuffix(", done.")
+            report(Event(subject, phase, counters))
         elif line.strip():
             errors.append(line)
 
     result = git.fetch_mirror(path, progress, blob_filter=blob_filter)
+    if result.returncode == 0:
+        report(Event(subject, "writing the commit-graph"))
+        git.write_commit_graph(path)
     report(Event(subject, "done" if result.returncode == 0 else "failed", final=True, seconds=time.monotonic() - start))
     if result.returncode != 0:
         raise VpatchError(
