@@ -24,6 +24,7 @@ release branch (lineage.first_release, which also names the proving commit and b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,7 @@ def compute(
                              branch=branch, history_evidence=history_evidence, refs=refs)
             checks += where.checks if where else 0
         rows.append(PatchStatus(patch.number, patch.slug, patch.filename, patch.subject, results, where))
+    commitcache.save()
     return Status(pin, tuple(targets), tuple(rows), branch, history,
                   probes_run=counter.ran if counter else 0, probes_cached=counter.cached if counter else 0,
                   bisect_checks=checks)
@@ -298,7 +300,8 @@ def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     from vpatch.verdict import Kind
 
     story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
-    reverted = [c for c in line if f"reverted in {c[:12]}" in story]
+    named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
+    reverted = [c for c in line if c[:12] in named] if named else []
     return line.index(reverted[-1]) + 1 if reverted else 0
 
 

@@ -13,9 +13,11 @@ first-parent line, a derived answer via `memo`), never a list of every commit in
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,9 +29,11 @@ from vpatch.upstream import cache_dir, rangeindex
 T = TypeVar("T")
 
 _SHA = re.compile(r"[0-9a-f]{40}")
+_JOINED = re.compile(r"(?:[0-9a-f]{40})*")
 # Few shards: a first run touches most of them, and each is rewritten whole when it changes.
 _SHARDS = 16
 _VERSION = 2  # 2: no per-range list of every commit (topo order) is kept
+_FLUSH_EVERY_S = 1.0
 
 
 class CommitCache:
@@ -39,6 +43,7 @@ class CommitCache:
         self.root = root
         self._shards: dict[str, dict[str, Any]] = {}
         self._dirty: set[str] = set()
+        self._written = time.monotonic()
 
     def get(self, key: str, field: str) -> Any:
         entry = self._shard(key).get(key)
@@ -52,11 +57,16 @@ class CommitCache:
         entry[field] = value
         self._dirty.add(_shard_name(key))
 
-    def flush(self) -> None:
+    def flush(self, *, now: bool = False) -> None:
+        """Write the changed shards: at most once a second unless `now` (each is rewritten whole, and a first
+        status learns hundreds of facts; what a kill loses is only asked of git again)."""
+        if not self._dirty or (not now and time.monotonic() - self._written < _FLUSH_EVERY_S):
+            return
         for name in sorted(self._dirty):
             data = {"version": _VERSION, "entries": self._shards[name]}
             atomic_write(self.root / f"{name}.json", json.dumps(data, separators=(",", ":")).encode(), durable=False)
         self._dirty.clear()
+        self._written = time.monotonic()
 
     def _shard(self, key: str) -> dict[str, Any]:
         name = _shard_name(key)
@@ -81,14 +91,24 @@ def _read_shard(path: Path) -> dict[str, Any]:
 
 
 _open: dict[Path, CommitCache] = {}
+_at_exit: list[object] = []
 
 
 def store() -> CommitCache:
     """The cache under the current cache folder (one object per folder per process)."""
     root = cache_dir() / "commit-facts"
     if root not in _open:
+        if not _open and save not in _at_exit:
+            atexit.register(save)  # what the last second learnt (flush writes at most once a second)
+            _at_exit.append(save)
         _open[root] = CommitCache(root)
     return _open[root]
+
+
+def save() -> None:
+    """Write everything learnt so far (the end of a status or update)."""
+    for cache in _open.values():
+        cache.flush(now=True)
 
 
 def reset() -> None:
@@ -273,12 +293,14 @@ def first_parent_commits(repo: Path, base: str, tip: str) -> list[str]:
     if not _is_sha(base) or not _is_sha(tip):
         return git.first_parent_commits(repo, base, tip)
     cache = store()
-    range_key = _key("first-parent", base)
-    line = _sha_list(cache.get(tip, range_key))
-    if line is None:
-        line = git.first_parent_commits(repo, base, tip)
-        cache.put(tip, range_key, line)
-        cache.flush()
+    range_key = _key("first-parent-joined", base)
+    stored = cache.get(tip, range_key)
+    # one string of ids end to end: a tenth of the parsing and checking of a list at vLLM's length
+    if isinstance(stored, str) and _JOINED.fullmatch(stored):
+        return [stored[i:i + 40] for i in range(0, len(stored), 40)]
+    line = git.first_parent_commits(repo, base, tip)
+    cache.put(tip, range_key, "".join(line))
+    cache.flush()
     return line
 
 
