@@ -112,7 +112,9 @@ def save() -> None:
 
 
 def reset() -> None:
-    """Forget what this process has read: the next use reads the folder again, as a new process would."""
+    """Write what this process learnt (as its exit would) and forget what it read: the next use reads the folder
+    again, as a new process would."""
+    save()
     _open.clear()
     rangeindex.forget()
 
