@@ -682,6 +682,14 @@ def changed_paths(repo: Path, commit: str) -> list[str]:
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
 
 
+def refs_containing(repo: Path, commit: str, tag_pattern: str = "v*") -> tuple[list[str], list[str]]:
+    """(tags matching `tag_pattern`, local branches) whose tip contains `commit`: one walk for both."""
+    out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname)", f"refs/tags/{tag_pattern}",
+                     "refs/heads/"]).out.split()
+    return ([r.removeprefix("refs/tags/") for r in out if r.startswith("refs/tags/")],
+            [r.removeprefix("refs/heads/") for r in out if r.startswith("refs/heads/")])
+
+
 def branches_containing(repo: Path, commit: str) -> list[str]:
     """Local branch names (in a mirror: upstream's branches) whose tip contains `commit`."""
     out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname:short)", "refs/heads/"]).out

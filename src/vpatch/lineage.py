@@ -165,7 +165,8 @@ def first_release(repo: Path, commit: str, *, branch: str | None, state: str | N
 
 def _first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProof | None:
     tags = release_tags(git.tags(repo, "v*"))
-    containing = set(git.tags_containing(repo, commit))
+    tags_in, branches_in = git.refs_containing(repo, commit)
+    containing = set(tags_in)
     first = next((t for t in tags if t in containing), None)
     main = git.resolve_commit(repo, branch) if branch is not None else None
     if main is not None:
@@ -186,7 +187,7 @@ def _first_release(repo: Path, commit: str, *, branch: str | None) -> ReleasePro
                     return ReleaseProof(tag, pick, _branch_of(repo, pick, branch or "main"), picked=True)
     if first is None:
         return None
-    on = _branch_of(repo, commit, branch) if branch else None
+    on = _branch_of(repo, commit, branch, names=branches_in) if branch else None
     original = None
     if branch and on != branch:
         # landed on a release branch itself: name the main commit it was picked from, when it says
@@ -257,8 +258,9 @@ def _reaching(own: Sequence[git.BranchCommit], tip: str) -> set[str]:
     return seen
 
 
-def _branch_of(repo: Path, commit: str, main: str) -> str | None:
-    names = git.branches_containing(repo, commit)
+def _branch_of(repo: Path, commit: str, main: str, *, names: Sequence[str] | None = None) -> str | None:
+    """`names`: the branches holding `commit`, when the caller has read them."""
+    names = git.branches_containing(repo, commit) if names is None else names
     if main in names:
         return main
     # the release branch it was committed on: the one whose name sorts first among those holding it
