@@ -47,7 +47,7 @@ def test_a_corrupt_cache_is_ignored_and_rebuilt(project: Project, tmp_path: Path
     assert status(project) == clean
     assert log_p_calls(calls) >= 1  # recomputed, not trusted
     for shard in (cache_dir() / "commit-facts").glob("*.json"):
-        assert json.loads(shard.read_bytes())["version"] == 1  # written back whole
+        assert json.loads(shard.read_bytes())["version"] == 2  # written back whole
 
 
 def test_only_new_commits_are_diffed_when_the_tip_moves(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,15 +108,20 @@ def _series(config: Config) -> Series:
 
 
 @app.command()
-def fetch() -> None:
-    """Create or update the upstream mirror (a bare git repository in the cache)."""
+def fetch(
+    blob_filter: Annotated[str | None, typer.Option("--filter", help="blob:none: a partial mirror (every commit and "
+                                                    "tree; file contents fetched when first read).")] = None,
+) -> None:
+    """Create or update the upstream mirror (a bare git repository in the cache); git's progress on stderr."""
+    from vpatch.console import ProgressView
     from vpatch.upstream import cache_dir, mirror
 
     config = _config()
     if config.upstream.source == "releases":
         raise VpatchError("this project reads upstream from the release history, not a git mirror",
                           hint="vpatch releases refreshes the release history")
-    path = mirror.fetch(cache_dir(), config.upstream.git)
+    with ProgressView() as view:
+        path = mirror.fetch(cache_dir(), config.upstream.git, blob_filter=blob_filter, report=view)
     echo(f"mirror of {config.upstream.git} is up to date at {path}")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -306,7 +306,7 @@ def commit_times(repo: Path, commits: Sequence[str]) -> dict[str, int]:
     """Committer time (seconds since the epoch) of each commit, read from the commit objects."""
     if not commits:
         return {}
-    if not all(_is_object_id(c) for c in commits):
+    if not all(is_object_id(c) for c in commits):
         out = run(repo, ["log", "--no-walk=unsorted", "--format=%H %ct", *commits, "--"]).out
         return {sha: int(ct) for sha, ct in (line.split() for line in out.splitlines() if line)}
     times: dict[str, int] = {}
@@ -328,14 +328,14 @@ def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> d
     out: dict[str, dict[str, bytes | None]] = {c: {} for c in commits}
     if not commits or not paths:
         return out
-    by_id = [c for c in commits if _is_object_id(c)]
+    by_id = [c for c in commits if is_object_id(c)]
     found = iter(_cat_file(repo, [f"{c}:{p}" for c in by_id for p in paths]))
     for c in by_id:
         for p in paths:
             obj = next(found)
             # a tree or gitlink at that path is no file
             out[c][p] = obj[1] if obj is not None and obj[0] == "blob" else None
-    others = [c for c in commits if not _is_object_id(c)]
+    others = [c for c in commits if not is_object_id(c)]
     if others:
         request = "".join(f"{c}:{p}\n" for c in others for p in paths).encode()
         data = run(repo, ["cat-file", "--batch"], input=request).stdout
@@ -355,7 +355,8 @@ def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> d
     return out
 
 
-def _is_object_id(name: str) -> bool:
+def is_object_id(name: str) -> bool:
+    """Whether `name` is a full object id (which names one object forever), not a ref that can move."""
     return len(name) in (40, 64) and all(ch in "0123456789abcdef" for ch in name)
 
 
@@ -613,6 +614,31 @@ def commit_patch_ids(repo: Path, commits: Sequence[str], paths: Sequence[str]) -
     return {sha: pid for pid, sha in (line.split() for line in run(repo, ["patch-id", "--stable"], input=log).out.splitlines())}
 
 
+def commit_diffs(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> dict[str, dict[str, bytes]]:
+    """Commit -> path -> that file's part of the commit's diff (limited to `paths`), for exactly `commits`: one
+    `log -p` for all of them."""
+    if not commits:
+        return {}
+    log = run(repo, ["log", "--stdin", "--no-walk=unsorted", "-p", "--no-renames", "--no-color", "--format=commit %H",
+                     "--", *paths], input="".join(f"{c}\n" for c in commits).encode()).stdout
+    out: dict[str, dict[str, bytes]] = {}
+    for chunk in log.split(b"\ncommit "):
+        head, _, body = chunk.removeprefix(b"commit ").partition(b"\n")
+        files = out.setdefault(head.strip().decode(), {})
+        for part in (b"\n" + body).split(b"\ndiff --git ")[1:]:
+            section = b"diff --git " + part.rstrip(b"\n") + b"\n"
+            name = section.split(b"\n", 1)[0].split(b" b/", 1)[-1].decode("utf-8", "surrogateescape")
+            files[name] = section
+    return out
+
+
+def stream_patch_ids(repo: Path, stream: bytes) -> dict[str, str]:
+    """`git patch-id --stable` of a stream of "commit <id>" headers each followed by a diff: id -> patch-id."""
+    if not stream.strip():
+        return {}
+    return {sha: pid for pid, sha in (line.split() for line in run(repo, ["patch-id", "--stable"], input=stream).out.splitlines())}
+
+
 def commit_patch_id(repo: Path, commit: str, paths: Sequence[str] = ()) -> str | None:
     """The stable patch-id of one commit's change (limited to `paths` when given)."""
     diff = run(repo, ["diff-tree", "-p", "--no-renames", "--no-color", "--root", commit, "--", *paths]).stdout
@@ -622,6 +648,14 @@ def commit_patch_id(repo: Path, commit: str, paths: Sequence[str] = ()) -> str |
 def changed_paths(repo: Path, commit: str) -> list[str]:
     out = run(repo, ["diff-tree", "--no-commit-id", "--name-only", "-r", "--no-renames", "--root", "-z", commit]).stdout
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def refs_containing(repo: Path, commit: str, tag_pattern: str = "v*") -> tuple[list[str], list[str]]:
+    """(tags matching `tag_pattern`, local branches) whose tip contains `commit`: one walk for both."""
+    out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname)", f"refs/tags/{tag_pattern}",
+                     "refs/heads/"]).out.split()
+    return ([r.removeprefix("refs/tags/") for r in out if r.startswith("refs/tags/")],
+            [r.removeprefix("refs/heads/") for r in out if r.startswith("refs/heads/")])
 
 
 def branches_containing(repo: Path, commit: str) -> list[str]:
@@ -701,3 +735,96 @@ def am_three_way(worktree: Path, patch: bytes) -> Result:
     if result.returncode != 0:
         run(worktree, ["am", "--abort"], check=False)
     return result
+
+
+# --- one walk over a whole range (upstream/rangeindex.py) --------------------------------------
+
+
+def range_parents(repo: Path, base: str, tips: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(commit, parents) of every commit reachable from `tips` but not from `base`, oldest first, parents
+    before children: one walk of the whole range."""
+    out = run(repo, ["rev-list", "--topo-order", "--reverse", "--parents", *tips, f"^{base}", "--"]).out
+    return [(fields[0], tuple(fields[1:])) for fields in (line.split() for line in out.splitlines()) if fields]
+
+
+def range_grep(repo: Path, base: str, tips: Sequence[str], grep: Sequence[str]) -> list[LogRecord]:
+    """Commits of the range (reachable from `tips`, not from `base`) whose message contains any of `grep`
+    literally, with their messages: one walk."""
+    if not grep:
+        return []
+    fmt = "--format=%H%x1f%s%x1f%b%x1e"
+    out = run(repo, ["log", fmt, "--fixed-strings", *(f"--grep={g}" for g in grep), *tips, f"^{base}", "--"]).out
+    records = []
+    for chunk in out.split("\x1e"):
+        parts = chunk.strip("\n").split("\x1f")
+        if len(parts) == 3 and parts[0]:
+            records.append(LogRecord(parts[0], parts[1], parts[2]))
+    return records
+
+
+def range_touching(repo: Path, base: str, tips: Sequence[str], paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """Non-merge commits of the range that change any of `paths`, each with the ones it changes: one walk.
+
+    The walk lists every commit's changed files and the filter is here: git (2.39) uses the commit-graph's
+    changed-path filters for one pathspec only, and matching tens of pathspecs in each tree diff costs more
+    than listing the names (measured on 30,000 commits: 4.7 s with 26 pathspecs, 2.0 s without)."""
+    if not paths:
+        return {}
+    wanted = {p.encode("utf-8", "surrogateescape") for p in paths}
+    out = run(repo, ["log", "--no-merges", "--no-renames", "--format=%x1e%H", "--name-only", "-z", *tips, f"^{base}",
+                     "--"]).stdout
+    touched: dict[str, tuple[str, ...]] = {}
+    for chunk in out.split(b"\x1e")[1:]:
+        head, _, names = chunk.partition(b"\n")
+        hit = tuple(n.decode("utf-8", "surrogateescape") for n in names.split(b"\0") if n.strip(b"\n") in wanted)
+        if hit:
+            touched[head.strip(b"\0\n").decode()] = hit
+    return touched
+
+
+@dataclass(frozen=True)
+class BranchCommit:
+    commit: str
+    parents: tuple[str, ...]
+    subject: str
+    body: str
+    paths: tuple[str, ...]  # the files it changes (none listed for a merge)
+
+
+def commits_off(repo: Path, tips: Sequence[str], main: str) -> list[BranchCommit]:
+    """Commits reachable from `tips` but not from `main` (release branches' own commits), newest first in
+    topological order, with their messages and changed files: one walk."""
+    if not tips:
+        return []
+    out = run(repo, ["log", "--topo-order", "--no-renames", "--name-only", "--format=%x1e%H%x1f%P%x1f%s%x1f%b%x1f",
+                     *tips, f"^{main}", "--"]).out
+    found = []
+    for chunk in out.split("\x1e")[1:]:
+        parts = chunk.split("\x1f")
+        if len(parts) == 5:
+            found.append(BranchCommit(parts[0], tuple(parts[1].split()), parts[2], parts[3].strip("\n"),
+                                      tuple(line for line in parts[4].splitlines() if line)))
+    return found
+
+
+def fetch_mirror(repo: Path, on_progress: Callable[[str], None], *, blob_filter: str | None = None) -> Result:
+    """`git fetch --prune --tags origin` with git's own progress lines handed to `on_progress`; with
+    `blob_filter` ("blob:none") the first fetch makes `repo` a partial clone (blobs fetched when read)."""
+    if blob_filter:
+        run(repo, ["config", "remote.origin.promisor", "true"])
+        run(repo, ["config", "remote.origin.partialclonefilter", blob_filter])
+    args = ["fetch", "--progress", "--prune", "--tags", *([f"--filter={blob_filter}"] if blob_filter else []), "origin"]
+    return process.stream(["git", *_STABLE_CONFIG, *args], on_progress, cwd=repo, check=False, shown=["git", *args],
+                          error=GitError)
+
+
+def partial_filter(repo: Path) -> str | None:
+    """The filter a partial clone was made with (None: a full repository)."""
+    result = run(repo, ["config", "--get", "remote.origin.partialclonefilter"], check=False)
+    return result.out.strip() or None
+
+
+def write_commit_graph(repo: Path) -> None:
+    """A commit-graph with changed-path Bloom filters: generation numbers make --contains, merge-base and
+    topological walks cheap, the filters let a path-limited walk skip most tree diffs (reused on a rewrite)."""
+    run(repo, ["commit-graph", "write", "--reachable", "--changed-paths"])

@@ -5,15 +5,19 @@ onto them, merged PRs reverted and re-landed. Read-only questions, answered thro
   branches) or a real downgrade, and why.
 - `first_release`: the lowest release that carries a commit, itself or as a cherry-pick, and the commit
   on which branch that proves it.
+- `ancestry_order`: targets oldest first by the commit graph (never by commit date): ancestors first, then
+  by where each meets the main branch, then by release version.
 - `identity`: where a change was landed (same patch-id, or its PR "(#N)" in a subject) between two
   commits, and whether a later revert took it out again (and a re-land put it back).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 
@@ -42,6 +46,47 @@ def release_version(ref: str) -> object | None:
     return None if (version.is_prerelease or version.is_devrelease) else version
 
 
+# --- targets in the order of the commit graph ------------------------------------------------
+
+
+def ancestry_order(repo: Path, refs: Sequence[tuple[str, str]], *, branch: str | None) -> list[tuple[str, str]]:
+    """(ref, commit) pairs oldest first, decided by the commit graph and never by commit dates (which lie:
+    back-dated commits, a patch release vX.Y.1 cut after vX.(Y+1).0).
+
+    An ancestor comes before its descendants. Two commits on different lines (release branches, main) are
+    ordered by where each meets `branch` (main), then, meeting at the same point, by release version; what
+    is still tied goes by how many commits each reaches, then by name."""
+    main = git.resolve_commit(repo, branch) if branch else None
+    meets = {c: (c if commitcache.is_ancestor(repo, c, main) else commitcache.merge_base(repo, c, main)) if main else None
+             for _, c in refs}
+
+    def compare(a: tuple[str, str], b: tuple[str, str]) -> int:
+        if a[1] == b[1]:
+            return 0
+        if commitcache.is_ancestor(repo, a[1], b[1]):
+            return -1
+        if commitcache.is_ancestor(repo, b[1], a[1]):
+            return 1
+        ma, mb = meets[a[1]], meets[b[1]]
+        if ma and mb and ma != mb:
+            if commitcache.is_ancestor(repo, ma, mb):
+                return -1
+            if commitcache.is_ancestor(repo, mb, ma):
+                return 1
+        va, vb = release_version(a[0]), release_version(b[0])
+        if va is not None and vb is not None and va != vb:
+            return -1 if va < vb else 1  # type: ignore[operator]
+        ca, cb = git.reachable_count(repo, a[1]), git.reachable_count(repo, b[1])
+        return (ca > cb) - (ca < cb) or (a[0] > b[0]) - (a[0] < b[0])
+
+    return sorted(refs, key=functools.cmp_to_key(compare))
+
+
+def nearest_ancestor(repo: Path, commits: Sequence[str], of: str) -> str | None:
+    """The last of `commits` (oldest first, as `ancestry_order` lists them) that is an ancestor of `of`."""
+    return next((c for c in reversed(commits) if c != of and commitcache.is_ancestor(repo, c, of)), None)
+
+
 # --- direction of a pin move -------------------------------------------------------------------
 
 
@@ -60,8 +105,8 @@ def direction(repo: Path, *, current: str, current_ref: str, target: str, target
     if target == current or git.is_ancestor(repo, current, target):
         return Direction(True, f"{target_ref} descends from the pin {current_ref}")
     main = git.resolve_commit(repo, branch)
-    cur_base = git.merge_base(repo, current, main) if main else None
-    tgt_base = git.merge_base(repo, target, main) if main else None
+    cur_base = commitcache.merge_base(repo, current, main) if main else None
+    tgt_base = commitcache.merge_base(repo, target, main) if main else None
     if cur_base and tgt_base and cur_base != tgt_base:
         if git.is_ancestor(repo, cur_base, tgt_base):
             return Direction(True, f"{target_ref} meets {branch} at {tgt_base[:12]}, which descends from where the pin"
@@ -96,31 +141,53 @@ class ReleaseProof:
         return f"{self.release} ({how}{self.commit[:12]}{where}{of})"
 
 
-def first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProof | None:
+def refs_state(repo: Path) -> str:
+    """A digest of every tag and branch: what a first release depends on besides commit ids."""
+    refs = [f"{name} {sha}" for prefix in ("refs/tags/", "refs/heads/") for name, sha in git.ref_values(repo, prefix).items()]
+    return hashlib.sha256("\n".join(sorted(refs)).encode()).hexdigest()
+
+
+def first_release(repo: Path, commit: str, *, branch: str | None, state: str | None = None) -> ReleaseProof | None:
     """The lowest release carrying `commit`: one whose tag contains it, or, with a `branch` (a git
     upstream with release branches), one whose release branch holds a cherry-pick of it - named by
-    "(cherry picked from commit ...)", the same "(#N)" in the subject, or the same patch-id."""
+    "(cherry picked from commit ...)", the same "(#N)" in the subject, or the same patch-id.
+    Kept in the commit cache by the commit and the state of every tag and branch (`state`: refs_state's
+    digest, when the caller has it)."""
+    if not git.is_object_id(commit):
+        return _first_release(repo, commit, branch=branch)
+    state = state or refs_state(repo)
+    found = commitcache.memo(
+        commit, "first-release", [branch or "", state], lambda: (_first_release(repo, commit, branch=branch),),
+        dump=lambda proof: {"proof": proof[0] and [getattr(proof[0], f.name) for f in fields(ReleaseProof)]},
+        load=lambda stored: (stored["proof"] and ReleaseProof(*stored["proof"]),))
+    return found[0]
+
+
+def _first_release(repo: Path, commit: str, *, branch: str | None) -> ReleaseProof | None:
     tags = release_tags(git.tags(repo, "v*"))
-    containing = set(git.tags_containing(repo, commit))
+    tags_in, branches_in = git.refs_containing(repo, commit)
+    containing = set(tags_in)
     first = next((t for t in tags if t in containing), None)
     main = git.resolve_commit(repo, branch) if branch is not None else None
     if main is not None:
         earlier = tags[: tags.index(first) if first else len(tags)]
-        # a cherry-pick comes after its original: only releases tagged on a commit no older can carry one
+        # Only a release tagged off main (on a release branch) can carry a cherry-pick. Commit dates say
+        # nothing here (a back-dated pick is still a pick), so every such earlier release is searched; each
+        # search walks only that branch's own commits.
         tagged = git.resolve_commits(repo, earlier)
-        times = git.commit_times(repo, [commit, *(c for c in tagged.values() if c)])
-        since = times.get(commit, 0)
-        candidates = [t for t in earlier
-                      if (c := tagged[t]) and times.get(c, 0) >= since and not git.is_ancestor(repo, c, main)]
+        # every release tag's branch in one walk, shared by every landing this process looks up
+        own = _off_main(repo, [c for c in git.resolve_commits(repo, tags).values() if c], main)
+        off_main = {c.commit for c in own}
+        candidates = [t for t in earlier if tagged[t] in off_main]
         if candidates:
             change = _Change.of(repo, commit)
             for tag in candidates:
-                pick = change.picked_in(repo, tagged[tag] or "", main)
+                pick = change.picked_in(repo, own, tagged[tag] or "")
                 if pick is not None:
                     return ReleaseProof(tag, pick, _branch_of(repo, pick, branch or "main"), picked=True)
     if first is None:
         return None
-    on = _branch_of(repo, commit, branch) if branch else None
+    on = _branch_of(repo, commit, branch, names=branches_in) if branch else None
     original = None
     if branch and on != branch:
         # landed on a release branch itself: name the main commit it was picked from, when it says
@@ -146,27 +213,54 @@ class _Change:
         return cls(commit, f"(#{prs[-1]})" if prs else None, paths,
                    git.commit_patch_id(repo, commit, paths) if paths else None)
 
-    def picked_in(self, repo: Path, tag_commit: str, main: str) -> str | None:
-        """A commit on the tag's own release branch (past where it meets main) that carries this change."""
-        base = git.merge_base(repo, tag_commit, main)
-        if base is None or base == tag_commit:
-            return None
-        grep = [self.commit[:12], *([self.pr] if self.pr else [])]
-        for record in commitcache.log_records(repo, base, tag_commit, grep=grep):
+    def picked_in(self, repo: Path, own: Sequence[git.BranchCommit], tag_commit: str) -> str | None:
+        """A commit on the tag's own release branch (past where it meets main; `own`: every release branch's
+        own commits, newest first) that carries this change."""
+        reach = _reaching(own, tag_commit)
+        mine = [c for c in own if c.commit in reach]
+        for record in mine:
             picked = _PICKED.search(record.body)
             if picked and self.commit.startswith(picked.group(1)):
                 return record.commit
             if self.pr and self.pr in record.subject and not _is_revert(record.subject):
                 return record.commit
         if self.patch_id:
-            found = commitcache.patch_id_commits(repo, base, tag_commit, self.paths).get(self.patch_id)
+            touching = [c.commit for c in mine if len(c.parents) == 1 and set(c.paths) & set(self.paths)]
+            ids = commitcache.patch_ids(repo, touching, self.paths)
+            found = [c for c in touching if ids[c] == self.patch_id]
             if found:
                 return found[-1]
         return None
 
 
-def _branch_of(repo: Path, commit: str, main: str) -> str | None:
-    names = git.branches_containing(repo, commit)
+_OFF_MAIN: dict[tuple[Path, str, tuple[str, ...]], list[git.BranchCommit]] = {}
+
+
+def _off_main(repo: Path, tips: Sequence[str], main: str) -> list[git.BranchCommit]:
+    """Release branches' own commits up to `tips`: one walk per process (commit ids fix the answer)."""
+    key = (repo, main, tuple(sorted(tips)))
+    if key not in _OFF_MAIN:
+        _OFF_MAIN[key] = git.commits_off(repo, sorted(tips), main)
+    return _OFF_MAIN[key]
+
+
+def _reaching(own: Sequence[git.BranchCommit], tip: str) -> set[str]:
+    """Which of `own` `tip` reaches (their parents on main are not in `own`)."""
+    parents = {c.commit: c.parents for c in own}
+    seen: set[str] = set()
+    todo = [tip]
+    while todo:
+        c = todo.pop()
+        if c in seen or c not in parents:
+            continue
+        seen.add(c)
+        todo.extend(parents[c])
+    return seen
+
+
+def _branch_of(repo: Path, commit: str, main: str, *, names: Sequence[str] | None = None) -> str | None:
+    """`names`: the branches holding `commit`, when the caller has read them."""
+    names = git.branches_containing(repo, commit) if names is None else names
     if main in names:
         return main
     # the release branch it was committed on: the one whose name sorts first among those holding it
@@ -246,14 +340,30 @@ class Identity:
         return ", ".join(str(e) for e in self.events)
 
 
+def identity_grep(pr: int | None) -> list[str]:
+    """What `identity` looks for in commit messages: reverts, and the change's PR."""
+    return ["This reverts commit"] + ([f"(#{pr})"] if pr is not None else [])
+
+
 def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> Identity:
     """Landings of a change in base..tip (a commit with `patch_id` on `paths`, or "(#pr)" in a subject),
-    the reverts of those landings ("This reverts commit <sha>" or 'Revert "..."'), and re-lands."""
+    the reverts of those landings ("This reverts commit <sha>" or 'Revert "..."'), and re-lands.
+    Kept in the commit cache by the two commit ids and what identifies the change."""
+    if not (git.is_object_id(base) and git.is_object_id(tip)):
+        return _identity(repo, base, tip, patch_id=patch_id, paths=paths, pr=pr)
+    return commitcache.memo(
+        tip, "identity", [base, patch_id or "", str(pr), *paths],
+        lambda: _identity(repo, base, tip, patch_id=patch_id, paths=paths, pr=pr),
+        dump=lambda found: [[e.step.value, e.commit, e.subject, list(e.by)] for e in found.events],
+        load=lambda stored: Identity(tuple(Event(Step(step), c, subject, tuple(by)) for step, c, subject, by in stored)))
+
+
+def _identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> Identity:
     by_commit: dict[str, set[str]] = {}
     if patch_id:
         for sha in commitcache.patch_id_commits(repo, base, tip, paths).get(patch_id, []):
             by_commit.setdefault(sha, set()).add("patch-id")
-    grep = ["This reverts commit"] + ([f"(#{pr})"] if pr is not None else [])
+    grep = identity_grep(pr)
     records = {r.commit: r for r in commitcache.log_records(repo, base, tip, grep=grep)}
     for r in records.values():
         if pr is not None and f"(#{pr})" in r.subject:
@@ -262,7 +372,7 @@ def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Se
         return Identity(())
     missing = [c for c in by_commit if c not in records]
     records.update({r.commit: r for r in commitcache.log_records(repo, None, tip, commits=missing)} if missing else {})
-    order = {c: i for i, c in enumerate(commitcache.topo_order(repo, base, tip))}
+    order = commitcache.topo_positions(repo, base, tip, list(records))
     events: list[Event] = []
     changes: set[str] = set()  # commits that put the change in (landings and re-lands)
     undos: set[str] = set()  # commits that took it out

@@ -160,13 +160,20 @@ def stream(
         raise _not_started(command, shown, exc, error, hint) from exc
     assert proc.stdout is not None
     try:
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\r\n")
-            recent.append(line)
-            size += len(line) + 1
-            while size > TAIL_CHARS and len(recent) > 1:
-                size -= len(recent.popleft()) + 1
-            on_line(line)
+        pending = b""
+        # A line ends at "\n" or at "\r" (how git and pip redraw a progress counter in place).
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            *lines, pending = (pending + chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+            for raw in lines:
+                line = raw.decode("utf-8", "replace")
+                recent.append(line)
+                size += len(line) + 1
+                while size > TAIL_CHARS and len(recent) > 1:
+                    size -= len(recent.popleft()) + 1
+                on_line(line)
+        if pending:
+            recent.append(pending.decode("utf-8", "replace"))
+            on_line(recent[-1])
     except BaseException:
         proc.kill()
         proc.wait()

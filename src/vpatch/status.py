@@ -10,8 +10,9 @@ Library API (used by `vpatch status` and `vpatch update`):
 patch with a `Verdict` per target (`PatchStatus.at(ref)`), `landed_in` (a `Landing` or None), the
 number of probes run and answered from the cache, and `exit_code()` for `--exit-code`.
 
-Landing point: the first target (oldest first) where the patch is LANDED. When an earlier target is not
-landed, the first-parent commits between the two are bisected with the full verdict (probe included)
+Landing point: the first target (oldest first, by ancestry) where the patch is LANDED. When an earlier
+target is not landed, the first-parent commits between the nearest such ancestor (the pin, for every target
+it is an ancestor of) and the landed target are bisected with the full verdict (probe included)
 as the test, so K commits cost about log2(K) checks; the release history is a line of release commits,
 so there the bisection walks releases. When a target sits on a release branch (vLLM tags vX.Y.Z on
 releases/vX.Y), the bisection walks main between the merge-bases when main had the change where the
@@ -23,6 +24,7 @@ release branch (lineage.first_release, which also names the proving commit and b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,7 +131,7 @@ def newest_release(repo: Path) -> str | None:
 
 def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> tuple[Target, list[Target]]:
     """The pin and the targets to judge on: the pin plus `against`, or by default the pin, the newest
-    release and (with a git upstream) the branch tip. Oldest first; one column per commit."""
+    release and (with a git upstream) the branch tip. Oldest first by ancestry; one column per commit."""
     refs = list(against)
     if not refs:
         newest = newest_release(repo)
@@ -151,13 +153,10 @@ def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> 
     seen: dict[str, Target] = {pin.commit: pin}
     for ref in refs:
         seen.setdefault(commits[ref] or "", Target(ref, commits[ref] or ""))
-    # Oldest first by commit time; where times tie (scripted histories), ancestry decides: an ancestor
-    # reaches fewer commits than its descendants.
-    times = git.commit_times(repo, list(seen))
-    tied = {c for c in seen if list(times.values()).count(times.get(c, 0)) > 1}
-    depth = {c: git.reachable_count(repo, c) if c in tied else 0 for c in seen}
-    ordered = sorted(seen.values(), key=lambda t: (times.get(t.commit, 0), depth[t.commit], t is not pin))
-    return pin, ordered
+    # Oldest first by the commit graph, never by commit date (lineage.ancestry_order).
+    branch = config.upstream.branch if config.upstream.source == "git" else None
+    ordered = lineage.ancestry_order(repo, [(t.ref, t.commit) for t in seen.values()], branch=branch)
+    return pin, [seen[commit] for _, commit in ordered]
 
 
 def compute(
@@ -177,6 +176,12 @@ def compute(
     rename detection of files upstream moved)."""
     counter = _PinVettedProbe(_CountingProbe(probe), pin, repo, patches) if probe is not None else None
     paths = sorted({path for patch in patches for path in patch.paths})
+    if history and history_evidence:
+        # every identity question below is about pin..<a target or one of its ancestors>: one walk answers all
+        greps = sorted({g for patch in patches for g in lineage.identity_grep(patch.upstream_pr)})
+        commitcache.declare(repo, pin.commit, [t.commit for t in targets], path_sets=[p.paths for p in patches],
+                            greps=greps)
+        commitcache.diff_patch_ids(repo, [p.diff for p in patches])
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
@@ -186,14 +191,18 @@ def compute(
     ]
     rows: list[PatchStatus] = []
     checks = 0
+    # read once for every landing: where main is, and the tags and branches a first release depends on
+    refs = _Refs(git.resolve_commit(repo, branch) if history else None, lineage.refs_state(repo)) if landing else None
     for i, patch in enumerate(patches):
         results = tuple(col[i] for col in columns)
         where = None
         if landing:
+            assert refs is not None
             where = _landing(repo, patches, patch, targets, results, pin=pin.commit, history=history, probe=counter,
-                             branch=branch, history_evidence=history_evidence)
+                             branch=branch, history_evidence=history_evidence, refs=refs)
             checks += where.checks if where else 0
         rows.append(PatchStatus(patch.number, patch.slug, patch.filename, patch.subject, results, where))
+    commitcache.save()
     return Status(pin, tuple(targets), tuple(rows), branch, history,
                   probes_run=counter.ran if counter else 0, probes_cached=counter.cached if counter else 0,
                   probe_errors=counter.inner.errors if counter else 0, bisect_checks=checks)
@@ -284,9 +293,15 @@ class _CountingProbe:
         return check
 
 
+@dataclass(frozen=True)
+class _Refs:
+    main: str | None  # the commit upstream's main branch names (None: no per-commit history)
+    state: str  # lineage.refs_state
+
+
 def _landing(
     repo: Path, patches: Sequence[Patch], patch: Patch, targets: Sequence[Target], results: Sequence[Verdict],
-    *, pin: str, history: bool, probe: ProbeFn | None, branch: str, history_evidence: bool,
+    *, pin: str, history: bool, probe: ProbeFn | None, branch: str, history_evidence: bool, refs: _Refs,
 ) -> Landing | None:
     first = next((j for j, v in enumerate(results) if v.state is State.LANDED), None)
     if first is None:
@@ -294,7 +309,7 @@ def _landing(
     top = targets[first]
     main = branch if history else None
     if first == 0:
-        proof = lineage.first_release(repo, top.commit, branch=main)
+        proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
 
     def landed(commit: str) -> bool:
@@ -302,30 +317,33 @@ def _landing(
                                only={patch.filename}, use_history_evidence=history_evidence, branch=main)[0]
         return verdict.state is State.LANDED
 
-    below = targets[first - 1].commit
-    base, tip = _bisect_range(repo, below, top.commit, main, landed)
+    # The baseline is the nearest earlier target the landed one descends from (the pin, for every target
+    # it is an ancestor of); a target on another line only where none is.
+    earlier = [t.commit for t in targets[:first]]
+    below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
+    since = next(t.ref for t in targets if t.commit == below)
+    base, tip = _bisect_range(repo, below, top.commit, refs.main, landed)
     if base is None:
-        proof = lineage.first_release(repo, top.commit, branch=main)
+        proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
     line = commitcache.first_parent_commits(repo, base, tip)
     # A revert makes "landed" non-monotonic along the line: search only after the last revert before the tip.
     floor = _after_last_revert(line, results[first])
     found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)
-    proof = lineage.first_release(repo, found, branch=main)
+    proof = lineage.first_release(repo, found, branch=main, state=refs.state)
     return Landing(top.ref, found, proof.release if proof else None, bisected=True, checks=checks,
-                   candidates=len(line) - floor, since=targets[first - 1].ref, proof=proof)
+                   candidates=len(line) - floor, since=since, proof=proof)
 
 
-def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
+def _bisect_range(repo: Path, below: str, top: str, main: str | None,
                   landed: Callable[[str], bool]) -> tuple[str | None, str]:
     """The first-parent line to bisect: below..top when top descends from below; else, on a git upstream with
     release branches, main between the two merge-bases when main already had the change where `top`'s
     release branch forked, or that release branch's own commits when it did not."""
-    main = git.resolve_commit(repo, main_branch) if main_branch else None
     if main is not None and not commitcache.is_ancestor(repo, top, main):
-        top_base = git.merge_base(repo, top, main)
+        top_base = commitcache.merge_base(repo, top, main)
         if top_base is not None and landed(top_base):
-            below_base = git.merge_base(repo, below, main)
+            below_base = commitcache.merge_base(repo, below, main)
             if below_base is not None and below_base != top_base and commitcache.is_ancestor(repo, below_base, top_base):
                 return below_base, top_base
         elif top_base is not None:
@@ -333,7 +351,7 @@ def _bisect_range(repo: Path, below: str, top: str, main_branch: str | None,
             return start, top
     if commitcache.is_ancestor(repo, below, top):
         return below, top
-    return git.merge_base(repo, below, top), top
+    return commitcache.merge_base(repo, below, top), top
 
 
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
@@ -341,7 +359,8 @@ def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     from vpatch.verdict import Kind
 
     story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
-    reverted = [c for c in line if f"reverted in {c[:12]}" in story]
+    named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
+    reverted = [c for c in line if c[:12] in named] if named else []
     return line.index(reverted[-1]) + 1 if reverted else 0
 
 
