@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import Project
 
 from vpatch.deploy.live import CaseOutcome, PatchOutcome, Planned, Role, observed_stream, observed_whole
 from vpatch.errors import SeriesError
@@ -181,3 +182,26 @@ def test_the_shipped_check_of_0003_holds_the_probe_cases_and_the_issue_s_two() -
     assert [(c.name, dict(c.arguments)) for c in control.expect.tool_calls or ()] == [("get_weather", {"city": "Paris"})]
     assert len(check.cases) == 7  # the control, the probe's five malformed outputs, case 1 not streamed
     assert yaml.safe_load(SHIPPED.read_text())["defaults"]["temperature"] == 0
+
+
+def test_update_dropping_a_patch_keeps_its_live_check_in_retired_md_and_the_file(project: Project) -> None:
+    from conftest import KV_V1, git
+    from conftest import vpatch_cli as run
+
+    fixed = KV_V1.replace("break", "continue")
+    trailers = "Origin: vendor\nLive-Check: checks/live/0001-kv-skip-null.yaml\nLast-Update: 2026-09-01"
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": fixed}, "Skip null blocks", trailers=trailers)
+    check = project.root / "checks" / "live" / "0001-kv-skip-null.yaml"
+    check.parent.mkdir(parents=True)
+    check.write_text(yaml.safe_dump(GOOD))
+    git(project.root, "init", "-q", "-b", "main")
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", "project")
+    project.upstream.commit({"vllm/kv.py": fixed}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 0 and "drop" in out, out
+    assert not (project.patches / "0001-kv-skip-null.patch").exists()
+    assert retired_entries(project.patches)[1].live_check == "checks/live/0001-kv-skip-null.yaml"
+    assert "- Live-Check: checks/live/0001-kv-skip-null.yaml" in (project.patches / "RETIRED.md").read_text()
+    assert check.is_file() and "checks/live/0001-kv-skip-null.yaml" in git(project.root, "ls-files")
