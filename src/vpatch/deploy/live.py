@@ -90,7 +90,10 @@ class PatchOutcome:
         passed = sum(c.ok for c in self.cases)
         figure = f"{passed} of {len(self.cases)} case(s) as expected ({self.planned.file})"
         failed = [c for c in self.cases if not c.ok]
-        detail = "; ".join(f"{c.name}: {', '.join(c.problems)}" for c in failed)
+        # The first failing case; every case is in the live-check table and the JSON.
+        detail = f"{failed[0].name}: {'; '.join(failed[0].problems)}" if failed else ""
+        if len(failed) > 1:
+            detail += f" (and {len(failed) - 1} more case(s))"
         if self.false_drop:
             figure = f"FALSE DROP: {figure}"
             detail = (f"{self.planned.patch} was dropped as upstream ({self.planned.why}), but this server still "
