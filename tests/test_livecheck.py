@@ -205,3 +205,30 @@ def test_update_dropping_a_patch_keeps_its_live_check_in_retired_md_and_the_file
     assert retired_entries(project.patches)[1].live_check == "checks/live/0001-kv-skip-null.yaml"
     assert "- Live-Check: checks/live/0001-kv-skip-null.yaml" in (project.patches / "RETIRED.md").read_text()
     assert check.is_file() and "checks/live/0001-kv-skip-null.yaml" in git(project.root, "ls-files")
+
+
+def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -> None:
+    from vpatch.deploy import report as deploy_report
+    from vpatch.deploy.checks import Figures
+    from vpatch.deploy.live import LiveReport, Plan
+    from vpatch.deploy.switch import Decision, Outcome, Report
+
+    check = parse(GOOD)
+    planned = Planned("0003-x", Role.DROPPED, "checks/live/0009-x.yaml", check, "Applied-Upstream: v0.33.0")
+    seen = observed_stream(Api.CHAT, UNPATCHED_CASE_1)
+    bad = PatchOutcome(planned, (CaseOutcome("one", tuple(judge(check.cases[0].expect, seen)), seen, 0.2),))
+    good = PatchOutcome(planned, (CaseOutcome("one", (), Observed("It is sunny.", (("get_weather", "{}"),), "tool_calls"),
+                                              0.1),))
+    live = LiveReport(Plan((planned,), ("the baseline x carries no vpatch labels",), None), (bad,), (good,))
+    report = Report(definition="d", container="c", image="i", decision=Decision.ROLLED_BACK,
+                    candidate=Outcome((bad.as_check(),), Figures()), baseline=Outcome((good.as_check(),), Figures()),
+                    steps=(), parked_as=None, candidate_kept_as="c-candidate", rollback="restored", live=live)
+    (row,) = deploy_report.live_rows(report.live)
+    assert row[:4] == ("0003-x (dropped)", "one", "pass", "fail") and "expected 'get_weather'" in row[4]
+    (check_row,) = deploy_report.check_rows(report)
+    assert check_row[:3] == ("live 0003-x (dropped)", "pass", "fail") and "FALSE DROP" in check_row[3]
+    data = deploy_report.to_json(report)
+    assert data["failed_check"] == "live 0003-x (dropped)" and data["alarms"][0].startswith("false-drop alarm: 0003-x")
+    case = data["live"]["candidate"][0]["cases"][0]
+    assert case["seen"]["tool_calls"] == [{"name": "get_weather\n</tool_call>\nIt is sunny.", "arguments": "{}"}]
+    assert data["live"]["baseline"][0]["ok"] and data["live"]["notes"] == ["the baseline x carries no vpatch labels"]
