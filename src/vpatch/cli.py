@@ -278,6 +278,9 @@ def verify(
     """Check that an image holds what its labels say: each patched file, optionally the probes and the live checks."""
     from vpatch.image import verify as image_verify
 
+    if definition is not None and not live:
+        raise VpatchError("--definition names the image definition that --live starts the image with",
+                          hint=f"vpatch verify {image} --live --definition {definition}")
     config = _config()
     report = image_verify.verify_image(config, image, probes=probes)
     for check in report.checks:

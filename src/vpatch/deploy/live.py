@@ -18,6 +18,7 @@ from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.client import Server, ServerError
 from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.errors import VpatchError
+from vpatch.image.plan import LABEL_PREFIX
 from vpatch.livecheck import Api, Case, LiveCheck, LiveCheckError, Observed, judge
 
 if TYPE_CHECKING:
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
     from vpatch.serve.config import ServeConfig
 
 Progress = Callable[[str], None]
-_PATCHES_LABEL = "io.vpatch.patches"
-_PIN_LABEL = "io.vpatch.pin.ref"
+# The labels `vpatch build` writes (image/plan.py) that say which patches an image holds.
+_PATCHES_LABEL = f"{LABEL_PREFIX}.patches"
+_PIN_LABEL = f"{LABEL_PREFIX}.pin.ref"
 
 
 class Role(str, Enum):
@@ -191,9 +193,9 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     from vpatch.serve.render import render
     from vpatch.serve.run import health_url, start, wait_healthy
 
-    name = definition or docker.image(image).labels.get("io.vpatch.image")
+    name = definition or docker.image(image).labels.get(f"{LABEL_PREFIX}.image")
     if not name:
-        raise VpatchError(f"{image} names no image definition (label io.vpatch.image)",
+        raise VpatchError(f"{image} names no image definition (label {LABEL_PREFIX}.image)",
                           hint="pass --definition NAME: the images/NAME.yaml whose serve: section starts it")
     found = ImageDefinition.load(config.root, name)
     if found.serve is None:
