@@ -1,5 +1,6 @@
 """scripts/gpu-check-0001 without a GPU: its help, the bundle of the two vLLM files it carries (v0.29.0 +
-0001 from the release history), and its clear refusals where torch or CUDA is missing. The GPU run itself
+0001 from the release history), its clear refusals where torch or CUDA is missing, and its CPU dry run
+(its own batch and quantisation through 0001's helper; failing on a broken helper). The GPU run itself
 is not tested here (no GPU): docs/live-checks.md says it has never run."""
 
 from __future__ import annotations
@@ -52,3 +53,12 @@ def test_the_bundle_carries_the_two_files_and_the_check_refuses_without_torch_or
                                   .environment(), cache=REAL_CACHE)
     cpu = run(str(python), copied, "--files", str(bundle))
     assert cpu.returncode == 2 and "no CUDA device" in cpu.stderr, cpu.stderr
+    small = ("--cpu-dry-run", "--cache-blocks", "2048", "--context", "4096", "--rows", "4", "--kv-heads", "2",
+             "--head-size", "64", "--topk", "512")
+    dry = run(str(python), copied, "--files", str(bundle), *small)
+    assert dry.returncode == 0 and "compact copy 128 of 2048 blocks" in dry.stdout, dry.stdout + dry.stderr
+    helper = bundle / "vllm/models/qwen4_exp/nvidia/qsa.py"
+    helper.write_text(qsa.replace("remapped[wanted] = compact_ids\n", "remapped[wanted] = compact_ids + 1\n"))
+    broken = run(str(python), copied, "--files", str(bundle), *small)
+    assert broken.returncode == 1 and "FAIL: the remapped table sends a selected token" in broken.stdout, \
+        broken.stdout + broken.stderr
