@@ -317,6 +317,8 @@ def _verify_live(config: Config, image: str, definition: str | None) -> None:
                           "fixing the patch and rebuilding")
     if result.candidate:
         echo(f"live checks: {sum(len(o.cases) for o in result.candidate)} case(s) passed")
+    else:
+        echo("live checks: none to run (no patch in the image names a Live-Check); nothing was started")
 
 
 @app.command()
