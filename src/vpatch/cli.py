@@ -300,13 +300,23 @@ def build(
 def verify(
     image: Annotated[str, typer.Argument(help="Image to check against its own labels (tag or id).")],
     probes: Annotated[bool, typer.Option("--probes", help="Also run the patches' probes inside the image.")] = False,
+    live: Annotated[bool, typer.Option("--live", help="Also start the image (its definition's serve: section, "
+                                       "a free port) and run the patches' live checks against it.")] = False,
+    definition: Annotated[str | None, typer.Option(
+        "--definition", help="With --live: the images/NAME.yaml to start it with (default: the image's own label).")] = None,
 ) -> None:
-    """Check that an image holds what its labels say: each patched file, and optionally the probes."""
+    """Check that an image holds what its labels say: each patched file, optionally the probes and the live checks."""
     from vpatch.image import verify as image_verify
 
-    report = image_verify.verify_image(_config(), image, probes=probes)
+    if definition is not None and not live:
+        raise VpatchError("--definition names the image definition that --live starts the image with",
+                          hint=f"vpatch verify {image} --live --definition {definition}")
+    config = _config()
+    report = image_verify.verify_image(config, image, probes=probes)
     for check in report.checks:
         echo(f"{'ok  ' if check.ok else 'FAIL'} {check.what}" + (f": {check.detail}" if check.detail else ""))
+    if report.ok and live:
+        _verify_live(config, image, definition)
     if not report.ok:
         failed = [c for c in report.checks if not c.ok]
         only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
@@ -315,6 +325,30 @@ def verify(
                           "dependencies (torch), which an official image has" if only_probes
                           else "rebuild it with `vpatch build`")
     echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
+
+
+def _verify_live(config: Config, image: str, definition: str | None) -> None:
+    from vpatch.deploy import live as deploy_live
+    from vpatch.image.docker import Docker
+    from vpatch.upstream import cache_dir
+
+    result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
+                                     progress=lambda line: echo(line, err=True))
+    for note in result.plan.notes:
+        echo(f"note {note}")
+    for outcome in result.candidate:
+        for case in outcome.cases:
+            shown = "" if case.ok else ": " + "; ".join(case.problems)
+            echo(f"{'ok  ' if case.ok else 'FAIL'} live {outcome.planned.patch}: {case.name}{shown}")
+    failed = [o for o in result.candidate if not o.ok]
+    if failed:
+        raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",
+                          hint="the fix does not show through the server; `vpatch verify --live` again after "
+                          "fixing the patch and rebuilding")
+    if result.candidate:
+        echo(f"live checks: {sum(len(o.cases) for o in result.candidate)} case(s) passed")
+    else:
+        echo("live checks: none to run (no patch in the image names a Live-Check); nothing was started")
 
 
 @app.command()
@@ -564,11 +598,19 @@ def deploy(
                                    progress=progress)
         echo(f"rolled back: {switch.describe(restored)}")
         return
+    from vpatch.deploy import live
     from vpatch.upstream import cache_dir
 
     definition.validate()  # every section and the rules between them, before production is touched
-    result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy,
-                           image=image or definition.moving_ref, docker=docker, cache=cache_dir(), progress=progress)
+    candidate = image or definition.moving_ref
+    production = docker.container(definition.serve.container.name)
+    # Before anything is touched: verify the candidate against its labels and gather the live checks it owes.
+    plan = live.plan(_config(), candidate=candidate, docker=docker, serve=definition.serve, progress=progress,
+                     baseline=production.image_id if production is not None and production.status == "running" else None)
+    for note in plan.notes:
+        echo(f"live checks: {note}", err=True)
+    result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
+                           docker=docker, cache=cache_dir(), progress=progress, live=plan)
     if as_json:
         echo(json.dumps(deploy_report.to_json(result), indent=2))
     else:
@@ -594,12 +636,27 @@ def _show_deploy(result: Any) -> None:
     for frow in deploy_report.figure_rows(result):
         figures.add_row(*frow)
     console.print(figures)
+    rows = deploy_report.live_rows(result.live)
+    if rows:
+        live = Table(title="live checks, per patch")
+        for column in ("patch", "case", "baseline", "candidate", "candidate answered"):
+            live.add_column(column)
+        for lrow in rows:
+            live.add_row(*lrow)
+        console.print(live)
+    if result.live is not None:
+        if result.live.plan.verified:
+            echo(f"verified: {result.live.plan.verified}")
+        for note in result.live.plan.notes:
+            echo(f"live checks: {note}")
     echo("steps: " + ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps))
     failed = result.failed_check
     echo(f"decision: {result.decision.value}" + (f" ({failed.name} failed)" if failed else ""))
     echo(result.rollback)
     for hook in result.hooks:
         echo(f"after_switch hook failed: {hook}")
+    for alarm in result.live.alarms if result.live else []:
+        echo(alarm)
 
 
 probe_app = typer.Typer(cls=_Group, no_args_is_help=True,

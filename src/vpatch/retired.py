@@ -14,6 +14,8 @@ from pathlib import Path
 RETIRED_FILE = "RETIRED.md"
 _ENTRY = re.compile(r"^## (?P<number>\d{4})-(?P<slug>\S+)(?P<rest>[^\n]*)", re.M)
 NARROWED = "(narrowed)"
+LIVE_CHECK_FIELD = "Live-Check"
+_FIELD = re.compile(r"^- (?P<key>[A-Za-z-]+): (?P<value>.*)$")
 _HEADER = (
     "# Retired patches\n\n"
     "Patches dropped from the series because upstream vLLM has the change, with the evidence that decided it.\n"
@@ -33,6 +35,8 @@ class RetiredPatch:
     retired_by: str  # "update v0.29.0 -> v0.30.0"
     last_version: str  # "<commit>:patches/0002-slug.patch" before it was removed
     upstream_pr: str | None = None
+    # The patch's Live-Check: kept, so that a deploy can ask the new server to show what the drop claims.
+    live_check: str | None = None
 
     @property
     def name(self) -> str:
@@ -42,6 +46,8 @@ class RetiredPatch:
         lines = [f"## {self.name}", "", f"- Subject: {self.subject}", f"- Applied-Upstream: {self.applied_upstream}"]
         if self.upstream_pr:
             lines.append(f"- Upstream-PR: {self.upstream_pr}")
+        if self.live_check:
+            lines.append(f"- {LIVE_CHECK_FIELD}: {self.live_check}")
         lines += [f"- Evidence: {e}" for e in self.evidence]
         lines += [f"- Retired-By: {self.retired_by}", f"- Last version: `git show {self.last_version}`", ""]
         return "\n".join(lines) + "\n"
@@ -54,6 +60,44 @@ def retired_numbers(patches_dir: Path) -> frozenset[int]:
         return frozenset()
     return frozenset(int(m["number"]) for m in _ENTRY.finditer(path.read_text(encoding="utf-8"))
                      if m["rest"].strip() != NARROWED)
+
+
+@dataclass(frozen=True)
+class RetiredEntry:
+    """A retired patch as the record lists it, read back: what a deploy needs about a drop."""
+
+    number: int
+    slug: str
+    applied_upstream: str
+    retired_by: str
+    live_check: str | None  # relative to the project root
+
+    @property
+    def name(self) -> str:
+        return f"{self.number:04d}-{self.slug}"
+
+
+def retired_entries(patches_dir: Path) -> dict[int, RetiredEntry]:
+    """Every retired (not narrowed) patch the record lists, by number; the last entry of a number wins."""
+    path = patches_dir / RETIRED_FILE
+    if not path.is_file():
+        return {}
+    text = path.read_text(encoding="utf-8")
+    heads = list(_ENTRY.finditer(text))
+    out: dict[int, RetiredEntry] = {}
+    for i, head in enumerate(heads):
+        if head["rest"].strip() == NARROWED:
+            continue
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        fields: dict[str, str] = {}
+        for line in text[head.end():end].splitlines():
+            m = _FIELD.match(line)
+            if m and m["key"] not in fields:
+                fields[m["key"]] = m["value"].strip()
+        number = int(head["number"])
+        out[number] = RetiredEntry(number, head["slug"], fields.get("Applied-Upstream", ""),
+                                   fields.get("Retired-By", ""), fields.get(LIVE_CHECK_FIELD) or None)
+    return out
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11,
 # Trailers vpatch reads; DEP-3 names plus vpatch's own.
 ORIGIN, BUG, FORWARDED, APPLIED_UPSTREAM, LAST_UPDATE = "Origin", "Bug", "Forwarded", "Applied-Upstream", "Last-Update"
 UPSTREAM_PR, PROBE = "Upstream-PR", "Probe"
+LIVE_CHECK = "Live-Check"  # a check against a running server, relative to the project root (docs/live-checks.md)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,16 @@ class Patch:
     def probe_path(self) -> Path | None:
         value = self.trailer(PROBE)
         return self.path.parent / value if value else None
+
+    @property
+    def live_check(self) -> str | None:
+        """The Live-Check: trailer as written, e.g. checks/live/0003-slug.yaml (checked by `live_check_path`)."""
+        return self.trailer(LIVE_CHECK)
+
+    def live_check_path(self, root: Path) -> Path | None:
+        """The live check's file in the project at `root`; None when the patch names none."""
+        value = self.live_check
+        return None if value is None else live_check_file(root, value, where=self.filename)
 
     @classmethod
     def load(cls, path: Path) -> Patch:
@@ -216,6 +227,15 @@ def check_path(path: str, where: str) -> None:
         raise SeriesError(f"{where}: touches {path!r}, outside the tree", hint="remove the '..' path from the patch")
     if any(part.lower() == ".git" for part in pure.parts):
         raise SeriesError(f"{where}: touches {path!r} inside the .git folder", hint="patches may only change tracked files")
+
+
+def live_check_file(root: Path, value: str, *, where: str) -> Path:
+    """A Live-Check: value as a file of the project: relative, inside it, a .yaml file."""
+    pure = PurePosixPath(value)
+    if not value or pure.is_absolute() or ".." in pure.parts or pure.suffix not in (".yaml", ".yml"):
+        raise SeriesError(f"{where}: Live-Check: {value!r} is not a .yaml file inside the project",
+                          hint="write it relative to the project root, e.g. Live-Check: checks/live/0003-slug.yaml")
+    return root / pure
 
 
 def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:

@@ -131,6 +131,19 @@ class Server:
         timing = Timing((first or end) - start, end - start, chat.prompt_tokens or 0, chat.completion_tokens or 0)
         return chat, timing, raw
 
+    def post_json(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST `body` and return the whole JSON answer (a request with stream false)."""
+        with self._open(path, body) as resp:
+            answer = json.load(resp)
+        if not isinstance(answer, dict):
+            raise ServerError(f"{self.base_url}{path} answered {type(answer).__name__}, not a JSON object")
+        return answer
+
+    def post_stream(self, path: str, body: Mapping[str, Any]) -> list[str]:
+        """POST `body` (stream true) and return the server-sent event lines as they came."""
+        with self._open(path, body) as resp:
+            return list(_lines(resp))
+
 
 def _line(n: int, nonce: str) -> str:
     return _FILLER.format(n=n, nonce=nonce, h=f"{(n * 7) % 24:02d}:{(n * 13) % 60:02d}", k=(n * 31) % 97 + 3)

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import Any
 
 from vpatch.deploy.checks import CheckResult, Figures
+from vpatch.deploy.live import LiveReport, live_json
 from vpatch.deploy.switch import Report
 
 # The figures compared side by side, with how each is shown.
@@ -58,6 +59,22 @@ def check_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def live_rows(live: LiveReport | None) -> list[tuple[str, str, str, str, str]]:
+    """(patch and role, case, baseline, candidate, what the candidate answered) for every live-check case."""
+    if live is None:
+        return []
+    base = {(o.planned.patch, c.name): c for o in live.baseline for c in o.cases}
+    rows = []
+    for outcome in live.candidate:
+        for case in outcome.cases:
+            b = base.get((outcome.planned.patch, case.name))
+            seen = case.seen.summary() if case.seen else ""
+            shown = seen if case.ok else "; ".join(case.problems)
+            rows.append((f"{outcome.planned.patch} ({outcome.planned.role.value})", case.name,
+                         "-" if b is None else ("pass" if b.ok else "fail"), "pass" if case.ok else "fail", shown))
+    return rows
+
+
 def _check(c: CheckResult) -> dict[str, Any]:
     return {"name": c.name, "status": c.status.value, "figure": c.figure, "detail": c.detail,
             "seconds": round(c.seconds, 2)}
@@ -78,4 +95,5 @@ def to_json(report: Report) -> dict[str, Any]:
         "steps": [{"name": s.name, "seconds": round(s.seconds, 2)} for s in report.steps],
         "parked_as": report.parked_as, "candidate_kept_as": report.candidate_kept_as,
         "rollback": report.rollback, "failed_hooks": list(report.hooks),
+        "live": live_json(report.live), "alarms": report.live.alarms if report.live else [],
     }

@@ -23,6 +23,9 @@ from vpatch.deploy.container import (
     watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
+from vpatch.deploy.live import LiveReport, PatchOutcome
+from vpatch.deploy.live import Plan as LivePlan
+from vpatch.deploy.live import run as run_live
 from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.suite import Suite
 from vpatch.errors import ExitCode, ProcessError, VpatchError
@@ -71,6 +74,7 @@ class Report:
     candidate_kept_as: str | None  # a rolled-back candidate, stopped, with its logs
     rollback: str  # one sentence: what state production is in
     hooks: tuple[str, ...] = field(default_factory=tuple)  # hook commands that failed (after_switch)
+    live: LiveReport | None = None  # the patches' live checks (deploy/live.py); None: none planned
 
     @property
     def failed_check(self) -> CheckResult | None:
@@ -78,8 +82,9 @@ class Report:
 
 
 def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
-           progress: Progress) -> Report:
-    """Switch the container of `serve` to `image` with the checks of `suite`; roll back when one fails."""
+           progress: Progress, live: LivePlan | None = None) -> Report:
+    """Switch the container of `serve` to `image` with the checks of `suite`, then the patches' live checks
+    of `live`; roll back when one fails."""
     from vpatch.serve import lint
     from vpatch.serve.render import render
     from vpatch.serve.run import start
@@ -106,17 +111,21 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
 
     production = docker.container(name)
     baseline: Outcome | None = None
+    base_live: list[PatchOutcome] = []
     if production is not None and production.status == "running":
         progress(f"baseline: checking the running {name} ({production.image_ref})")
         prod_id, since = production.id, production.started_at
         # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
         run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress)
         run_checks(run, fail_fast=False)
-        baseline = Outcome(tuple(run.results), run.figures)
+        # The live checks on the baseline are shown beside the candidate's; they decide nothing.
+        base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
+        baseline = Outcome(tuple(run.results) + tuple(o.as_check() for o in base_live), run.figures)
         step("baseline")
     _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
     candidate: list[CheckResult] = []
     figures = Figures()
+    cand_live: list[PatchOutcome] = []
     try:
         with signals_as_interrupt():
             if production is not None:
@@ -144,6 +153,9 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
                 run_checks(run, fail_fast=True)
                 candidate += run.results
                 figures = run.figures
+            if live is not None and not any(c.failed for c in candidate):
+                cand_live = run_live(live, server, progress, fail_fast=True)
+                candidate += [o.as_check() for o in cand_live]
             step("checks")
             if not any(c.failed for c in candidate):
                 docker.set_restart_policy(cid, serve.container.restart)
@@ -174,6 +186,7 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
         rollback=describe(restored) if restored else f"{name} runs {image}; the old container is parked "
         f"as {journal.parked_name or '(none)'} (`vpatch deploy {definition} --rollback` brings it back)",
         hooks=tuple(failed_hooks),
+        live=LiveReport(live, tuple(cand_live), tuple(base_live)) if live is not None else None,
     )
 
 

@@ -193,5 +193,6 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
             (f"{row.decided_by} (on {plan.to_ref})", *(e for e in row.evidence if e != row.decided_by)),
             f"update {plan.from_ref} -> {plan.to_ref}",
             f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}", row.upstream_pr,
+            live_check=patch.live_check,
         ))
     return entries

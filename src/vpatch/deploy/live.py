@@ -1,0 +1,339 @@
+"""Live checks at deploy and verify time: which ones a candidate owes, sending them, and what they showed.
+
+A candidate owes the live check of every patch its labels name (the fix must show through the server) and
+of every patch dropped since the baseline's pin (RETIRED.md keeps the check: the drop said upstream fixed
+it, so the new server must show it; when it does not, that is a false-drop alarm).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vpatch.deploy.checks import CheckResult, Status
+from vpatch.deploy.client import Server, ServerError
+from vpatch.deploy.readings import assemble_chat, sse_events
+from vpatch.errors import VpatchError
+from vpatch.image.plan import LABEL_PREFIX
+from vpatch.livecheck import Api, Case, LiveCheck, LiveCheckError, Observed, judge
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+    from vpatch.image.docker import Docker
+    from vpatch.serve.config import ServeConfig
+
+Progress = Callable[[str], None]
+# The labels `vpatch build` writes (image/plan.py) that say which patches an image holds.
+_PATCHES_LABEL = f"{LABEL_PREFIX}.patches"
+_PIN_LABEL = f"{LABEL_PREFIX}.pin.ref"
+
+
+class Role(str, Enum):
+    KEPT = "kept"  # a patch in the candidate: its fix must show through the server
+    DROPPED = "dropped"  # dropped since the baseline's pin as upstream: upstream's fix must show
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One live check a server owes."""
+
+    patch: str  # NNNN-slug
+    role: Role
+    file: str  # the check's path relative to the project root
+    check: LiveCheck
+    why: str = ""  # for a dropped patch: where RETIRED.md says upstream has it
+
+
+@dataclass(frozen=True)
+class Plan:
+    checks: tuple[Planned, ...]
+    notes: tuple[str, ...] = ()  # what could not be planned and why (said in the report, never silent)
+    verified: str | None = None  # the candidate's `vpatch verify`, one line; None: not a vpatch image
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    name: str
+    problems: tuple[str, ...]
+    seen: Observed | None  # None: the request itself failed (the problem says how)
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    """One patch's live check on one server."""
+
+    planned: Planned
+    cases: tuple[CaseOutcome, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.cases)
+
+    @property
+    def false_drop(self) -> bool:
+        """A patch dropped as upstream whose check fails on the new server: upstream does not fix it there."""
+        return self.planned.role is Role.DROPPED and not self.ok
+
+    @property
+    def label(self) -> str:
+        return f"live {self.planned.patch} ({self.planned.role.value})"
+
+    def as_check(self) -> CheckResult:
+        seconds = sum(c.seconds for c in self.cases)
+        passed = sum(c.ok for c in self.cases)
+        figure = f"{passed} of {len(self.cases)} case(s) as expected ({self.planned.file})"
+        failed = [c for c in self.cases if not c.ok]
+        # The first failing case; every case is in the live-check table and the JSON.
+        detail = f"{failed[0].name}: {'; '.join(failed[0].problems)}" if failed else ""
+        if len(failed) > 1:
+            detail += f" (and {len(failed) - 1} more case(s))"
+        if self.false_drop:
+            figure = f"FALSE DROP: {figure}"
+            detail = (f"{self.planned.patch} was dropped as upstream ({self.planned.why}), but this server still "
+                      f"shows the bug: {detail}")
+        return CheckResult(self.label, Status.PASS if self.ok else Status.FAIL, figure, detail, seconds)
+
+
+@dataclass(frozen=True)
+class LiveReport:
+    """What a deploy's live checks showed, per patch, on the candidate and (report only) the baseline."""
+
+    plan: Plan
+    candidate: tuple[PatchOutcome, ...]
+    baseline: tuple[PatchOutcome, ...] = ()
+
+    @property
+    def alarms(self) -> list[str]:
+        return alarms(self.candidate)
+
+
+def plan(config: Config, *, candidate: str, baseline: str | None, serve: ServeConfig, docker: Docker,
+         progress: Progress, verify: bool = True) -> Plan:
+    """The live checks `candidate` owes, with `baseline` the image production runs now (None: nothing runs).
+
+    A candidate built by vpatch is verified first (`vpatch verify`): one whose files do not match its labels
+    is refused here, before anything is touched. A check the serve configuration cannot satisfy (say it
+    needs the qwen3_coder tool parser) is refused here too.
+    """
+    from vpatch.retired import retired_entries
+    from vpatch.series import Series, live_check_file
+
+    cand_labels = docker.image(candidate).labels
+    kept_names = _labelled(cand_labels)
+    notes: list[str] = []
+    verified: str | None = None
+    if kept_names is None:
+        notes.append(f"{candidate} carries no vpatch labels (not made by `vpatch build`): not verified, no kept "
+                     "patch to check")
+        kept_names = ()
+    elif verify:
+        verified = _verify(config, candidate, docker, progress)
+    planned: list[Planned] = []
+    # The series is read only when the candidate names patches (a project may deploy the official image).
+    by_name = {p.name: p for p in Series.load(config.patches_dir)} if kept_names else {}
+    for name in kept_names:
+        patch = by_name.get(name)
+        if patch is None:  # verify refuses this; without verify it is said, not skipped silently
+            notes.append(f"{name} is in the candidate's labels but not in the project's series")
+            continue
+        path = patch.live_check_path(config.root)
+        if path is None:
+            notes.append(f"{name}: no Live-Check")
+            continue
+        planned.append(Planned(name, Role.KEPT, patch.live_check or "", _load(path, config.root)))
+    if baseline is not None:
+        base_names = _labelled(docker.image(baseline).labels)
+        if base_names is None:
+            notes.append(f"the baseline {baseline} carries no vpatch labels: which patches were dropped since its "
+                         "pin is not known")
+        else:
+            retired = retired_entries(config.patches_dir)
+            for name in base_names:
+                if name in kept_names:
+                    continue
+                entry = retired.get(int(name[:4])) if name[:4].isdigit() else None
+                if entry is None:
+                    notes.append(f"{name} is in the baseline but neither in the candidate nor in RETIRED.md")
+                elif entry.live_check is None:
+                    notes.append(f"{name} was dropped ({entry.retired_by}) with no Live-Check kept")
+                else:
+                    path = live_check_file(config.root, entry.live_check, where=f"RETIRED.md entry {entry.name}")
+                    why = f"Applied-Upstream: {entry.applied_upstream}; {entry.retired_by}"
+                    planned.append(Planned(name, Role.DROPPED, entry.live_check, _load(path, config.root), why))
+    for item in planned:
+        mismatch = item.check.serve_mismatches(serve)
+        if mismatch:
+            raise VpatchError(f"the live check of {item.patch} ({item.file}) cannot run on this server: "
+                              + "; ".join(mismatch),
+                              hint="set those keys in the serve: section of the image definition, or fix the "
+                              "check's serve: section; nothing was touched")
+    return Plan(tuple(planned), tuple(notes), verified)
+
+
+def verify_live(config: Config, image: str, *, definition: str | None, docker: Docker, cache: Path,
+                progress: Progress) -> LiveReport:
+    """`vpatch verify IMAGE --live`: start `image` as its image definition's serve: section says, on a free
+    port under a name of its own (production is not touched), run the live checks of the patches its labels
+    name, then remove the container."""
+    import socket
+    import uuid
+    from dataclasses import replace
+
+    from vpatch.definition import ImageDefinition
+    from vpatch.serve import lint
+    from vpatch.serve.render import render
+    from vpatch.serve.run import health_url, start, wait_healthy
+
+    name = definition or docker.image(image).labels.get(f"{LABEL_PREFIX}.image")
+    if not name:
+        raise VpatchError(f"{image} names no image definition (label {LABEL_PREFIX}.image)",
+                          hint="pass --definition NAME: the images/NAME.yaml whose serve: section starts it")
+    found = ImageDefinition.load(config.root, name)
+    if found.serve is None:
+        raise VpatchError(f"images/{name}.yaml has no serve: section, so {image} cannot be started",
+                          hint="add a serve: section (see docs) or pass --definition NAME")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    container = f"{found.serve.container.name}-verify-{uuid.uuid4().hex[:8]}"
+    serve = replace(found.serve, port=port)
+    live = plan(config, candidate=image, baseline=None, serve=serve, docker=docker, progress=progress, verify=False)
+    if not live.checks:
+        return LiveReport(live, ())
+    command = render(serve, image, definition=name, name=container, restart="no")
+    lint.check(docker, command, definition=name, cache=cache, progress=progress)
+    progress(f"start: {image} as {container} on port {port} (removed afterwards)")
+    cid = start(docker, command)
+    try:
+        took = wait_healthy(docker, cid, health_url(port), timeout=serve.health_timeout, progress=progress)
+        progress(f"healthy after {took:.0f}s")
+        server = Server(f"http://127.0.0.1:{port}", timeout=600)
+        return LiveReport(live, tuple(run(live, server, progress, fail_fast=False)))
+    finally:
+        docker.remove_container(cid)
+
+
+def run(plan: Plan, server: Server, progress: Progress, *, fail_fast: bool) -> list[PatchOutcome]:
+    """Every planned check against `server`, in order; with `fail_fast`, stop after the first that fails."""
+    out: list[PatchOutcome] = []
+    for item in plan.checks:
+        progress(f"live check: {item.patch} ({item.role.value}, {len(item.check.cases)} case(s))")
+        cases = tuple(run_case(case, server) for case in item.check.cases)
+        outcome = PatchOutcome(item, cases)
+        for case in cases:
+            progress(f"  {'pass' if case.ok else 'FAIL'}: {case.name}" + ("" if case.ok else f": {'; '.join(case.problems)}"))
+        out.append(outcome)
+        if fail_fast and not outcome.ok:
+            break
+    return out
+
+
+def run_case(case: Case, server: Server) -> CaseOutcome:
+    """Send one case's request and judge the answer."""
+    started = time.monotonic()
+    request = case.request
+    try:
+        body = request.body(server.model)
+        if request.stream:
+            seen = observed_stream(request.api, server.post_stream(request.api.path, body))
+        else:
+            seen = observed_whole(request.api, server.post_json(request.api.path, body))
+    except (ServerError, ValueError) as exc:
+        message = exc.message if isinstance(exc, VpatchError) else f"unreadable answer: {exc}"
+        return CaseOutcome(case.name, (message,), None, time.monotonic() - started)
+    return CaseOutcome(case.name, tuple(judge(case.expect, seen)), seen, time.monotonic() - started)
+
+
+def observed_stream(api: Api, lines: Sequence[str]) -> Observed:
+    """A streamed answer as a client assembles it (content deltas and tool-call fragments by index)."""
+    if api is Api.CHAT:
+        chat = assemble_chat(sse_events(lines))
+        return Observed(chat.text, tuple((c.name, c.arguments) for c in chat.tool_calls), chat.finish_reason)
+    text: list[str] = []
+    finish = None
+    for event in sse_events(lines):
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            text.append(str(choice.get("text") or ""))
+            finish = choice.get("finish_reason") or finish
+    return Observed("".join(text), (), finish)
+
+
+def observed_whole(api: Api, answer: Mapping[str, Any]) -> Observed:
+    choices = answer.get("choices") or []
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ValueError(f"no choices in the answer: {str(answer)[:200]}")
+    choice = choices[0]
+    if api is Api.COMPLETIONS:
+        return Observed(str(choice.get("text") or ""), (), choice.get("finish_reason"))
+    message = choice.get("message") or {}
+    calls = tuple((str((c.get("function") or {}).get("name") or ""), str((c.get("function") or {}).get("arguments") or ""))
+                  for c in message.get("tool_calls") or ())
+    return Observed(str(message.get("content") or ""), calls, choice.get("finish_reason"))
+
+
+def alarms(outcomes: Sequence[PatchOutcome]) -> list[str]:
+    """One sentence per false drop, for the report's end."""
+    return [f"false-drop alarm: {o.planned.patch} was dropped as upstream ({o.planned.why}), but the candidate "
+            f"fails its live check {o.planned.file}: upstream does not fix it on the path the server runs; "
+            "bring the patch back (`git show` its last version from RETIRED.md)" for o in outcomes if o.false_drop]
+
+
+def live_json(live: LiveReport | None) -> dict[str, Any] | None:
+    """The live checks of a deploy (or a `verify --live`) as JSON: the plan's notes, then per patch per case."""
+    if live is None:
+        return None
+
+    def side(outcomes: Sequence[PatchOutcome]) -> list[dict[str, Any]]:
+        return [{"patch": o.planned.patch, "role": o.planned.role.value, "file": o.planned.file, "ok": o.ok,
+                 "false_drop": o.false_drop, "why": o.planned.why,
+                 "cases": [{"name": c.name, "ok": c.ok, "problems": list(c.problems), "seconds": round(c.seconds, 2),
+                            "seen": None if c.seen is None else {
+                                "content": c.seen.content, "finish_reason": c.seen.finish_reason,
+                                "tool_calls": [{"name": n, "arguments": a} for n, a in c.seen.tool_calls]}}
+                           for c in o.cases]} for o in outcomes]
+
+    return {"verified": live.plan.verified, "notes": list(live.plan.notes),
+            "planned": [{"patch": p.patch, "role": p.role.value, "file": p.file} for p in live.plan.checks],
+            "candidate": side(live.candidate), "baseline": side(live.baseline)}
+
+
+def _labelled(labels: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The patch names an image's labels list; None when it carries no vpatch labels at all."""
+    if _PIN_LABEL not in labels:
+        return None
+    return tuple(n for n in labels.get(_PATCHES_LABEL, "").split(",") if n)
+
+
+def _load(path: Path, root: Path) -> LiveCheck:
+    try:
+        source = str(path.relative_to(root))
+    except ValueError:
+        source = str(path)
+    try:
+        return LiveCheck.load(path, source=source)
+    except LiveCheckError as exc:
+        raise LiveCheckError(exc.message, hint=f"{exc.hint}; nothing was touched") from exc
+
+
+def _verify(config: Config, image: str, docker: Docker, progress: Progress) -> str:
+    from vpatch.image.verify import verify_image
+
+    progress(f"verify: {image} against its labels (the pin plus the series, file by file)")
+    report = verify_image(config, image, docker=docker)
+    failed = [c for c in report.checks if not c.ok]
+    if failed:
+        listed = "; ".join(f"{c.what}: {c.detail}" for c in failed[:5])
+        raise VpatchError(f"candidate {image} does not match its labels ({len(failed)} check(s) failed: {listed}); "
+                          "production was not touched",
+                          hint=f"`vpatch verify {image}` lists every check; rebuild it with `vpatch build`")
+    return f"{len(report.checks)} check(s) passed"
