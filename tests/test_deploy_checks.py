@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from vpatch.deploy.checks import (
+    CheckResult,
     Status,
     answer_is_right,
     judge_block_cost,
@@ -86,7 +87,10 @@ def test_the_mamba_leak_fails_the_block_cost_check_and_the_fixed_build_passes() 
     # After the fix: 1 block per roughly 710 tokens.
     fixed = block_cost(84_495, [119 / 1356], geometry)
     assert judge_block_cost(fixed, check)[0] is Status.PASS
-    assert judge_block_cost(block_cost(84_495, [], geometry), check)[0] is Status.FAIL  # nothing seen is no pass
+    # Nothing seen is no pass: an error of the measurement, which fails the deploy like a failed check.
+    unseen = judge_block_cost(block_cost(84_495, [], geometry), check)
+    assert unseen[0] is Status.ERROR and "measurement error" in unseen[2]
+    assert CheckResult("block cost", unseen[0], unseen[1], unseen[2]).failed
 
 
 def _stream(*deltas: dict[str, object]) -> list[str]:

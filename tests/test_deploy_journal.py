@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.deploy.container import last_error
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.errors import ConfigError
 
@@ -37,14 +36,3 @@ def test_a_broken_journal_is_refused_with_a_hint(tmp_path: Path, monkeypatch: py
     with pytest.raises(ConfigError, match="unreadable") as info:
         Journal.load("x")
     assert info.value.hint and "docker ps -a" in info.value.hint
-
-
-def test_the_line_that_says_why_a_container_died() -> None:
-    log = ("INFO loading\nValueError: To serve at least one request with the model's max seq len (1024), "
-           "(1.0 MiB KV cache is needed, ...)\nINFO shutting down\n")
-    assert last_error(log).startswith("ValueError: To serve at least one request")
-    assert last_error("only\nplain\n") == "plain" and last_error("") == "(no output)"
-    # Recorded: vLLM 0.32.0 (CPU) refusing a KV budget below max-model-len; the last exception only points up.
-    real = (Path(__file__).parent / "data" / "deploy" / "cpu-kv-too-small.log").read_text()
-    assert "See root cause above" in real
-    assert last_error(real).startswith("ValueError: To serve at least one request with the model's max seq len (1024)")

@@ -47,6 +47,13 @@ class Journal:
     candidate_id: str | None = None
     candidate_kept_as: str | None = None  # the name a rolled-back candidate keeps (with its logs)
     note: str = ""
+    # What a rollback needs besides the daemon, so it never depends on images/<name>.yaml still parsing.
+    port: int | None = None  # where production answers (serve.port)
+    health_timeout_s: float | None = None  # how long a restored production container may take to be alive
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port or 8000}"
 
     @staticmethod
     def folder() -> Path:
@@ -82,6 +89,6 @@ class Journal:
         atomic_write(self.path, (json.dumps(data, indent=2) + "\n").encode())
         return self
 
-    def advance(self, phase: Phase, **changes: str | bool | None) -> Journal:
+    def advance(self, phase: Phase, **changes: str | bool | int | float | None) -> Journal:
         """The journal moved to `phase` (with `changes`), written to disk before the step it announces."""
         return replace(self, phase=phase, **changes).save()  # type: ignore[arg-type]

@@ -62,6 +62,13 @@ class ParallelCheck:
 
 
 @dataclass(frozen=True)
+class CeilingCheck:
+    """One request sized to the pool's real ceiling (one-block-short): it must end with stop or length."""
+
+    max_tokens: int = 16  # the prompt fills the rest: min(max_model_len, KV pool - 1 block) - max_tokens
+
+
+@dataclass(frozen=True)
 class Hooks:
     before_switch: tuple[tuple[str, ...], ...] = ()  # argv lists, run before the production container is parked
     after_switch: tuple[tuple[str, ...], ...] = ()  # run after the decision (deployed or rolled back)
@@ -74,21 +81,23 @@ class Suite:
     start_watch_s: float = 20.0  # how long a started container must stay up without a restart
     health_timeout_s: float = 900.0
     request_timeout_s: float = 600.0
+    stall_s: float = 30.0  # requests outstanding and no token for this long: the engine is stalled, the check fails
     kv_pool: KvPoolCheck | None = None
     block_cost: BlockCostCheck | None = None
     needles: NeedleCheck | None = None
     tool_call: ToolCallCheck | None = None
     questions: QuestionCheck | None = None
     parallel: ParallelCheck | None = None
+    ceiling: CeilingCheck | None = None
     log_patterns: tuple[str, ...] = DEFAULT_LOG_PATTERNS
     hooks: Hooks = field(default_factory=Hooks)
 
     @classmethod
     def parse(cls, data: Any, *, root: Path, source: str) -> Suite:
         doc = _Doc(source)
-        top = doc.mapping(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "checks", "hooks"})
+        top = doc.mapping(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "stall_s", "checks", "hooks"})
         checks = doc.mapping(top.get("checks") or {}, "deploy.checks", optional={
-            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "log_scan"})
+            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "ceiling", "log_scan"})
         hooks = doc.mapping(top.get("hooks") or {}, "deploy.hooks", optional={"before_switch", "after_switch"})
         log = doc.mapping(checks.get("log_scan") or {}, "deploy.checks.log_scan", optional={"patterns"})
         patterns = log.get("patterns", list(DEFAULT_LOG_PATTERNS))
@@ -98,12 +107,14 @@ class Suite:
             start_watch_s=_number(doc, top, "deploy.start_watch_s", 20.0),
             health_timeout_s=_number(doc, top, "deploy.health_timeout_s", 900.0),
             request_timeout_s=_number(doc, top, "deploy.request_timeout_s", 600.0),
+            stall_s=_number(doc, top, "deploy.stall_s", 30.0),
             kv_pool=_kv_pool(doc, checks.get("kv_pool")),
             block_cost=_block_cost(doc, checks.get("block_cost")),
             needles=_needles(doc, checks.get("needles")),
             tool_call=_tool_call(doc, checks.get("tool_call")),
             questions=_questions(doc, checks.get("questions"), root),
             parallel=_parallel(doc, checks.get("parallel")),
+            ceiling=_ceiling(doc, checks.get("ceiling")),
             log_patterns=tuple(patterns),
             hooks=Hooks(_commands(doc, hooks, "before_switch"), _commands(doc, hooks, "after_switch")),
         )
@@ -230,6 +241,13 @@ def _parallel(doc: _Doc, value: Any) -> ParallelCheck | None:
         max_tokens=_count(doc, data, f"{key}.max_tokens", 64),
         max_preemptions=_count(doc, data, f"{key}.max_preemptions", 0, zero=True),
     )
+
+
+def _ceiling(doc: _Doc, value: Any) -> CeilingCheck | None:
+    data = _section(doc, value, "deploy.checks.ceiling", set(), {"max_tokens"})
+    if data is None:
+        return None
+    return CeilingCheck(max_tokens=_count(doc, data, "deploy.checks.ceiling.max_tokens", 16))
 
 
 def _commands(doc: _Doc, hooks: dict[str, Any], name: str) -> tuple[tuple[str, ...], ...]:

@@ -83,6 +83,9 @@ class ContainerInfo:
     binds: tuple[str, ...]
     port_bindings: Mapping[str, tuple[str, ...]]  # "8000/tcp" -> ("8000",)
     gpus: tuple[str, ...]  # one entry per --gpus device request: "all", "4" or "device=0,1"
+    health: str = ""  # starting | healthy | unhealthy; "" without a health check
+    health_log: tuple[str, ...] = ()  # the health check's latest outputs, oldest first
+    health_test: tuple[str, ...] = ()  # Config.Healthcheck.Test, e.g. ("CMD-SHELL", "python3 -c ...")
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -123,6 +126,9 @@ class ContainerInfo:
             binds=tuple(host.get("Binds") or ()),
             port_bindings=ports,
             gpus=tuple(gpus),
+            health=str((state.get("Health") or {}).get("Status") or ""),
+            health_log=tuple(str(e.get("Output", "")).strip() for e in (state.get("Health") or {}).get("Log") or ()),
+            health_test=tuple((config.get("Healthcheck") or {}).get("Test") or ()),
         )
 
 
@@ -353,6 +359,16 @@ class Docker:
         logs = self.client.api.logs(name, stdout=True, stderr=True, tail=tail if tail is not None else "all",
                                     since=start)
         return bytes(logs).decode("utf-8", "replace")
+
+    def containers(self, *, label: str) -> list[ContainerInfo]:
+        """Every container (running or not) carrying the label `label` ("key=value")."""
+        import docker as dockersdk
+
+        try:
+            found = self.client.api.containers(all=True, filters={"label": label})
+            return [info for c in found if (info := self.container(c["Id"])) is not None]
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot list containers: {exc.explanation or exc}") from exc
 
     def remove_container(self, name: str) -> None:
         """Stop and delete the container `name` (nothing when there is none)."""
