@@ -370,6 +370,18 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot list containers: {exc.explanation or exc}") from exc
 
+    def processes(self, name: str) -> list[tuple[int, str]]:
+        """(host pid, command line) of every process in the running container `name` (`docker top`)."""
+        import docker as dockersdk
+
+        try:
+            top = self.client.api.top(name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot list the processes of {name}: {exc.explanation or exc}") from exc
+        titles = list(top.get("Titles") or [])
+        pid, cmd = titles.index("PID"), titles.index("CMD")
+        return [(int(row[pid]), str(row[cmd])) for row in top.get("Processes") or ()]
+
     def remove_container(self, name: str) -> None:
         """Stop and delete the container `name` (nothing when there is none)."""
         import docker as dockersdk
