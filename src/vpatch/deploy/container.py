@@ -13,10 +13,11 @@ from vpatch import lock
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.errors import VpatchError
-from vpatch.image.docker import ContainerInfo, Docker
+from vpatch.image.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.serve import health
 
 Progress = Callable[[str], None]
+DAEMON_WAIT_S = 300.0  # how long a rollback waits for a docker daemon that stopped answering (a restart)
 
 
 class RollbackError(VpatchError):
@@ -113,37 +114,55 @@ class Restored:
 
 
 def restore(docker: Docker, journal: Journal, *, url: str, health_timeout: float, progress: Progress,
-            automatic: bool = False) -> Restored:
+            automatic: bool = False, daemon_wait_s: float = DAEMON_WAIT_S) -> Restored:
     """Roll back from any phase: stop and keep the candidate, rename the parked container back, restore its
     restart policy, start it and verify it is alive. Idempotent: it reads where things are, not where they
-    were. With no parked container to bring back, the candidate keeps running and NothingRestored says so;
+    were, so a daemon that restarts in the middle is waited for (`daemon_wait_s`) and the rollback begins
+    again. With no parked container to bring back, the candidate keeps running and NothingRestored says so;
     only an `automatic` rollback of a first deploy (nothing ran before) stops the candidate that failed."""
     with uninterruptible():
-        parked = docker.container(journal.parked_id) if journal.parked_id else None
-        if parked is None and not (automatic and journal.parked_id is None):
-            _nothing_to_restore(docker, journal)
-        journal = journal.advance(Phase.ROLLING_BACK)
-        kept = _retire_candidate(docker, journal, progress)
-        journal = journal.advance(Phase.ROLLING_BACK, candidate_kept_as=kept)
-        if parked is None:
-            journal = journal.advance(Phase.ROLLED_BACK, note="no production container was running before the deploy")
-            return Restored(kept, None, None, journal)
-        if parked.name != journal.container:
-            progress(f"rollback: renaming {parked.name} back to {journal.container}")
-            docker.rename_container(parked.id, journal.container)
-        docker.set_restart_policy(parked.id, journal.parked_restart or "no")
-        if parked.status != "running":
-            progress(f"rollback: starting {journal.container}")
-            docker.start_container(parked.id)
-        alive = wait_alive(docker, parked.id, url, health_timeout, progress)
-        if alive.failed:
-            raise RollbackError(
-                f"rolled back {journal.container}, but it is not alive: {alive.figure} ({alive.detail})",
-                hint=f"look at `docker logs {journal.container}`; the journal {journal.path} keeps the state")
-        journal = journal.advance(Phase.ROLLED_BACK, note=f"{journal.container} alive again after {alive.seconds:.0f}s")
-        progress(f"rollback: {journal.container} is alive again ({alive.seconds:.0f}s), restart policy "
-                 f"{journal.parked_restart}")
-        return Restored(kept, journal.container, alive.seconds, journal)
+        deadline = time.monotonic() + daemon_wait_s
+        while True:
+            try:
+                return _restore(docker, journal, url=url, health_timeout=health_timeout, progress=progress,
+                                automatic=automatic)
+            except DaemonGone as exc:
+                if time.monotonic() > deadline:
+                    raise RollbackError(f"the docker daemon did not come back within {daemon_wait_s:.0f}s: {exc.message}",
+                                        hint=f"once dockerd runs, `vpatch deploy {journal.definition} --rollback` "
+                                        "finishes the rollback") from exc
+                progress(f"rollback: the docker daemon does not answer; waiting for it ({exc.message[:120]})")
+                time.sleep(2)
+                journal = Journal.load(journal.definition) or journal
+
+
+def _restore(docker: Docker, journal: Journal, *, url: str, health_timeout: float, progress: Progress,
+             automatic: bool) -> Restored:
+    parked = docker.container(journal.parked_id) if journal.parked_id else None
+    if parked is None and not (automatic and journal.parked_id is None):
+        _nothing_to_restore(docker, journal)
+    journal = journal.advance(Phase.ROLLING_BACK)
+    kept = _retire_candidate(docker, journal, progress)
+    journal = journal.advance(Phase.ROLLING_BACK, candidate_kept_as=kept)
+    if parked is None:
+        journal = journal.advance(Phase.ROLLED_BACK, note="no production container was running before the deploy")
+        return Restored(kept, None, None, journal)
+    if parked.name != journal.container:
+        progress(f"rollback: renaming {parked.name} back to {journal.container}")
+        docker.rename_container(parked.id, journal.container)
+    docker.set_restart_policy(parked.id, journal.parked_restart or "no")
+    if parked.status != "running":
+        progress(f"rollback: starting {journal.container}")
+        docker.start_container(parked.id)
+    alive = wait_alive(docker, parked.id, url, health_timeout, progress)
+    if alive.failed:
+        raise RollbackError(
+            f"rolled back {journal.container}, but it is not alive: {alive.figure} ({alive.detail})",
+            hint=f"look at `docker logs {journal.container}`; the journal {journal.path} keeps the state")
+    journal = journal.advance(Phase.ROLLED_BACK, note=f"{journal.container} alive again after {alive.seconds:.0f}s")
+    progress(f"rollback: {journal.container} is alive again ({alive.seconds:.0f}s), restart policy "
+             f"{journal.parked_restart}")
+    return Restored(kept, journal.container, alive.seconds, journal)
 
 
 def _nothing_to_restore(docker: Docker, journal: Journal) -> None:
