@@ -255,14 +255,14 @@ class Spawned:
         self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
 
-    def wait_line(self, text: str, timeout: float = 900) -> float:
-        """Wait until stderr has a line containing `text`; the time it was seen (time.monotonic())."""
+    def wait_line(self, text: str, timeout: float = 900, *, count: int = 1) -> float:
+        """Wait until stderr has `count` lines containing `text` (a deploy prints each check twice: for the
+        baseline, then for the candidate); the time the last was seen (time.monotonic())."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if any(text in line for line in self.lines):
+            if sum(text in line for line in self.lines) >= count:
                 return time.monotonic()
-            assert self.proc.poll() is None or any(text in line for line in self.lines), \
-                f"vpatch deploy ended before {text!r}:\n" + "\n".join(self.lines)
+            assert self.proc.poll() is None, f"vpatch deploy ended before {text!r}:\n" + "\n".join(self.lines)
             time.sleep(0.1)
         raise AssertionError(f"no line {text!r} in:\n" + "\n".join(self.lines))
 

@@ -110,7 +110,11 @@ def test_a_daemon_restart_in_the_checks_is_waited_for_and_production_restored(
 
     run = Spawned(subprocess.Popen([sys.executable, "-m", "vpatch", "-C", str(tmp_path), "deploy", NAME, "--json"],
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}))
-    run.wait_line("check: block cost")
+    deadline = time.monotonic() + 900
+    while (journal := Journal.load(NAME)) is None or journal.phase is not Phase.CHECKING:
+        assert time.monotonic() < deadline and run.proc.poll() is None, "\n".join(run.lines)
+        time.sleep(0.2)
+    run.wait_line("check: block cost", count=2)  # the candidate's, after the baseline's
     restart_at = time.monotonic()
     private_daemon.stop()
     time.sleep(5)  # the deploy sees its server gone and the daemon refusing

@@ -151,7 +151,8 @@ def test_a_stalled_engine_fails_the_deploy_in_stall_s_and_production_comes_back(
     before = host.production()
     host.write_yaml(stall_s=STALL_S)
     run = Spawned(host.spawn("--image", host.image, "--json"))
-    run.wait_line("check: block cost")
+    host.wait_phase(Phase.CHECKING, run.proc)
+    run.wait_line("check: block cost", count=2)  # the candidate's, after the baseline's
     candidate = host.docker.container(host.container)
     assert candidate is not None and candidate.id != before["id"]
     stop_engine(host.docker, candidate.id)
