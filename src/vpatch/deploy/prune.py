@@ -30,16 +30,21 @@ def prune(docker: Docker, definition: str, *, keep: int) -> Pruned:
 
 def _prune(docker: Docker, definition: str, *, keep: int) -> Pruned:
     journal = Journal.load(definition)
-    if journal is not None and not journal.phase.settled:
+    if journal is None:
+        raise VpatchError(f"no deploy of {definition} is recorded on this host; nothing to prune",
+                          hint="prune removes what deploys left behind, named after the journal's production container")
+    if not journal.phase.settled:
         raise VpatchError(f"a deploy of {definition} did not finish (phase {journal.phase.value}); nothing pruned",
                           hint=f"`vpatch deploy {definition} --rollback` first; --status shows where things are")
-    protected = journal.parked_id if journal is not None else None
+    protected = journal.parked_id
     removed: list[str] = []
     kept: list[tuple[str, str]] = []
     left = []
     for info in docker.containers(label=f"{LABEL_DEFINITION}={definition}"):
         match = _LEFT.match(info.name)
-        if match is None:
+        # Only this production container's leftovers: the label alone also marks other hosts' projects that
+        # share the daemon under the same definition name (seen: a test's prune took another run's candidates).
+        if match is None or match["prod"] != journal.container:
             continue
         if info.id == protected:
             kept.append((info.name, "`--rollback` brings it back"))
