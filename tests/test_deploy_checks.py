@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from vpatch.deploy.checks import (
+    CheckResult,
     Status,
     answer_is_right,
+    ceiling_tokens,
     judge_block_cost,
+    judge_ceiling,
     judge_count,
     judge_kv_pool,
     judge_log,
@@ -86,7 +89,10 @@ def test_the_mamba_leak_fails_the_block_cost_check_and_the_fixed_build_passes() 
     # After the fix: 1 block per roughly 710 tokens.
     fixed = block_cost(84_495, [119 / 1356], geometry)
     assert judge_block_cost(fixed, check)[0] is Status.PASS
-    assert judge_block_cost(block_cost(84_495, [], geometry), check)[0] is Status.FAIL  # nothing seen is no pass
+    # Nothing seen is no pass: an error of the measurement, which fails the deploy like a failed check.
+    unseen = judge_block_cost(block_cost(84_495, [], geometry), check)
+    assert unseen[0] is Status.ERROR and "measurement error" in unseen[2]
+    assert CheckResult("block cost", unseen[0], unseen[1], unseen[2]).failed
 
 
 def _stream(*deltas: dict[str, object]) -> list[str]:
@@ -177,3 +183,25 @@ def test_recorded_cpu_server_start_log_metrics_and_tool_call_stream() -> None:
     chat = assemble_chat(sse_events((DATA / "cpu-toolcall.sse").read_text().splitlines()))
     assert [(c.name, c.arguments) for c in chat.tool_calls] == [("get_weather", '{"city": "Paris"}')]
     assert chat.finish_reason == "tool_calls" and judge_tool_call(chat)[0] is Status.PASS
+
+
+def test_the_ceiling_is_the_pool_without_its_null_block_or_max_model_len() -> None:
+    """One-block-short: the startup check sizes against all N blocks, BlockPool keeps one back."""
+    minimum = CacheGeometry(blocks=8, block_size=128)  # 1,024 tokens: exactly one max-model-len request
+    assert ceiling_tokens(1024, minimum) == 896
+    assert ceiling_tokens(1024, CacheGeometry(blocks=64, block_size=128)) == 1024
+    done = Timing(0.5, 1.0, 1008, 16, "length")
+    assert judge_ceiling(done, 0.0, 1024, CacheGeometry(64, 128))[0] is Status.PASS
+    status, figure, detail = judge_ceiling(done, 1.0, 1024, minimum)
+    assert status is Status.FAIL and "left waiting" in detail and "896 usable" in figure
+    aborted = Timing(0.5, 1.0, 1008, 0, None)
+    assert judge_ceiling(aborted, 0.0, 1024, minimum)[0] is Status.FAIL
+
+
+def test_stall_s_and_the_ceiling_check_are_read_from_the_suite(tmp_path: Path) -> None:
+    suite = Suite.parse({"stall_s": 12, "checks": {"ceiling": {"max_tokens": 8}}}, root=tmp_path, source="images/x.yaml")
+    assert suite.stall_s == 12.0 and suite.ceiling is not None and suite.ceiling.max_tokens == 8
+    default = Suite.parse({"start_watch_s": 20}, root=tmp_path, source="images/x.yaml")  # deploy: {} is an error
+    assert default.stall_s == 30.0 and default.ceiling is None
+    with pytest.raises(ConfigError, match="stall_s"):
+        Suite.parse({"stall_s": 0}, root=tmp_path, source="images/x.yaml")

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.deploy.container import last_error
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.errors import ConfigError, JournalError
 
@@ -39,17 +38,6 @@ def test_a_broken_journal_is_refused_with_a_hint(tmp_path: Path, monkeypatch: py
     assert info.value.hint and "docker ps -a" in info.value.hint
 
 
-def test_the_line_that_says_why_a_container_died() -> None:
-    log = ("INFO loading\nValueError: To serve at least one request with the model's max seq len (1024), "
-           "(1.0 MiB KV cache is needed, ...)\nINFO shutting down\n")
-    assert last_error(log).startswith("ValueError: To serve at least one request")
-    assert last_error("only\nplain\n") == "plain" and last_error("") == "(no output)"
-    # Recorded: vLLM 0.32.0 (CPU) refusing a KV budget below max-model-len; the last exception only points up.
-    real = (Path(__file__).parent / "data" / "deploy" / "cpu-kv-too-small.log").read_text()
-    assert "See root cause above" in real
-    assert last_error(real).startswith("ValueError: To serve at least one request with the model's max seq len (1024)")
-
-
 GOOD = {"definition": "x", "container": "vllm-x", "image": "ml/x:new", "phase": "deployed", "started": "20260924-201500",
         "parked_id": "abc123", "parked_name": "vllm-x-parked-20260924-201500", "parked_restart": "unless-stopped",
         "candidate_started": True, "candidate_id": "def456", "candidate_kept_as": None, "note": ""}
@@ -63,6 +51,8 @@ GOOD = {"definition": "x", "container": "vllm-x", "image": "ml/x:new", "phase": 
     ({"phase": None}, "field 'phase' must be one of"),
     ({"parked": "abc"}, "field 'parked' is not a journal field"),
     ({"started": ""}, "field 'started' must be a non-empty string"),
+    ({"port": "8000"}, "field 'port' must be a port number (1-65535) or null, not '8000'"),
+    ({"health_timeout_s": float("nan")}, "field 'health_timeout_s' must be a positive number of seconds or null"),
     ({"definition": "other"}, "field 'definition' is 'other', but the file is the journal of 'x'"),
 ])
 def test_each_journal_field_is_checked_with_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

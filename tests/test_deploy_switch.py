@@ -1,7 +1,8 @@
 """`vpatch deploy` against the real vLLM CPU server in docker: pass, roll back on each kind of failure, survive kills.
 
-The tests share one production server (module scope) and run in file order: each rolled-back deploy
-must leave that production container running and healthy again, which the next test then relies on.
+The tests share one production server (module scope, tests/deployhost.py) and run in file order: each
+rolled-back deploy must leave that production container running and alive again, which the next test then
+relies on.
 """
 
 from __future__ import annotations
@@ -9,158 +10,37 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from serverimage import tiny_serve, write_project
-from typer.testing import CliRunner
+from deployhost import (
+    IMAGE_PYTHON,
+    KV_BLOCK,
+    KV_MINIMUM,
+    KV_PREEMPT,
+    KV_TOO_SMALL,
+    NAME,
+    STALL_S,
+    Host,
+    Spawned,
+    health_ms,
+    injecting_image,
+    json_of,
+    production_host,
+    stop_engine,
+)
 
-from vpatch.cli import app
-from vpatch.definition import ImageDefinition
-from vpatch.deploy.client import Server
-from vpatch.deploy.journal import Journal, Phase
-from vpatch.image.docker import Docker
-from vpatch.serve.render import render
+from vpatch.deploy.journal import Phase
 
 pytestmark = pytest.mark.docker
-
-NAME = "tiny"
-# The tiny Qwen3 of the test image costs 1 KiB of KV cache per token (see tests/serverimage.py).
-KV_NORMAL = 8 * 1024 * 1024  # 8,192 tokens
-KV_PREEMPT = 2 * 1024 * 1024  # 2,048 tokens: the parallel check's requests cannot all stay resident
-KV_TOO_SMALL = 512 * 1024  # 512 tokens < max-model-len 1,024: vLLM refuses to start
-TOOL_REGEX = r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "Paris"\}\}</tool_call>'
-IMAGE_PYTHON = "/opt/vllm/bin/python"  # the test image's venv
-# Thresholds for the tiny model on a loaded 2-core machine: small requests, few of them. A random model
-# finds no needle and answers no question: those are counted and shown with minimum 0 (their failure path
-# is unit-tested on recorded responses in test_deploy_checks.py).
-SUITE = {
-    "start_watch_s": 3, "health_timeout_s": 600, "request_timeout_s": 300,
-    "checks": {
-        "kv_pool": {"min_tokens": 2048, "max_drop": 0.9},
-        # Long enough (32 tokens decoded) that the 20-per-second sampling sees the request holding its blocks.
-        "block_cost": {"prompt_tokens": 800, "max_tokens": 32, "max_ratio": 1.25},
-        "needles": {"lengths": [600], "min_found": 0, "max_tokens": 16},
-        "tool_call": {"extra": {"structured_outputs": {"regex": TOOL_REGEX}}},
-        "questions": {"file": "checks/tiny-questions.yaml", "min_right": 0, "max_tokens": 4},
-        # 600-token prompts take 5 blocks of 128 each and grow to 7 with 160 tokens decoded. The 2,048-token
-        # pool (16 blocks, one the null block) admits three (15 blocks), which then outgrow it: preemptions.
-        # The 8,192-token pool holds all four at full length (28 of 63 blocks).
-        "parallel": {"requests": 4, "prompt_tokens": 600, "max_tokens": 160, "max_preemptions": 0},
-    },
-}
-
-
-@dataclass
-class Host:
-    """A project whose images/tiny.yaml serves the tiny model, and the production container it runs."""
-
-    root: Path
-    image: str
-    port: int
-    container: str
-    docker: Docker
-    server: Server
-    env: dict[str, str]  # the journal's folder and a vpatch cache kept for the module (serve's lint caches there)
-
-    def write_yaml(self, *, kv_bytes: int = KV_NORMAL, hooks: dict[str, list[list[str]]] | None = None) -> None:
-        import yaml
-
-        serve = tiny_serve(self.port, self.container, kv_cache_memory_bytes=kv_bytes, max_num_seqs=4,
-                           enable_auto_tool_choice=True, tool_call_parser="hermes")
-        serve["container"]["restart"] = "unless-stopped"
-        write_project(self.root, self.image, serve, name=NAME)
-        path = self.root / "images" / f"{NAME}.yaml"
-        doc = yaml.safe_load(path.read_text())
-        doc["deploy"] = {**SUITE, **({"hooks": hooks} if hooks else {})}  # an empty hooks: is an error
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-    def production(self) -> dict[str, object]:
-        info = self.docker.container(self.container)
-        assert info is not None, f"no container {self.container}"
-        return {"id": info.id, "status": info.status, "restart": info.restart_policy}
-
-    def deploy(self, *args: str) -> tuple[int, str, str]:
-        result = CliRunner().invoke(app, ["-C", str(self.root), "deploy", NAME, *args], env=self.env)
-        return result.exit_code, result.stdout, result.stderr
-
-    def spawn(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, "-m", "vpatch", "-C", str(self.root), "deploy", NAME, *args],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env})
-
-    def wait_phase(self, phase: Phase, proc: subprocess.Popen[str], timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            journal = self.journal()
-            if journal is not None and journal.phase is phase:
-                return
-            assert proc.poll() is None, f"vpatch deploy ended early: {proc.communicate()}"
-            time.sleep(0.2)
-        raise AssertionError(f"the journal never reached {phase}")
-
-    def journal(self) -> Journal | None:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("VPATCH_STATE", self.env["VPATCH_STATE"])
-            return Journal.load(NAME)
-
-    def kept_candidates(self) -> list[str]:
-        return [c.name for c in self.docker.client.containers.list(all=True) if c.name.startswith(f"{self.container}-candidate-")]
-
-    def assert_production_restored(self, before: dict[str, object]) -> None:
-        now = self.production()
-        assert now["id"] == before["id"], "another container holds the production name"
-        assert now["status"] == "running" and now["restart"] == "unless-stopped"
-        assert self.server.healthy()
-        journal = self.journal()
-        assert journal is not None and journal.phase is Phase.ROLLED_BACK
-        kept = self.kept_candidates()
-        assert len(kept) == 1, kept  # the candidate is stopped and kept (with its log), not deleted
-        info = self.docker.container(kept[0])
-        assert info is not None and info.status == "exited" and info.restart_policy == "no"
-        self.docker.remove_container(kept[0])  # removed here only to keep the shared daemon tidy
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Host]:
     """The project and its production server, started once for the module (about a minute or more)."""
-    root = tmp_path_factory.mktemp("deploy-project")
-    (root / "checks").mkdir()
-    (root / "checks" / "tiny-questions.yaml").write_text(
-        "- {ask: 'What is 17 * 23? Answer with the number only.', expect: '391'}\n")
-    env = {"VPATCH_STATE": str(tmp_path_factory.mktemp("deploy-state")),
-           "VPATCH_CACHE": str(tmp_path_factory.mktemp("deploy-cache"))}
-    docker = Docker.connect()
-    port = _free_port()
-    container = f"vpatch-deploy-test-{uuid.uuid4().hex[:8]}"
-    h = Host(root, vllm_server_image, port, container, docker, Server(f"http://127.0.0.1:{port}"), env)
-    h.write_yaml()
-    definition = ImageDefinition.load(root, NAME)
-    assert definition.serve is not None
-    docker.run_cli(render(definition.serve, vllm_server_image, definition=NAME).argv)
-    try:
-        deadline = time.monotonic() + 600
-        while not h.server.healthy():
-            assert time.monotonic() < deadline, docker.container_logs(container, tail=30)
-            time.sleep(1)
+    with production_host(tmp_path_factory, vllm_server_image) as h:
         yield h
-    finally:
-        for c in docker.client.containers.list(all=True):
-            if c.name.startswith(container):
-                c.remove(force=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_candidate_that_dies_at_start_is_rolled_back(host: Host) -> None:
@@ -187,55 +67,10 @@ def test_forced_preemptions_fail_the_parallel_check(host: Host) -> None:
     host.assert_production_restored(before)
 
 
-# The test image for "memory allocation failed": the server image with a wrapper entrypoint that starts the
-# real entrypoint and, once two or more requests run at the same time (the parallel check), prints the
-# warning the two-builds write-up saw ("memory allocation failed"). vLLM itself never prints it here; the
-# line is injected so the log scan can be tested while /health stays green.
-INJECT = r'''
-import signal, subprocess, sys, threading, time, urllib.request
-
-def watch(port):
-    while True:
-        time.sleep(0.2)
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-        except OSError:
-            continue
-        running = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running{"))
-        if running >= 2:
-            print("WARNING [injected by the vpatch test image] memory allocation failed: "
-                  "205.00 MiB requested, 200.12 MiB free", flush=True)
-            return
-
-argv = sys.argv[1:]
-port = argv[argv.index("--port") + 1] if "--port" in argv else "8000"
-threading.Thread(target=watch, args=(port,), daemon=True).start()
-child = subprocess.Popen(argv)
-# PID 1 passes `docker stop` on to vLLM, so the container stops as the plain image does.
-signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
-sys.exit(child.wait())
-'''
-
-
-def _injecting_image(docker: Docker, base: str, python: str) -> str:
-    import tempfile
-
-    info = docker.image(base)
-    ref = f"vpatch-test/tiny-inject:{info.id[7:19]}"
-    if docker.has_image(ref):
-        return ref
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "inject.py").write_text(INJECT)
-        entry = json.dumps([python, "/vpatch-test/inject.py", *info.entrypoint])
-        (Path(tmp) / "Dockerfile").write_text(f"FROM {base}\nCOPY inject.py /vpatch-test/inject.py\nENTRYPOINT {entry}\n")
-        docker.build(Path(tmp), tag=ref, buildargs={}, labels={})
-    return ref
-
-
 def test_memory_allocation_warning_under_parallel_rolls_back_although_health_is_green(host: Host) -> None:
     before = host.production()
     host.write_yaml()
-    image = _injecting_image(host.docker, host.image, IMAGE_PYTHON)
+    image = injecting_image(host.docker, host.image, IMAGE_PYTHON)
     code, out, err = host.deploy("--image", image, "--json")
     report = json.loads(out)
     assert code == 6, err
@@ -246,30 +81,175 @@ def test_memory_allocation_warning_under_parallel_rolls_back_although_health_is_
     host.assert_production_restored(before)
 
 
-def test_kill_9_during_the_checks_then_rollback_restores_production(host: Host) -> None:
+def test_a_deploy_refused_by_the_lint_touches_nothing(host: Host) -> None:
+    before = host.production()
+    info = host.docker.container(host.container)
+    assert info is not None
+    journal_before = host.journal()
+    host.write_yaml(extra_args=["--max-modle-len", "512"])
+    code, _out, err = host.deploy("--image", host.image)
+    assert code == 1 and "has no flag --max-modle-len" in err, err
+    after = host.docker.container(host.container)
+    assert after is not None and (after.id, after.status, after.started_at) == (info.id, "running", info.started_at)
+    assert host.production() == before and host.journal() == journal_before  # no journal written either
+    assert host.left_behind("candidate") == [] and host.left_behind("parked") == []
+
+
+def test_kill_9_during_the_checks_and_again_during_the_rollback_then_rollback_restores(host: Host) -> None:
+    """kill -9 (no handler runs; only the journal knows) at two points: in the checks, and in the rollback after
+    the parked container was renamed back and started but before it was verified. In between, the lock
+    refuses a second deploy and a rollback, and --status exits 8 (unfinished) for monitoring."""
     before = host.production()
     host.write_yaml()
     proc = host.spawn("--image", host.image)
     host.wait_phase(Phase.CHECKING, proc)
-    proc.kill()  # SIGKILL: no handler runs; only the journal knows what happened
+    second = host.run("deploy", NAME, "--image", host.image)
+    assert second.returncode == 1 and f"another vpatch deploy {NAME} is running (pid {proc.pid})" in second.stderr
+    rolling = host.run("deploy", NAME, "--rollback")
+    assert rolling.returncode == 1 and "is running" in rolling.stderr
+    proc.kill()
     proc.wait()
-    status = subprocess.run([sys.executable, "-m", "vpatch", "-C", str(host.root), "deploy", NAME, "--status"],
-                            capture_output=True, text=True, env={**os.environ, **host.env})
-    assert "checking" in status.stdout and "unfinished" in status.stdout, status.stdout
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 8 and "checking" in status.stdout and "unfinished" in status.stdout, status.stdout
     assert host.production()["id"] != before["id"]  # the candidate holds the name; production is parked
+    back = Spawned(host.spawn("--rollback"))
+    back.wait_line("rollback: starting")
+    back.proc.kill()
+    back.proc.wait()
+    journal = host.journal()
+    assert journal is not None and journal.phase is Phase.ROLLING_BACK
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 8 and "rolling-back" in status.stdout, status.stdout
     code, out, err = host.deploy("--rollback")
     assert code == 0 and "rolled back" in out, err
     host.assert_production_restored(before)
 
 
-def test_ctrl_c_during_the_checks_rolls_back_by_itself(host: Host) -> None:
+# VPATCH_CTRL_C_ROUNDS=20 repeats the Ctrl-C test on the module's one production server (the loop the lost
+# Ctrl-C was closed with); each round lands the SIGINT a little later into the checks.
+CTRL_C_ROUNDS = int(os.environ.get("VPATCH_CTRL_C_ROUNDS", "1"))
+
+
+@pytest.mark.parametrize("round_", range(CTRL_C_ROUNDS))
+def test_ctrl_c_during_the_checks_rolls_back_by_itself(host: Host, round_: int) -> None:
+    """The cold CI run lost this Ctrl-C: its deploy had inherited SIGINT ignored (a shell's background job
+    has it so), Python installed no handler, and the deploy went on to "deployed". Spawned that way here."""
     before = host.production()
-    proc = host.spawn("--image", host.image)
+    host.write_yaml()
+    proc = host.spawn("--image", host.image, sigint_ignored=True)
     host.wait_phase(Phase.CHECKING, proc)
+    time.sleep((round_ % 5) * 0.5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert "interrupted: rolling back" in err and "interrupted, rolled back" in out
+    host.assert_production_restored(before)
+
+
+def test_a_stalled_engine_fails_the_deploy_in_stall_s_and_production_comes_back(host: Host) -> None:
+    """The candidate's engine core stopped (SIGSTOP) once the checks start: /health still answers 200, and the
+    watchdog, not request_timeout_s (300 here), fails the check; the deploy rolls back."""
+    before = host.production()
+    host.write_yaml(stall_s=STALL_S)
+    run = Spawned(host.spawn("--image", host.image, "--json"))
+    host.wait_phase(Phase.CHECKING, run.proc)
+    run.wait_line("check: block cost", count=2)  # the candidate's, after the baseline's
+    candidate = host.docker.container(host.container)
+    assert candidate is not None and candidate.id != before["id"]
+    stop_engine(host.docker, candidate.id)
+    stalled_at = time.monotonic()
+    time.sleep(1)
+    healthy, ms = health_ms(host.server)
+    assert healthy, "with the engine core stopped, /health should still answer 200"
+    code, out, err = run.finish()
+    back_at = time.monotonic()
+    report = json_of(out)
+    assert code == 6 and report["decision"] == "rolled back", err
+    failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
+    assert report["failed_check"] == "block cost", out
+    assert "no token for" in failed["detail"] and "the engine is stalled" in failed["detail"], failed
+    assert failed["seconds"] < STALL_S + 15, failed  # the watchdog ended it, not the 300 s request timeout
+    host.assert_production_restored(before)
+    rollback = {s["name"]: s["seconds"] for s in report["steps"]}["rollback"]
+    print(f"\n/health with the engine stopped: 200 in {ms:.0f} ms; failed check: {failed['detail']} "
+          f"after {failed['seconds']:.1f}s; rollback {rollback:.1f}s; stall start to production alive again: "
+          f"{back_at - stalled_at:.1f}s")
+
+
+def test_the_container_health_check_and_serve_check_see_a_hung_engine_whose_health_is_200(host: Host) -> None:
+    """Production's own docker health check (rendered by serve) turns unhealthy on the same hang, and
+    `vpatch serve NAME --check` says so from outside (exit 1); both recover when the engine resumes."""
+    host.write_yaml()
+    info = host.docker.container(host.container)
+    assert info is not None and info.health_test and info.health_test[0] == "CMD-SHELL"
+    deadline = time.monotonic() + 300
+    while host.docker.container(host.container).health != "healthy":  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "production never became healthy by its own health check"
+        time.sleep(2)
+    alive = host.run("serve", NAME, "--check")
+    assert alive.returncode == 0 and ": alive: answers" in alive.stdout, alive.stdout + alive.stderr
+    pid = stop_engine(host.docker, info.id)
+    stopped_at = time.monotonic()
+    try:
+        healthy, _ms = health_ms(host.server)
+        assert healthy
+        hung = host.run("serve", NAME, "--check")
+        assert hung.returncode == 1 and "hung: /health answers 200 but a 1-token completion got no answer" in hung.stdout
+        deadline = time.monotonic() + 300
+        while (now := host.docker.container(host.container)).health != "unhealthy":  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, now.health_log  # type: ignore[union-attr]
+            time.sleep(2)
+        unhealthy_after = time.monotonic() - stopped_at
+        assert now is not None and now.health_log and "hung:" in now.health_log[-1]
+        print(f"\nserve --check: {hung.stdout.strip()}\ndocker health: unhealthy after {unhealthy_after:.0f}s; "
+              f"last output: {now.health_log[-1]}")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + 300
+    while host.docker.container(host.container).health != "healthy":  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "production did not recover after SIGCONT"
+        time.sleep(2)
+    assert host.server.healthy()
+
+
+def test_the_ceiling_check_on_a_pool_sized_at_the_startup_minimum(host: Host) -> None:
+    """One-block-short on vLLM 0.32.0 (CPU). This version already counts the null block at start: the pool of
+    exactly one max-model-len request (8 blocks of 128) is refused ("estimated maximum model length is 896",
+    measured), so its startup minimum is 9 blocks, 1,024 usable. There the largest request the frontend
+    admits (1,008 + 16 tokens) fits and the ceiling check PASSES on 0.32.0; on a version whose startup check
+    sizes against all N blocks the same check would meet the livelock and fail in stall_s."""
+    before = host.production()
+    host.write_yaml(kv_bytes=KV_MINIMUM, stall_s=STALL_S,
+                    checks={"kv_pool": {"min_tokens": 1024}, "ceiling": {"max_tokens": 16}})
+    code, out, err = host.deploy("--image", host.image, "--json")
+    report = json_of(out)
+    checks = {c["name"]: c for c in report["candidate"]["checks"]}
+    # The start log counts all 9 blocks (1,152 tokens); the ceiling is the 8 a request can use.
+    assert report["candidate"]["figures"]["kv_pool_tokens"] == 9 * 128, out + err
+    ceiling = checks["ceiling"]
+    print(f"\nceiling at the startup minimum: {ceiling['status']}: {ceiling['figure']} {ceiling['detail']}")
+    assert ceiling["status"] == "pass" and "1,008 + 16 tokens, finish length" in ceiling["figure"], out
+    assert "pool 9 x 128 (1,024 usable)" in ceiling["figure"]
+    assert code == 0 and report["decision"] == "deployed", err
+    # Put the module's production back (the parked one): this deploy was about the pool, not a switch.
+    code, out, err = host.deploy("--rollback")
+    assert code == 0, err
+    now = host.production()
+    assert now["id"] == before["id"] and now["status"] == "running" and host.server.healthy()
+    for name in host.kept_candidates():
+        host.docker.remove_container(name)
+
+
+def test_a_pool_one_block_short_is_refused_at_start_by_vllm_0_32(host: Host) -> None:
+    """The one-block-short pool itself (8 blocks: one max-model-len request counting the null block): vLLM
+    0.32.0 refuses it at start, so no candidate can reach the livelock; the deploy rolls back at health."""
+    before = host.production()
+    host.write_yaml(kv_bytes=8 * KV_BLOCK, checks={"kv_pool": {"min_tokens": 1024}, "ceiling": {"max_tokens": 16}})
+    code, out, err = host.deploy("--image", host.image, "--json")
+    report = json_of(out)
+    failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
+    assert code == 6 and failed["name"] in ("started", "health"), out + err
+    assert "the estimated maximum model length is 896" in failed["detail"], failed
     host.assert_production_restored(before)
 
 
@@ -300,3 +280,57 @@ def test_passing_deploy_reports_baseline_and_candidate_side_by_side(host: Host) 
     assert journal is not None and journal.phase is Phase.DEPLOYED
     assert (marks / "after").exists()  # both hooks ran: the gateway's divert and its way back
     print(out)  # the README's example report comes from here (pytest -s)
+
+
+def test_prune_keeps_what_rollback_brings_back_then_rollback_after_a_successful_deploy(host: Host) -> None:
+    """After the passing deploy above: --prune never removes the parked container --rollback would bring back;
+    --rollback puts it back (the candidate stopped and kept); then --prune removes the candidate."""
+    journal = host.journal()
+    assert journal is not None and journal.phase is Phase.DEPLOYED and journal.parked_id
+    parked = journal.parked_id
+    deployed = host.production()
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 0 and "deployed" in status.stdout, status.stdout
+    pruned = host.run("deploy", NAME, "--prune", "--keep", "0")
+    assert pruned.returncode == 0 and f"kept    {journal.parked_name} (`--rollback` brings it back)" in pruned.stdout
+    assert host.docker.container(parked) is not None
+    print(f"\n$ vpatch deploy {NAME} --status\n{status.stdout}$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
+    code, out, err = host.deploy("--rollback")
+    assert code == 0 and "rolled back" in out, err
+    now = host.production()
+    assert now["id"] == parked and now["status"] == "running" and now["restart"] == "unless-stopped"
+    assert host.server.healthy()
+    kept = host.left_behind("candidate")
+    assert len(kept) == 1, kept
+    info = host.docker.container(kept[0])
+    assert info is not None and info.id == deployed["id"] and info.status == "exited" and info.restart_policy == "no"
+    pruned = host.run("deploy", NAME, "--prune", "--keep", "0")
+    assert pruned.returncode == 0 and f"removed {kept[0]}" in pruned.stdout, pruned.stdout
+    assert host.left_behind("candidate") == [] and host.docker.container(parked) is not None
+    print(f"$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
+
+
+def test_rollback_with_the_parked_container_gone_leaves_the_candidate_serving_and_fails(host: Host) -> None:
+    """#23: the parked container removed by hand; --rollback must not stop the only server. --status and
+    --rollback need only the journal and the daemon: the question file and the serve: section are gone too.
+    Last in the module: production is the candidate afterwards."""
+    before = host.production()
+    host.write_yaml()
+    proc = host.spawn("--image", host.image)
+    host.wait_phase(Phase.CHECKING, proc)
+    proc.kill()
+    proc.wait()
+    host.docker.remove_container(str(before["id"]))
+    (host.root / "checks" / "tiny-questions.yaml").unlink()
+    (host.root / "images" / f"{NAME}.yaml").write_text("image: {repository: vpatch-test/gone, tag: x}\n")
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 8 and "absent" in status.stdout, status.stdout + status.stderr
+    rolled = host.run("deploy", NAME, "--rollback")
+    assert rolled.returncode == 1, rolled.stdout + rolled.stderr
+    assert "nothing restored: the parked container" in rolled.stderr and "is gone" in rolled.stderr
+    assert "keeps running" in rolled.stderr
+    candidate = host.docker.container(host.container)
+    assert candidate is not None and candidate.status == "running" and candidate.id != before["id"]
+    journal = host.journal()
+    assert journal is not None and not journal.phase.settled and "rollback refused" in journal.note
+    print(f"\n$ vpatch deploy {NAME} --rollback   # parked container removed by hand\n{rolled.stderr}")

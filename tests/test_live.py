@@ -26,8 +26,8 @@ from serverimage import free_port
 from typer.testing import CliRunner
 
 from vpatch.cli import app
-from vpatch.deploy.client import Server
 from vpatch.definition import ImageDefinition
+from vpatch.deploy.client import Server
 from vpatch.image.docker import Docker
 from vpatch.retired import RETIRED_FILE, RetiredPatch, with_entries
 from vpatch.serve.render import render

@@ -52,6 +52,10 @@ def test_flash_next_prints_the_production_command() -> None:
     opts = flags(options[3:])
     assert opts["--restart"] == "unless-stopped" and opts["--ipc"] == "host" and opts["--gpus"] == "all"
     assert opts["--label"] == f"{LABEL_DEFINITION}=flash-next" and opts["--name"] == "vllm-flash-next"
+    # The docker health check: the liveness rule run by the image's python3 against its own port; the weights
+    # take ~15 minutes to load, so failures within serve.health_timeout (1,500 s) do not count.
+    assert opts["--health-cmd"].startswith("python3 -c ") and "http://127.0.0.1:8000 --timeout 15" in opts["--health-cmd"]
+    assert opts["--health-start-period"] == "1500s" and opts["--health-retries"] == "3"
 
 
 def test_render_order_env_and_container_options(tmp_path: Path) -> None:

@@ -359,6 +359,8 @@ def serve(
     image: Annotated[str | None, typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a container of the same name (after the lint passed).")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="With --diff: one JSON document.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Is the running server alive (the container health check's rule)? Exit 0 alive, 1 not.")] = False,
 ) -> None:
     """Start the server as images/NAME.yaml's serve: section says: lint it against the image, run it, wait for /health.
 
@@ -376,6 +378,16 @@ def serve(
     from vpatch.upstream import cache_dir
 
     docker = Docker.connect()
+    if check:
+        from vpatch.deploy.journal import Journal
+        from vpatch.serve import run as serve_run
+
+        checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
+        health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
+        echo(f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}")
+        if not checked.alive:
+            raise typer.Exit(int(ExitCode.ERROR))
+        return
     if diff:
         from vpatch.serve import drift
 
@@ -565,7 +577,11 @@ def deploy(
     image: Annotated[str | None, typer.Option("--image", help="Candidate image (default: the definition's moving tag).")] = None,
     rollback: Annotated[bool, typer.Option(
         "--rollback", help="Bring the parked production container back (after a kill, or after a deploy).")] = False,
-    where: Annotated[bool, typer.Option("--status", help="Say where the last deploy stands: journal phase and containers.")] = False,
+    where: Annotated[bool, typer.Option(
+        "--status", help="Say where the last deploy stands: journal phase and containers; exit 8 while unfinished.")] = False,
+    prune: Annotated[bool, typer.Option(
+        "--prune", help="Remove old parked and candidate containers (never the one --rollback brings back).")] = False,
+    keep: Annotated[int, typer.Option("--keep", min=0, help="With --prune: keep the N newest of each kind.")] = 1,
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
@@ -576,28 +592,40 @@ def deploy(
     from vpatch.deploy import switch
     from vpatch.image.docker import Docker
 
+    progress = lambda line: echo(line, err=True)  # noqa: E731
+    # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
+    if where or rollback or prune:
+        docker = Docker.connect()
+        if where:
+            found = switch.status(definition=name, docker=docker)
+            if found.journal is None:
+                echo(f"no deploy of {name} is recorded on this host")
+                return
+            j = found.journal
+            echo(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
+            for role, cname, state in found.containers:
+                echo(f"  {role:16} {cname:40} {state}")
+            if not j.phase.settled:
+                echo(f"unfinished: `vpatch deploy {name} --rollback` restores production")
+                raise typer.Exit(int(ExitCode.UNFINISHED))
+        elif rollback:
+            restored = switch.rollback(definition=name, docker=docker, progress=progress)
+            echo(f"rolled back: {switch.describe(restored)}")
+        else:
+            from vpatch.deploy.prune import prune as prune_left
+
+            pruned = prune_left(docker, name, keep=keep)
+            for cname in pruned.removed:
+                echo(f"removed {cname}")
+            for cname, why in pruned.kept:
+                echo(f"kept    {cname} ({why})")
+            if not pruned.removed:
+                echo("nothing to prune")
+        return
     definition = ImageDefinition.load(_config().root, name)
     if definition.serve is None:
         raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
     docker = Docker.connect()
-    progress = lambda line: echo(line, err=True)  # noqa: E731
-    if where:
-        found = switch.status(definition=name, docker=docker)
-        if found.journal is None:
-            echo(f"no deploy of {name} is recorded on this host")
-            return
-        j = found.journal
-        echo(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
-        for role, cname, state in found.containers:
-            echo(f"  {role:16} {cname:40} {state}")
-        if not j.phase.settled:
-            echo(f"unfinished: `vpatch deploy {name} --rollback` restores production")
-        return
-    if rollback:
-        restored = switch.rollback(definition=name, serve=definition.serve, suite=definition.deploy, docker=docker,
-                                   progress=progress)
-        echo(f"rolled back: {switch.describe(restored)}")
-        return
     from vpatch.deploy import live
     from vpatch.upstream import cache_dir
 

@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     CONFLICT = 5  # apply/update stopped on a patch that does not apply
     ROLLED_BACK = 6  # deploy: a check failed; the old production container is back and healthy
     DRIFT = 7  # serve --diff: the running container differs from the yaml
+    UNFINISHED = 8  # deploy --status: a deploy did not finish (production may be parked); --rollback restores it
     INTERRUPTED = 130
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 from vpatch.deploy.client import Server, ServerError, Timing
 from vpatch.deploy.readings import (
     BlockCost,
+    CacheGeometry,
     KvPool,
     LogFinding,
     NotStrictJson,
@@ -25,6 +24,7 @@ from vpatch.deploy.readings import (
     strict_json,
 )
 from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.deploy.watchdog import Tick, Watchdog
 from vpatch.progress import Progress
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
@@ -36,6 +36,7 @@ WEATHER_TOOL = {"type": "function", "function": {
 class Status(str, Enum):
     PASS = "pass"
     FAIL = "fail"
+    ERROR = "error"  # the measurement itself failed (e.g. no KV usage seen): not a pass, the deploy rolls back
     SKIP = "skipped"
 
 
@@ -49,7 +50,7 @@ class CheckResult:
 
     @property
     def failed(self) -> bool:
-        return self.status is Status.FAIL
+        return self.status in (Status.FAIL, Status.ERROR)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ def judge_block_cost(cost: BlockCost, check: BlockCostCheck) -> tuple[Status, st
     figure = (f"{cost.held} blocks for {cost.tokens:,} tokens = 1 per {cost.tokens_per_block:.0f} tokens; "
               f"geometry predicts {cost.predicted} ({cost.ratio:.2f}x, limit {check.max_ratio:.2f}x)")
     if cost.held == 0:
-        return Status.FAIL, figure, "no KV usage was seen while the request ran (sampling missed it, or no metric)"
+        return Status.ERROR, figure, ("measurement error: no KV usage was seen while the request ran, although "
+                                      "/metrics was read at every token (no kv_cache_usage_perc, or it never moved)")
     if cost.ratio > check.max_ratio:
         return Status.FAIL, figure, "a request holds more KV blocks than the start log's arithmetic assumes"
     return Status.PASS, figure, ""
@@ -139,6 +141,25 @@ def judge_parallel(timings: Sequence[Timing | str], preemptions: int, check: Par
     return (Status.FAIL if problems else Status.PASS), figure, "; ".join(problems)
 
 
+def ceiling_tokens(max_model_len: int, geometry: CacheGeometry) -> int:
+    """The longest request the server can finish: the frontend's max_model_len, or the pool without its
+    null block (vLLM's BlockPool keeps one block back; one-block-short: startup sized against all N)."""
+    return min(max_model_len, (geometry.blocks - 1) * geometry.block_size)
+
+
+def judge_ceiling(timing: Timing, waiting_after: float | None, max_model_len: int, geometry: CacheGeometry,
+                  ) -> tuple[Status, str, str]:
+    usable = (geometry.blocks - 1) * geometry.block_size
+    figure = (f"{timing.prompt_tokens:,} + {timing.completion_tokens} tokens, finish {timing.finish_reason}; "
+              f"max_model_len {max_model_len:,}, pool {geometry.blocks} x {geometry.block_size} "
+              f"({usable:,} usable)")
+    if timing.finish_reason not in ("stop", "length") or timing.completion_tokens < 1:
+        return Status.FAIL, figure, "the request at the ceiling did not finish with stop or length"
+    if waiting_after:
+        return Status.FAIL, figure, f"{waiting_after:.0f} request(s) left waiting after it finished"
+    return Status.PASS, figure, ""
+
+
 def judge_log(findings: Sequence[LogFinding]) -> tuple[Status, str, str]:
     if not findings:
         return Status.PASS, "no configured pattern in the log", ""
@@ -158,6 +179,10 @@ class Run:
     results: list[CheckResult] = field(default_factory=list)
     figures: Figures = field(default_factory=Figures)
     timings: list[Timing] = field(default_factory=list)
+    watch: Watchdog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.watch = Watchdog(self.server, self.suite.stall_s)
 
     def record(self, name: str, measure: Callable[[], tuple[Status, str, str]]) -> CheckResult:
         self.progress(f"check: {name}")
@@ -195,6 +220,7 @@ def run_checks(run: Run, *, fail_fast: bool) -> None:
         ("tool call", suite.tool_call, lambda: _tool_call(run)),
         ("questions", suite.questions, lambda: _questions(run)),
         ("parallel", suite.parallel, lambda: _parallel(run)),
+        ("ceiling", suite.ceiling, lambda: _ceiling(run)),
         ("log scan", suite.log_patterns, lambda: _log_scan(run)),
     ]
     for name, configured, measure in steps:
@@ -235,42 +261,38 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
 
 
 def _sampled_request(run: Run, prompt_tokens: int, max_tokens: int, label: str) -> tuple[Timing, list[float]]:
-    """One request alone while kv_cache_usage_perc is sampled (20 per second, and as its first tokens arrive)."""
+    """One request alone while kv_cache_usage_perc is read at every streamed token (one per engine step: the
+    request holds its blocks then) and by the watchdog a few times a second."""
     prompt = run.server.filler(prompt_tokens, f"{label}-{time.time_ns()}")
     samples: list[float] = []
-    done = threading.Event()
-    result: list[Timing] = []
-    errors: list[ServerError] = []
+    first = len(run.watch.readings)
 
-    def sample() -> None:
-        usage = run.server.metrics().kv_usage
-        if usage is not None:
-            samples.append(usage)
-
-    def request() -> None:
-        seen = [0]
-
+    def request(tick: Tick) -> Timing:
         def on_token() -> None:
-            seen[0] += 1
-            if seen[0] <= 8:
-                sample()
+            tick()
+            reading = run.watch.sample()
+            if reading is not None and reading.kv_usage is not None:
+                samples.append(reading.kv_usage)
+        return run.server.complete(prompt, max_tokens=max_tokens, on_token=on_token)
 
-        try:
-            result.append(run.server.complete(prompt, max_tokens=max_tokens, on_token=on_token))
-        except ServerError as exc:
-            errors.append(exc)
-        finally:
-            done.set()
+    timing = run.watch.call(request)
+    samples += [r.kv_usage for r in run.watch.readings[first:] if r.kv_usage is not None]
+    return timing, samples
 
-    worker = threading.Thread(target=request, daemon=True)
-    worker.start()
-    # The mamba write-up sampled twenty times a second; a held block shows up as usage while the request runs.
-    while not done.wait(0.05):
-        sample()
-    worker.join()
-    if errors:
-        raise errors[0]
-    return result[0], samples
+
+def _chat(run: Run, messages: list[dict[str, str]], max_tokens: int,
+          extra: dict[str, Any] | None = None) -> tuple[StreamedChat, Timing]:
+    """One streamed chat under the stall watchdog."""
+    def request(tick: Tick) -> tuple[StreamedChat, Timing]:
+        chat, timing, _raw = run.server.chat(messages, max_tokens=max_tokens, extra=extra, on_token=tick)
+        return chat, timing
+    return run.watch.call(request)
+
+
+def _completion(run: Run, prompt: str | list[int], max_tokens: int) -> Callable[[Tick], Timing]:
+    def request(tick: Tick) -> Timing:
+        return run.server.complete(prompt, max_tokens=max_tokens, on_token=tick)
+    return request
 
 
 def needle_code(length: int) -> str:
@@ -287,8 +309,7 @@ def _needles(run: Run) -> tuple[Status, str, str]:
         rest = run.server.filler(length - length // 2, f"needle-b-{length}")
         text = f"{half}The access code for the north gate is {code}.\n{rest}"
         question = "What is the access code for the north gate? Answer with the code only."
-        chat, timing, _raw = run.server.chat([{"role": "user", "content": text + "\n" + question}],
-                                            max_tokens=check.max_tokens)
+        chat, timing = _chat(run, [{"role": "user", "content": text + "\n" + question}], check.max_tokens)
         run.timings.append(timing)
         if code in chat.text:
             found += 1
@@ -304,7 +325,7 @@ def _tool_call(run: Run) -> tuple[Status, str, str]:
     assert run.suite.tool_call is not None
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
     extra = {"tools": [WEATHER_TOOL], "tool_choice": "auto", **run.suite.tool_call.extra}
-    chat, timing, _raw = run.server.chat(messages, max_tokens=128, extra=extra)
+    chat, timing = _chat(run, messages, 128, extra)
     run.timings.append(timing)
     return judge_tool_call(chat)
 
@@ -314,7 +335,7 @@ def _questions(run: Run) -> tuple[Status, str, str]:
     assert check is not None
     right = 0
     for q in check.questions:
-        chat, timing, _raw = run.server.chat([{"role": "user", "content": q.ask}], max_tokens=check.max_tokens)
+        chat, timing = _chat(run, [{"role": "user", "content": q.ask}], check.max_tokens)
         run.timings.append(timing)
         right += answer_is_right(chat.text, q.expect)
     run.note(questions_right=f"{right}/{len(check.questions)}")
@@ -327,21 +348,33 @@ def _parallel(run: Run) -> tuple[Status, str, str]:
     prompts = [run.server.filler(check.prompt_tokens, f"parallel-{i}-{time.time_ns()}") for i in range(check.requests)]
     before = run.server.metrics().preemptions or 0.0
 
-    def one(prompt: str) -> Timing | str:
-        try:
-            return run.server.complete(prompt, max_tokens=check.max_tokens)
-        except ServerError as exc:
-            return exc.message
-
-    pool = ThreadPoolExecutor(max_workers=check.requests)
-    try:
-        timings = list(pool.map(one, prompts))
-    finally:
-        # On Ctrl-C the rollback must not wait for requests to the candidate it is about to stop.
-        pool.shutdown(wait=False, cancel_futures=True)
+    # Daemon threads under the watch: on a stall or Ctrl-C the rollback does not wait for them.
+    timings = run.watch.gather([_completion(run, p, check.max_tokens) for p in prompts], errors_as_values=True)
     preemptions = int((run.server.metrics().preemptions or 0.0) - before)
     run.note(preemptions=preemptions)
     return judge_parallel(timings, preemptions, check)
+
+
+def _ceiling(run: Run) -> tuple[Status, str, str]:
+    """One request of exactly max_model_len - max_tokens prompt tokens (token ids, so the size is exact):
+    the largest the frontend accepts. Where the pool holds less, a livelocked engine sends no token and the
+    watchdog fails the check in stall_s."""
+    check = run.suite.ceiling
+    assert check is not None
+    geometry = run.server.metrics().cache_geometry
+    if geometry is None:
+        return Status.ERROR, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
+    max_model_len = run.server.max_model_len
+    prompt = run.server.token_ids(max_model_len - check.max_tokens, f"ceiling-{time.time_ns()}")
+    timing = run.watch.call(_completion(run, prompt, check.max_tokens))
+    run.timings.append(timing)
+    waiting = None
+    for _ in range(20):  # the gauges follow the engine's step; give them a moment to settle
+        waiting = run.server.metrics().total("vllm:num_requests_waiting")
+        if not waiting:
+            break
+        time.sleep(0.1)
+    return judge_ceiling(timing, waiting, max_model_len, geometry)
 
 
 def _log_scan(run: Run) -> tuple[Status, str, str]:

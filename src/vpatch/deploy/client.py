@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vpatch.deploy.readings import Metrics, StreamedChat, assemble_chat, sse_events
 from vpatch.errors import VpatchError
+from vpatch.serve import alive
 
 # Lines of filler a long prompt is made of; numbered so no two lines and no two prompts share a prefix
 # (a prefix-cache hit would hide the blocks a request costs).
@@ -30,6 +29,7 @@ class Timing:
     seconds: float
     prompt_tokens: int
     completion_tokens: int
+    finish_reason: str | None = None  # stop | length | abort ...; None when the stream never said
 
     @property
     def decode_tps(self) -> float | None:
@@ -44,15 +44,12 @@ class Server:
         self._model: str | None = None
 
     def _open(self, path: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base_url + path, data=data, headers={"Content-Type": "application/json"})
         try:
-            return urllib.request.urlopen(request, timeout=timeout or self.timeout)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:500]
-            raise ServerError(f"{self.base_url}{path} answered HTTP {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise ServerError(f"{self.base_url}{path} did not answer: {exc}") from exc
+            return alive.open_url(self.base_url + path, body, timeout=timeout or self.timeout)
+        except alive.HttpError as exc:
+            raise ServerError(f"{self.base_url}{path} answered HTTP {exc.status}: {exc.body}") from exc
+        except alive.Unreachable as exc:
+            raise ServerError(str(exc)) from exc
 
     def healthy(self) -> bool:
         try:
@@ -61,8 +58,8 @@ class Server:
         except ServerError:
             return False
 
-    def metrics(self) -> Metrics:
-        with self._open("/metrics", timeout=10) as resp:
+    def metrics(self, *, timeout: float = 10.0) -> Metrics:
+        with self._open("/metrics", timeout=timeout) as resp:
             return Metrics.parse(resp.read().decode("utf-8", "replace"))
 
     @property
@@ -75,6 +72,24 @@ class Server:
                 raise ServerError(f"{self.base_url}/v1/models lists no model")
             self._model = str(data[0]["id"])
         return self._model
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest request the frontend accepts, as /v1/models says."""
+        with self._open("/v1/models", timeout=10) as resp:
+            data = json.load(resp).get("data") or []
+        if not data or not isinstance(data[0].get("max_model_len"), int):
+            raise ServerError(f"{self.base_url}/v1/models does not say max_model_len")
+        return int(data[0]["max_model_len"])
+
+    def token_ids(self, tokens: int, nonce: str) -> list[int]:
+        """Exactly `tokens` prompt token ids of filler text for this server's tokenizer."""
+        text = self.filler(tokens + 64, nonce)
+        with self._open("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}) as resp:
+            ids = [int(t) for t in json.load(resp)["tokens"]]
+        while len(ids) < tokens:
+            ids += ids[: tokens - len(ids)]
+        return ids[:tokens]
 
     def count_tokens(self, text: str) -> int:
         with self._open("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}) as resp:
@@ -91,31 +106,35 @@ class Server:
         lines = max(1, lines + int(missing / per_line))
         return "".join(_line(n, nonce) for n in range(lines))
 
-    def complete(self, prompt: str, *, max_tokens: int, extra: Mapping[str, Any] | None = None,
+    def complete(self, prompt: str | list[int], *, max_tokens: int, extra: Mapping[str, Any] | None = None,
                  on_token: Callable[[], None] | None = None) -> Timing:
         """A streamed completion that generates exactly `max_tokens` (EOS ignored), timed; `on_token` is
-        called as each piece of text arrives (while the request still runs and holds its KV blocks)."""
+        called as each event arrives (once per engine step, while the request still holds its KV blocks)."""
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                 "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
         start = time.monotonic()
         first: float | None = None
+        finish: str | None = None
         usage: dict[str, int] = {}
         with self._open("/v1/completions", body) as resp:
             for event in sse_events(_lines(resp)):
                 choices = event.get("choices")
-                if isinstance(choices, list) and any(c.get("text") for c in choices):
-                    first = first or time.monotonic()
+                if isinstance(choices, list) and choices:
                     if on_token is not None:
                         on_token()
+                    if any(c.get("text") for c in choices):
+                        first = first or time.monotonic()
+                    finish = next((c["finish_reason"] for c in choices if c.get("finish_reason")), finish)
                 if isinstance(event.get("usage"), dict):
                     usage = event["usage"]  # type: ignore[assignment]
         end = time.monotonic()
         return Timing((first or end) - start, end - start, int(usage.get("prompt_tokens", 0)),
-                      int(usage.get("completion_tokens", 0)))
+                      int(usage.get("completion_tokens", 0)), finish)
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int,
-             extra: Mapping[str, Any] | None = None) -> tuple[StreamedChat, Timing, list[str]]:
-        """A streamed chat completion at temperature 0: assembled answer, timing, and the raw event lines."""
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int, extra: Mapping[str, Any] | None = None,
+             on_token: Callable[[], None] | None = None) -> tuple[StreamedChat, Timing, list[str]]:
+        """A streamed chat completion at temperature 0: assembled answer, timing, and the raw event lines;
+        `on_token` is called as each event arrives (reasoning and tool-call deltas count: the engine works)."""
         body = {"model": self.model, "messages": list(messages), "max_tokens": max_tokens, "temperature": 0,
                 "stream": True, "stream_options": {"include_usage": True}, **(extra or {})}
         start = time.monotonic()
@@ -124,6 +143,8 @@ class Server:
         with self._open("/v1/chat/completions", body) as resp:
             for line in _lines(resp):
                 raw.append(line)
+                if on_token is not None and line.startswith("data:"):
+                    on_token()
                 if first is None and line.startswith("data:") and ('"content":"' in line or '"tool_calls"' in line):
                     first = time.monotonic()
         end = time.monotonic()

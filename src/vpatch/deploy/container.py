@@ -1,83 +1,65 @@
-"""The container side of a switch: watch a start, wait for health, park, and restore (the rollback)."""
+"""The container side of a switch: watch a start, wait until alive, park, and restore (the rollback)."""
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from vpatch import lock
 from vpatch.deploy.checks import CheckResult, Status
-from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.errors import VpatchError
-from vpatch.image.docker import Docker
+from vpatch.image.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.progress import Progress
+from vpatch.serve import health
 
-_EXCEPTION = re.compile(r"\b\w*(?:Error|Exception): .*")
-# Wrapper exceptions that only point at the real one above them (vLLM's engine start-up failure).
-_POINTERS = ("see root cause above",)
+DAEMON_WAIT_S = 300.0  # how long a rollback waits for a docker daemon that stopped answering (a restart)
 
 
 class RollbackError(VpatchError):
     """Production could not be brought back to a healthy state; the journal keeps what is needed to retry."""
 
 
+class NothingRestored(RollbackError):
+    """There is no container to bring back: the candidate is left running, never stopped for nothing."""
+
+
+def held(definition: str) -> AbstractContextManager[None]:
+    """The lock of one definition's deploys: one deploy, rollback or prune at a time on this host (the kernel
+    releases a killed holder's lock)."""
+    return lock.exclusive(Journal.folder() / f"{definition}.lock", what=f"deploy of {definition}",
+                          holder=f"vpatch deploy {definition}")
+
+
 def stamp(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-
-
-def last_error(log: str) -> str:
-    """The line that says why a container died: the last exception message that is not a mere pointer
-    to another one (vLLM's "Engine core initialization failed. See root cause above."), else the last line."""
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        found = _EXCEPTION.search(line)
-        if found and not any(p in line.lower() for p in _POINTERS):
-            return found[0][:400]
-    return lines[-1][:400] if lines else "(no output)"
-
-
-def _down(docker: Docker, cid: str) -> str | None:
-    """Why the container is not serving (exited, restarting, gone), or None while it runs."""
-    info = docker.container(cid)
-    if info is None:
-        return "the container is gone"
-    if info.status in ("exited", "dead", "created"):
-        return f"exited with code {info.exit_code}: {last_error(docker.container_logs(cid, tail=200))}"
-    if info.status == "restarting" or info.restart_count > 0:
-        return f"restarting (restart count {info.restart_count}): {last_error(docker.container_logs(cid, tail=200))}"
-    return None
 
 
 def watch_start(docker: Docker, cid: str, seconds: float) -> CheckResult:
     """'Started and not restarting': the container stays up for `seconds`; a crash loop fails within them."""
     start = time.monotonic()
     while (elapsed := time.monotonic() - start) < seconds:
-        why = _down(docker, cid)
+        why = health.down(docker, cid)
         if why is not None:
             return CheckResult("started", Status.FAIL, f"down after {elapsed:.0f}s", why, elapsed)
         time.sleep(0.5)
     return CheckResult("started", Status.PASS, f"running, no restart in {seconds:.0f}s", "", time.monotonic() - start)
 
 
-def wait_healthy(docker: Docker, cid: str, server: Server, timeout: float, progress: Progress) -> CheckResult:
-    """/health answers 200 within `timeout` while the container keeps running (serve's wait: an exit or a
-    restart fails at once), as a check whose detail is the line that says why it died."""
-    from vpatch.serve.run import wait_healthy as serve_wait
-
+def wait_alive(docker: Docker, cid: str, url: str, timeout: float, progress: Progress, name: str = "health") -> CheckResult:
+    """serve's wait (serve/health.py: /health and a 1-token completion; an exit or a restart fails at once),
+    as a check whose detail is the line that says why it is not alive."""
     start = time.monotonic()
     try:
-        seconds = serve_wait(docker, cid, f"{server.base_url}/health", timeout=timeout, progress=progress)
-    except VpatchError as exc:
+        seconds = health.wait_alive(docker, cid, url, timeout=timeout, progress=progress)
+    except health.NotAlive as exc:
         elapsed = time.monotonic() - start
-        first = exc.message.splitlines()[0]
-        why = f"{first} {last_error(exc.message)}" if "log" in first else first
-        return CheckResult("health", Status.FAIL, f"not healthy after {elapsed:.0f}s", why, elapsed)
-    return CheckResult("health", Status.PASS, f"healthy after {seconds:.0f}s", "", seconds)
+        return CheckResult(name, Status.FAIL, f"not alive after {elapsed:.0f}s", exc.why, elapsed)
+    return CheckResult(name, Status.PASS, f"alive after {seconds:.0f}s (a 1-token completion answered)", "", seconds)
 
 
 def park(docker: Docker, journal: Journal, cid: str, restart: str) -> Journal:
@@ -91,16 +73,23 @@ def park(docker: Docker, journal: Journal, cid: str, restart: str) -> Journal:
 
 
 @contextmanager
-def signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM (an SSH drop, `kill`) interrupts like Ctrl-C, so both roll back the same way."""
+def interruptible() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (an SSH drop, `kill`) both raise KeyboardInterrupt here, whatever the process
+    inherited: a shell starts background jobs with SIGINT ignored, and Python then never installs its own
+    handler, so without this an operator's Ctrl-C (or a test's SIGINT) would be ignored by the deploy."""
     def interrupt(_signum: int, _frame: object) -> None:
+        # One interrupt is enough: a second Ctrl-C must not break into the rollback this one starts.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous: dict[signal.Signals, object] = {}
+    previous.update({s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)})
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -124,52 +113,94 @@ class Restored:
     journal: Journal
 
 
-def restore(docker: Docker, journal: Journal, server: Server, *, health_timeout: float, progress: Progress) -> Restored:
+def restore(docker: Docker, journal: Journal, *, url: str, health_timeout: float, progress: Progress,
+            automatic: bool = False, daemon_wait_s: float = DAEMON_WAIT_S) -> Restored:
     """Roll back from any phase: stop and keep the candidate, rename the parked container back, restore its
-    restart policy, start it and verify /health. Idempotent: it reads where things are, not where they were."""
+    restart policy, start it and verify it is alive. Idempotent: it reads where things are, not where they
+    were, so a daemon that restarts in the middle is waited for (`daemon_wait_s`) and the rollback begins
+    again. With no parked container to bring back, the candidate keeps running and NothingRestored says so;
+    only an `automatic` rollback of a first deploy (nothing ran before) stops the candidate that failed."""
     with uninterruptible():
-        journal = journal.advance(Phase.ROLLING_BACK)
-        kept = _retire_candidate(docker, journal, progress)
-        journal = journal.advance(Phase.ROLLING_BACK, candidate_kept_as=kept)
-        if journal.parked_id is None or docker.container(journal.parked_id) is None:
-            note = "no production container was running before the deploy" if journal.parked_id is None else \
-                f"the parked container {journal.parked_name} is gone"
-            journal = journal.advance(Phase.ROLLED_BACK, note=note)
-            return Restored(kept, None, None, journal)
-        cid = journal.parked_id
-        info = docker.container(cid)
-        assert info is not None
-        if info.name != journal.container:
-            progress(f"rollback: renaming {info.name} back to {journal.container}")
-            docker.rename_container(cid, journal.container)
-        docker.set_restart_policy(cid, journal.parked_restart or "no")
-        if info.status != "running":
-            progress(f"rollback: starting {journal.container}")
-            docker.start_container(cid)
-        health = wait_healthy(docker, cid, server, health_timeout, progress)
-        if health.failed:
-            raise RollbackError(
-                f"rolled back {journal.container}, but it is not healthy: {health.figure} ({health.detail})",
-                hint=f"look at `docker logs {journal.container}`; the journal {journal.path} keeps the state")
-        journal = journal.advance(Phase.ROLLED_BACK, note=f"{journal.container} healthy again after {health.seconds:.0f}s")
-        progress(f"rollback: {journal.container} is healthy again ({health.seconds:.0f}s), restart policy "
-                 f"{journal.parked_restart}")
-        return Restored(kept, journal.container, health.seconds, journal)
+        deadline = time.monotonic() + daemon_wait_s
+        while True:
+            try:
+                return _restore(docker, journal, url=url, health_timeout=health_timeout, progress=progress,
+                                automatic=automatic)
+            except DaemonGone as exc:
+                if time.monotonic() > deadline:
+                    raise RollbackError(f"the docker daemon did not come back within {daemon_wait_s:.0f}s: {exc.message}",
+                                        hint=f"once dockerd runs, `vpatch deploy {journal.definition} --rollback` "
+                                        "finishes the rollback") from exc
+                progress(f"rollback: the docker daemon does not answer; waiting for it ({exc.message[:120]})")
+                time.sleep(2)
+                journal = Journal.load(journal.definition) or journal
 
 
-def _retire_candidate(docker: Docker, journal: Journal, progress: Progress) -> str | None:
-    """Stop the candidate and free the production name; it keeps its logs under another name."""
+def _restore(docker: Docker, journal: Journal, *, url: str, health_timeout: float, progress: Progress,
+             automatic: bool) -> Restored:
+    parked = docker.container(journal.parked_id) if journal.parked_id else None
+    if parked is None and not (automatic and journal.parked_id is None):
+        _nothing_to_restore(docker, journal)
+    journal = journal.advance(Phase.ROLLING_BACK)
+    kept = _retire_candidate(docker, journal, progress)
+    journal = journal.advance(Phase.ROLLING_BACK, candidate_kept_as=kept)
+    if parked is None:
+        journal = journal.advance(Phase.ROLLED_BACK, note="no production container was running before the deploy")
+        return Restored(kept, None, None, journal)
+    if parked.name != journal.container:
+        progress(f"rollback: renaming {parked.name} back to {journal.container}")
+        docker.rename_container(parked.id, journal.container)
+    docker.set_restart_policy(parked.id, journal.parked_restart or "no")
+    if parked.status != "running":
+        progress(f"rollback: starting {journal.container}")
+        docker.start_container(parked.id)
+    alive = wait_alive(docker, parked.id, url, health_timeout, progress)
+    if alive.failed:
+        raise RollbackError(
+            f"rolled back {journal.container}, but it is not alive: {alive.figure} ({alive.detail})",
+            hint=f"look at `docker logs {journal.container}`; the journal {journal.path} keeps the state")
+    journal = journal.advance(Phase.ROLLED_BACK, note=f"{journal.container} alive again after {alive.seconds:.0f}s")
+    progress(f"rollback: {journal.container} is alive again ({alive.seconds:.0f}s), restart policy "
+             f"{journal.parked_restart}")
+    return Restored(kept, journal.container, alive.seconds, journal)
+
+
+def _nothing_to_restore(docker: Docker, journal: Journal) -> None:
+    """Never stop the only server for nothing: say what is missing, leave the candidate, fail."""
+    candidate = _candidate(docker, journal)
+    missing = (f"the parked container {journal.parked_name} ({(journal.parked_id or '')[:12]}) is gone"
+               if journal.parked_id else "no production container was running before this deploy")
+    if candidate is not None and candidate.status == "running":
+        left = f"{candidate.name} (the candidate, {journal.image}) keeps running"
+    elif candidate is not None:
+        left = f"the candidate {candidate.name} is {candidate.status}; nothing serves"
+    else:
+        left = "no candidate container exists either; nothing serves"
+    journal.advance(journal.phase, note=f"rollback refused: {missing}")
+    raise NothingRestored(
+        f"nothing restored: {missing}; {left}",
+        hint=f"`vpatch serve {journal.definition}` starts production from the yaml; once production is sound, "
+        f"remove the journal {journal.path}")
+
+
+def _candidate(docker: Docker, journal: Journal) -> ContainerInfo | None:
     candidate = docker.container(journal.candidate_id) if journal.candidate_id else None
     if candidate is None and journal.candidate_started:
         # Killed between `docker run` and the journal write: the candidate is whatever holds the name now.
         holder = docker.container(journal.container)
         if holder is not None and holder.id != journal.parked_id:
             candidate = holder
+    return candidate
+
+
+def _retire_candidate(docker: Docker, journal: Journal, progress: Progress) -> str | None:
+    """Stop the candidate and free the production name; it keeps its logs under another name."""
+    candidate = _candidate(docker, journal)
     if candidate is None:
         return journal.candidate_kept_as
     kept = candidate.name
     docker.set_restart_policy(candidate.id, "no")
-    if candidate.status in ("running", "restarting"):
+    if candidate.status in ("running", "restarting", "paused"):
         progress(f"rollback: stopping the candidate {candidate.name}")
         docker.stop_container(candidate.id, timeout=10)  # a failed candidate needs no graceful drain
     if candidate.name == journal.container:

@@ -8,6 +8,7 @@ daemon, not a checkout, so a second checkout or a fresh clone finds it; and it i
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 from enum import Enum
@@ -50,6 +51,13 @@ class Journal:
     candidate_id: str | None = None
     candidate_kept_as: str | None = None  # the name a rolled-back candidate keeps (with its logs)
     note: str = ""
+    # What a rollback needs besides the daemon, so it never depends on images/<name>.yaml still parsing.
+    port: int | None = None  # where production answers (serve.port)
+    health_timeout_s: float | None = None  # how long a restored production container may take to be alive
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port or 8000}"
 
     @staticmethod
     def folder() -> Path:
@@ -112,6 +120,14 @@ class Journal:
             elif spec.type == "bool":
                 if not isinstance(value, bool):
                     _refuse(source, name, f"must be true or false, not {value!r}")
+            elif spec.type == "int | None":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
+                    _refuse(source, name, f"must be a port number (1-65535) or null, not {value!r}")
+            elif spec.type == "float | None":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                          or not math.isfinite(value) or value <= 0):
+                    _refuse(source, name, f"must be a positive number of seconds or null, not {value!r}")
+                value = None if value is None else float(value)
             elif spec.type == "str | None":
                 if value is not None and (not isinstance(value, str) or not value):
                     _refuse(source, name, f"must be a non-empty string or null, not {value!r}")
@@ -124,7 +140,7 @@ class Journal:
         records.save(self.path, self)
         return self
 
-    def advance(self, phase: Phase, **changes: str | bool | None) -> Journal:
+    def advance(self, phase: Phase, **changes: str | bool | int | float | None) -> Journal:
         """The journal moved to `phase` (with `changes`), written to disk before the step it announces."""
         return replace(self, phase=phase, **changes).save()  # type: ignore[arg-type]
 

@@ -8,7 +8,7 @@ it, so the new server must show it; when it does not, that is a false-drop alarm
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,13 +20,13 @@ from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.errors import VpatchError
 from vpatch.image.plan import LABEL_PREFIX
 from vpatch.livecheck import Api, Case, LiveCheck, LiveCheckError, Observed, judge
+from vpatch.progress import Progress
 
 if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.image.docker import Docker
     from vpatch.serve.config import ServeConfig
 
-Progress = Callable[[str], None]
 # The labels `vpatch build` writes (image/plan.py) that say which patches an image holds.
 _PATCHES_LABEL = f"{LABEL_PREFIX}.patches"
 _PIN_LABEL = f"{LABEL_PREFIX}.pin.ref"
@@ -190,8 +190,9 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
 
     from vpatch.definition import ImageDefinition
     from vpatch.serve import lint
+    from vpatch.serve.health import wait_alive
     from vpatch.serve.render import render
-    from vpatch.serve.run import health_url, start, wait_healthy
+    from vpatch.serve.run import health_url, start
 
     name = definition or docker.image(image).labels.get(f"{LABEL_PREFIX}.image")
     if not name:
@@ -214,7 +215,7 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     progress(f"start: {image} as {container} on port {port} (removed afterwards)")
     cid = start(docker, command)
     try:
-        took = wait_healthy(docker, cid, health_url(port), timeout=serve.health_timeout, progress=progress)
+        took = wait_alive(docker, cid, health_url(port), timeout=serve.health_timeout, progress=progress)
         progress(f"healthy after {took:.0f}s")
         server = Server(f"http://127.0.0.1:{port}", timeout=600)
         return LiveReport(live, tuple(run(live, server, progress, fail_fast=False)))

@@ -7,12 +7,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from vpatch.serve import alive
+
 # "GPU KV cache size: 1,050,422 tokens" / "CPU KV cache size: 2,048 tokens": one number per engine
 # (data-parallel engines each log their own line; the first is the pool every request sees).
 _KV_SIZE = re.compile(r"\b(?:[A-Z]+ )?KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x")
-_METRIC = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 def _number(text: str) -> float:
@@ -56,20 +56,7 @@ class Metrics:
 
     @classmethod
     def parse(cls, text: str) -> Metrics:
-        samples = []
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            match = _METRIC.match(line)
-            if match is None:
-                continue
-            labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(match[2] or "")}
-            try:
-                value = float(match[3])
-            except ValueError:
-                continue
-            samples.append(Sample(match[1], labels, value))
-        return cls(tuple(samples))
+        return cls(tuple(Sample(name, labels, value) for name, labels, value in alive.samples(text)))
 
     def find(self, name: str) -> list[Sample]:
         return [s for s in self.samples if s.name == name]

@@ -77,6 +77,13 @@ class RequestSize:
 
 
 @dataclass(frozen=True)
+class CeilingCheck:
+    """One request sized to the pool's real ceiling (one-block-short): it must end with stop or length."""
+
+    max_tokens: int = 16  # the prompt fills the rest: min(max_model_len, KV pool - 1 block) - max_tokens
+
+
+@dataclass(frozen=True)
 class Hooks:
     before_switch: tuple[tuple[str, ...], ...] = ()  # argv lists, run before the production container is parked
     after_switch: tuple[tuple[str, ...], ...] = ()  # run after the decision (deployed or rolled back)
@@ -89,12 +96,14 @@ class Suite:
     start_watch_s: float = 20.0  # how long a started container must stay up without a restart
     health_timeout_s: float = 900.0
     request_timeout_s: float = 600.0
+    stall_s: float = 30.0  # requests outstanding and no token for this long: the engine is stalled, the check fails
     kv_pool: KvPoolCheck | None = None
     block_cost: BlockCostCheck | None = None
     needles: NeedleCheck | None = None
     tool_call: ToolCallCheck | None = None
     questions: QuestionCheck | None = None
     parallel: ParallelCheck | None = None
+    ceiling: CeilingCheck | None = None
     log_patterns: tuple[str, ...] = DEFAULT_LOG_PATTERNS
     hooks: Hooks = field(default_factory=Hooks)
 
@@ -109,15 +118,17 @@ class Suite:
             out.append(RequestSize("deploy.checks.questions", 0, self.questions.max_tokens))
         if self.parallel is not None:
             out.append(RequestSize("deploy.checks.parallel", self.parallel.prompt_tokens, self.parallel.max_tokens))
+        if self.ceiling is not None:  # its prompt is sized to the pool at run time; its output must leave room for one
+            out.append(RequestSize("deploy.checks.ceiling", 1, self.ceiling.max_tokens))
         return tuple(out)
 
     @classmethod
     def parse(cls, data: Any, *, root: Path, source: str) -> Suite:
         doc = Document(source)
         # Present but empty (deploy: [], checks: false, hooks: 0) is an error, never the defaults.
-        top = doc.filled(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "checks", "hooks"})
+        top = doc.filled(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "stall_s", "checks", "hooks"})
         checks = doc.section(top, "deploy.checks", optional={
-            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "log_scan"}) or {}
+            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "ceiling", "log_scan"}) or {}
         for name, value in checks.items():
             if not isinstance(value, dict):
                 doc.fail(f"deploy.checks.{name}", f"must be a mapping of its settings ({{}} for its defaults), not "
@@ -131,12 +142,14 @@ class Suite:
             start_watch_s=_number(doc, top, "deploy.start_watch_s", 20.0),
             health_timeout_s=_number(doc, top, "deploy.health_timeout_s", 900.0),
             request_timeout_s=_number(doc, top, "deploy.request_timeout_s", 600.0),
+            stall_s=_number(doc, top, "deploy.stall_s", 30.0),
             kv_pool=_kv_pool(doc, checks.get("kv_pool")),
             block_cost=_block_cost(doc, checks.get("block_cost")),
             needles=_needles(doc, checks.get("needles")),
             tool_call=_tool_call(doc, checks.get("tool_call")),
             questions=_questions(doc, checks.get("questions"), root),
             parallel=_parallel(doc, checks.get("parallel")),
+            ceiling=_ceiling(doc, checks.get("ceiling")),
             log_patterns=tuple(patterns),
             hooks=Hooks(_commands(doc, hooks, "before_switch"), _commands(doc, hooks, "after_switch")),
         )
@@ -257,6 +270,13 @@ def _parallel(doc: Document, value: Any) -> ParallelCheck | None:
         max_tokens=_count(doc, data, f"{key}.max_tokens", 64),
         max_preemptions=_count(doc, data, f"{key}.max_preemptions", 0, zero=True),
     )
+
+
+def _ceiling(doc: Document, value: Any) -> CeilingCheck | None:
+    data = _section(doc, value, "deploy.checks.ceiling", set(), {"max_tokens"})
+    if data is None:
+        return None
+    return CeilingCheck(max_tokens=_count(doc, data, "deploy.checks.ceiling.max_tokens", 16))
 
 
 def _commands(doc: Document, hooks: dict[str, Any], name: str) -> tuple[tuple[str, ...], ...]:

@@ -15,11 +15,12 @@ from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
     Restored,
     RollbackError,
+    held,
+    interruptible,
     park,
     restore,
-    signals_as_interrupt,
     stamp,
-    wait_healthy,
+    wait_alive,
     watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
@@ -85,6 +86,14 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
            progress: Progress, live: LivePlan | None = None) -> Report:
     """Switch the container of `serve` to `image` with the checks of `suite`, then the patches' live checks
     of `live`; roll back when one fails."""
+    # Ctrl-C and SIGTERM are ours from the first instruction on, whatever the process inherited.
+    with interruptible(), held(definition):
+        return _deploy(definition=definition, serve=serve, suite=suite, image=image, docker=docker, cache=cache,
+                       progress=progress, live=live)
+
+
+def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
+            progress: Progress, live: LivePlan | None) -> Report:
     from vpatch.serve import lint
     from vpatch.serve.render import render
     from vpatch.serve.run import start
@@ -100,7 +109,8 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
     lint.check(docker, command, definition=definition, cache=cache, progress=progress)
     name = serve.container.name
     server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
-    journal = Journal(definition, name, image, Phase.BASELINE, started=stamp()).save()
+    journal = Journal(definition, name, image, Phase.BASELINE, started=stamp(), port=serve.port,
+                      health_timeout_s=suite.health_timeout_s).save()
     steps: list[Step] = []
     clock = time.monotonic()
 
@@ -112,71 +122,78 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
     production = docker.container(name)
     baseline: Outcome | None = None
     base_live: list[PatchOutcome] = []
-    if production is not None and production.status == "running":
-        progress(f"baseline: checking the running {name} ({production.image_ref})")
-        prod_id, since = production.id, production.started_at
-        # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
-        run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress)
-        run_checks(run, fail_fast=False)
-        # The live checks on the baseline are shown beside the candidate's; they decide nothing.
-        base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
-        baseline = Outcome(tuple(run.results) + tuple(o.as_check() for o in base_live), run.figures)
-        step("baseline")
-    _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
-    candidate: list[CheckResult] = []
-    figures = Figures()
     cand_live: list[PatchOutcome] = []
     try:
-        with signals_as_interrupt():
-            if production is not None:
-                progress(f"park: {name} -> {name}-parked-{journal.started} (restart policy no, stopped)")
-                journal = park(docker, journal, production.id, production.restart_policy)
-                step("park")
-            journal = journal.advance(Phase.STARTING, candidate_started=True)
-            progress(f"start: {image} as {name} on port {serve.port}")
-            cid = start(docker, command)
-            journal = journal.advance(Phase.CHECKING, candidate_id=cid)
-            step("start")
-            starts: list[tuple[str, Callable[[], CheckResult]]] = [
-                ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
-                ("health", lambda: wait_healthy(docker, cid, server, suite.health_timeout_s, progress))]
-            for label, check in starts:
-                progress(f"check: {label}")
-                result = check()
-                candidate.append(result)
-                progress(f"  {result.status.value}: {result.figure}" + (f" ({result.detail})" if result.failed else ""))
-                if result.failed:
-                    break
-            if not any(c.failed for c in candidate):
-                pool = kv_pool_from_log(docker.container_logs(production.id)) if production and baseline else None
-                run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool)
-                run_checks(run, fail_fast=True)
-                candidate += run.results
-                figures = run.figures
-            if live is not None and not any(c.failed for c in candidate):
-                cand_live = run_live(live, server, progress, fail_fast=True)
-                candidate += [o.as_check() for o in cand_live]
-            step("checks")
-            if not any(c.failed for c in candidate):
-                docker.set_restart_policy(cid, serve.container.restart)
-                journal = journal.advance(Phase.DEPLOYED, note=f"passed {len(candidate)} checks")
-                progress(f"deployed: {image} serves as {name} (restart policy {serve.container.restart})")
-                decision = Decision.DEPLOYED
-                restored: Restored | None = None
-            else:
-                progress("a check failed: rolling back")
-                restored = restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
-                step("rollback")
-                decision = Decision.ROLLED_BACK
+        if production is not None and production.status == "running":
+            progress(f"baseline: checking the running {name} ({production.image_ref})")
+            prod_id, since = production.id, production.started_at
+            # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
+            run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress)
+            run_checks(run, fail_fast=False)
+            # The live checks on the baseline are shown beside the candidate's; they decide nothing.
+            base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
+            baseline = Outcome(tuple(run.results) + tuple(o.as_check() for o in base_live), run.figures)
+            step("baseline")
+        _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
+    except BaseException as exc:
+        # Nothing was switched: close the journal so that --status does not report a deploy in progress.
+        journal.advance(Phase.ROLLED_BACK, note=f"stopped before the switch ({type(exc).__name__}); nothing was switched")
+        raise
+    candidate: list[CheckResult] = []
+    figures = Figures()
+    restored: Restored | None
+    try:
+        if production is not None:
+            progress(f"park: {name} -> {name}-parked-{journal.started} (restart policy no, stopped)")
+            journal = park(docker, journal, production.id, production.restart_policy)
+            step("park")
+        journal = journal.advance(Phase.STARTING, candidate_started=True)
+        progress(f"start: {image} as {name} on port {serve.port}")
+        cid = start(docker, command)
+        journal = journal.advance(Phase.CHECKING, candidate_id=cid)
+        step("start")
+        starts: list[tuple[str, Callable[[], CheckResult]]] = [
+            ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
+            ("health", lambda: wait_alive(docker, cid, server.base_url, suite.health_timeout_s, progress))]
+        for label, check in starts:
+            progress(f"check: {label}")
+            result = check()
+            candidate.append(result)
+            progress(f"  {result.status.value}: {result.figure}" + (f" ({result.detail})" if result.failed else ""))
+            if result.failed:
+                break
+        if not any(c.failed for c in candidate):
+            pool = kv_pool_from_log(docker.container_logs(production.id)) if production and baseline else None
+            run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool)
+            run_checks(run, fail_fast=True)
+            candidate += run.results
+            figures = run.figures
+        if live is not None and not any(c.failed for c in candidate):
+            cand_live = run_live(live, server, progress, fail_fast=True)
+            candidate += [o.as_check() for o in cand_live]
+        step("checks")
+        passed = not any(c.failed for c in candidate)
+        if passed:
+            docker.set_restart_policy(cid, serve.container.restart)
+            journal = journal.advance(Phase.DEPLOYED, note=f"passed {len(candidate)} checks")
+            progress(f"deployed: {image} serves as {name} (restart policy {serve.container.restart})")
     except KeyboardInterrupt:
         progress("interrupted: rolling back")
-        restored = _rollback_or_raise(docker, definition, server, suite, progress, "interrupted")
+        restored = _rollback_or_raise(docker, definition, progress, "interrupted")
         step("rollback")
         decision = Decision.INTERRUPTED
     except VpatchError as exc:
         progress(f"error: {exc.message}; rolling back")
-        restored = _rollback_or_raise(docker, definition, server, suite, progress, exc.message)
+        restored = _rollback_or_raise(docker, definition, progress, exc.message)
         raise VpatchError(f"{exc.message}\nrolled back: {describe(restored)}", hint=exc.hint) from exc
+    else:
+        if passed:
+            decision, restored = Decision.DEPLOYED, None
+        else:
+            progress("a check failed: rolling back")
+            restored = _rollback_or_raise(docker, definition, progress, "a check failed")
+            step("rollback")
+            decision = Decision.ROLLED_BACK
     failed_hooks = _hooks(suite.hooks.after_switch, "after_switch", progress, strict=False)
     return Report(
         definition=definition, container=name, image=image, decision=decision,
@@ -193,35 +210,38 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
 def describe(restored: Restored) -> str:
     if restored.production is None:
         return f"no production container to restore ({restored.journal.note}); candidate kept as {restored.candidate_kept_as}"
-    return (f"{restored.production} is running again, verified healthy after {restored.healthy_after_s:.0f}s, restart "
+    return (f"{restored.production} is running again, verified alive after {restored.healthy_after_s:.0f}s, restart "
             f"policy {restored.journal.parked_restart}; the candidate is stopped and kept as {restored.candidate_kept_as}")
 
 
-def _rollback_or_raise(docker: Docker, definition: str, server: Server, suite: Suite, progress: Progress,
-                       why: str) -> Restored:
+def _rollback_or_raise(docker: Docker, definition: str, progress: Progress, why: str) -> Restored:
+    # The journal on disk, not the one in memory: an interrupt can land between a write and its return.
     journal = Journal.load(definition)
     assert journal is not None
     try:
-        return restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
+        return restore(docker, journal, url=journal.url, health_timeout=journal.health_timeout_s or 900.0,
+                       progress=progress, automatic=True)
     except VpatchError as exc:
         raise RollbackError(f"{why}; and the rollback failed: {exc.message}",
                             hint=f"`vpatch deploy {definition} --rollback` retries; --status shows the state") from exc
 
 
-def rollback(*, definition: str, serve: ServeConfig, suite: Suite, docker: Docker, progress: Progress) -> Restored:
-    """`vpatch deploy NAME --rollback`: bring the parked container back, after a kill or after a deploy."""
-    journal = Journal.load(definition)
-    if journal is None:
-        raise VpatchError(f"no deploy of {definition} is recorded on this host ({Journal.path_for(definition)})",
-                          hint="nothing to roll back; `docker ps -a` shows the containers")
-    if journal.phase is Phase.ROLLED_BACK:
-        raise VpatchError(f"the last deploy of {definition} was already rolled back ({journal.note})")
-    if journal.phase is Phase.BASELINE:
-        journal.advance(Phase.ROLLED_BACK, note="stopped during the baseline: nothing had been switched")
-        raise VpatchError(f"the last deploy of {definition} stopped during the baseline; nothing had been switched",
-                          hint="production was never touched; the journal is now closed")
-    server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
-    return restore(docker, journal, server, health_timeout=suite.health_timeout_s, progress=progress)
+def rollback(*, definition: str, docker: Docker, progress: Progress) -> Restored:
+    """`vpatch deploy NAME --rollback`: bring the parked container back, after a kill or after a deploy. It
+    needs only the journal and the daemon (never images/NAME.yaml: recovery must not depend on it)."""
+    with held(definition):
+        journal = Journal.load(definition)
+        if journal is None:
+            raise VpatchError(f"no deploy of {definition} is recorded on this host ({Journal.path_for(definition)})",
+                              hint="nothing to roll back; `docker ps -a` shows the containers")
+        if journal.phase is Phase.ROLLED_BACK:
+            raise VpatchError(f"the last deploy of {definition} was already rolled back ({journal.note})")
+        if journal.phase is Phase.BASELINE:
+            journal.advance(Phase.ROLLED_BACK, note="stopped during the baseline: nothing had been switched")
+            raise VpatchError(f"the last deploy of {definition} stopped during the baseline; nothing had been switched",
+                              hint="production was never touched; the journal is now closed")
+        return restore(docker, journal, url=journal.url, health_timeout=journal.health_timeout_s or 900.0,
+                       progress=progress)
 
 
 @dataclass(frozen=True)

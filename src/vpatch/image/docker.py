@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
 import tarfile
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from vpatch import process
 from vpatch.errors import ProcessError, VpatchError
@@ -26,6 +27,29 @@ _TAIL_LINES = 40
 
 class DockerError(VpatchError):
     """The docker daemon is unreachable, an image is missing, or a build, run or push failed."""
+
+
+class DaemonGone(DockerError):
+    """The daemon stopped answering mid-way (restarting, stopped): a caller may wait for it and retry."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _daemon_call(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A container call whose connection to the daemon is refused or reset raises DaemonGone (not the
+    HTTP library's own error: a restarting daemon is a state the deploy recovers from)."""
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        import requests
+
+        try:
+            return method(*args, **kwargs)
+        except requests.exceptions.ConnectionError as exc:
+            raise DaemonGone(f"the docker daemon did not answer: {exc}",
+                             hint="is dockerd restarting? `systemctl status docker` / `docker info`") from exc
+    return call
 
 
 SYMLINK = "120000"
@@ -82,7 +106,9 @@ class ContainerInfo:
     binds: tuple[str, ...]
     port_bindings: Mapping[str, tuple[str, ...]]  # "8000/tcp" -> ("8000",)
     gpus: tuple[str, ...]  # one entry per --gpus device request: "all", "4" or "device=0,1"
-    health: str | None = None  # its health check's verdict (starting | healthy | unhealthy); None: it has none
+    health: str = ""  # starting | healthy | unhealthy; "" without a health check
+    health_log: tuple[str, ...] = ()  # the health check's latest outputs, oldest first
+    health_test: tuple[str, ...] = ()  # Config.Healthcheck.Test, e.g. ("CMD-SHELL", "python3 -c ...")
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -123,7 +149,9 @@ class ContainerInfo:
             binds=tuple(host.get("Binds") or ()),
             port_bindings=ports,
             gpus=tuple(gpus),
-            health=(state.get("Health") or {}).get("Status") or None,
+            health=str((state.get("Health") or {}).get("Status") or ""),
+            health_log=tuple(str(e.get("Output", "")).strip() for e in (state.get("Health") or {}).get("Log") or ()),
+            health_test=tuple((config.get("Healthcheck") or {}).get("Test") or ()),
         )
 
 
@@ -334,6 +362,7 @@ class Docker:
         finally:
             self.client.api.remove_container(container["Id"], force=True)
 
+    @_daemon_call
     def container(self, name: str) -> ContainerInfo | None:
         """The container `name` (or id) as docker inspect shows it; None when there is none."""
         import docker as dockersdk
@@ -345,6 +374,7 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot inspect container {name}: {exc.explanation or exc}") from exc
 
+    @_daemon_call
     def container_logs(self, name: str, *, tail: int | None = None, since: str | None = None) -> str:
         """The container's output so far (stdout and stderr interleaved); `tail`: only the last lines;
         `since`: only what it wrote from that RFC 3339 time on (e.g. its State.StartedAt: this run only)."""
@@ -358,6 +388,31 @@ class Docker:
                                     since=start)
         return bytes(logs).decode("utf-8", "replace")
 
+    @_daemon_call
+    def containers(self, *, label: str) -> list[ContainerInfo]:
+        """Every container (running or not) carrying the label `label` ("key=value")."""
+        import docker as dockersdk
+
+        try:
+            found = self.client.api.containers(all=True, filters={"label": label})
+            return [info for c in found if (info := self.container(c["Id"])) is not None]
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot list containers: {exc.explanation or exc}") from exc
+
+    @_daemon_call
+    def processes(self, name: str) -> list[tuple[int, str]]:
+        """(host pid, command line) of every process in the running container `name` (`docker top`)."""
+        import docker as dockersdk
+
+        try:
+            top = self.client.api.top(name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot list the processes of {name}: {exc.explanation or exc}") from exc
+        titles = list(top.get("Titles") or [])
+        pid, cmd = titles.index("PID"), titles.index("CMD")
+        return [(int(row[pid]), str(row[cmd])) for row in top.get("Processes") or ()]
+
+    @_daemon_call
     def remove_container(self, name: str) -> None:
         """Stop and delete the container `name` (nothing when there is none)."""
         import docker as dockersdk
@@ -367,6 +422,7 @@ class Docker:
         except dockersdk.errors.NotFound:
             pass
 
+    @_daemon_call
     def set_restart_policy(self, name: str, policy: str) -> None:
         """Change a container's restart policy (no | always | unless-stopped | on-failure[:N]) in place."""
         import docker as dockersdk
@@ -380,6 +436,7 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot set the restart policy of {name} to {policy}: {exc.explanation or exc}") from exc
 
+    @_daemon_call
     def stop_container(self, name: str, *, timeout: int = 30) -> None:
         """Stop the container `name` (SIGTERM, SIGKILL after `timeout` seconds); kept, not deleted."""
         import docker as dockersdk
@@ -389,6 +446,7 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot stop container {name}: {exc.explanation or exc}") from exc
 
+    @_daemon_call
     def rename_container(self, name: str, new_name: str) -> None:
         """Rename a container; it keeps its id, so deploy addresses a parked container by id."""
         import docker as dockersdk
@@ -398,6 +456,7 @@ class Docker:
         except dockersdk.errors.APIError as exc:
             raise DockerError(f"cannot rename container {name} to {new_name}: {exc.explanation or exc}") from exc
 
+    @_daemon_call
     def start_container(self, name: str) -> None:
         """Start an existing (stopped) container."""
         import docker as dockersdk

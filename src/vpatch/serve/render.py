@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch.errors import ConfigError
@@ -15,6 +16,23 @@ if TYPE_CHECKING:
 # Labels every container vpatch starts carries: which image definition it serves, so that drift and
 # deploy can tell vpatch's containers from others.
 LABEL_DEFINITION = "io.vpatch.serve.definition"
+# The container's health check: serve/alive.py run by the image's python3 every HEALTH_INTERVAL_S; a
+# 1-token completion gets PROBE_TIMEOUT_S; HEALTH_RETRIES failures in a row make `docker ps` say unhealthy.
+HEALTH_INTERVAL_S = 10
+PROBE_TIMEOUT_S = 15
+HEALTH_RETRIES = 3
+STALL_S = 30
+HEALTH_STATE = "/tmp/vpatch-alive.json"
+
+
+def health_command(port: int, host: str | None = None) -> str:
+    """The shell line docker runs as the health check: the liveness rule's own source, given to python3 -c."""
+    from vpatch.serve import alive
+
+    source = Path(alive.__file__).read_text(encoding="utf-8")
+    where = host if host and host not in ("0.0.0.0", "::") else "127.0.0.1"
+    return shlex.join(["python3", "-c", source, f"http://{where}:{port}", "--timeout", str(PROBE_TIMEOUT_S),
+                       "--stall-s", str(STALL_S), "--state", HEALTH_STATE])
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,10 @@ def render(
         argv += ["--volume", volume]
     for key, value in serve.env:
         argv += ["--env", f"{key}={value}"]
+    # The start period is the time the server may take to load; failures before its first success do not count.
+    argv += ["--health-cmd", health_command(serve.port, serve.host), "--health-interval", f"{HEALTH_INTERVAL_S}s",
+             "--health-timeout", f"{PROBE_TIMEOUT_S + 15}s", "--health-retries", str(HEALTH_RETRIES),
+             "--health-start-period", f"{serve.health_timeout}s"]
     args = serve.vllm_args()
     argv += [image, *args]
     return RunCommand(argv=tuple(argv), image=image, name=options.name, args=args)

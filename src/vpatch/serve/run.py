@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,11 +9,8 @@ from vpatch.definition import ImageDefinition
 from vpatch.errors import VpatchError
 from vpatch.image.docker import Docker, DockerError
 from vpatch.progress import Progress
-from vpatch.serve import lint, render, runerror
+from vpatch.serve import alive, health, lint, render, runerror
 from vpatch.serve.render import RunCommand
-
-# How often the wait reports while vLLM loads (the GPU host takes ~15 minutes).
-_REPORT_EVERY_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -30,7 +23,7 @@ class Served:
 
 
 def health_url(port: int, host: str = "127.0.0.1") -> str:
-    return f"http://{host}:{port}/health"
+    return health.base_url(port, host)
 
 
 def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: str | None = None,
@@ -53,8 +46,8 @@ def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: st
         docker.remove_container(existing.id)
     container_id = start(docker, command, progress=progress)
     try:
-        seconds = wait_healthy(docker, container_id, health_url(definition.serve.port),
-                               timeout=definition.serve.health_timeout, progress=progress)
+        seconds = health.wait_alive(docker, container_id, health_url(definition.serve.port),
+                                    timeout=definition.serve.health_timeout, progress=progress)
     except VpatchError as exc:
         # A server that never became healthy must not stay in a restart loop (the incident's `vllm serve
         # serve` restarted every second for hours): keep it, with its log, stopped.
@@ -75,48 +68,32 @@ def start(docker: Docker, command: RunCommand, *, progress: Progress | None = No
         raise runerror.explain(docker, command, exc) from exc  # names the yaml key; removes what it created
 
 
-def wait_healthy(docker: Docker, container: str, url: str, *, timeout: float,
-                 progress: Progress | None = None) -> float:
-    """Seconds until GET `url` answered 200. Fails at once when the container exits or restarts (a crash
-    loop is seen in seconds, not after the timeout), and after `timeout`; the error carries the log tail."""
-    began = time.monotonic()
-    last_report = began
-    while True:
-        info = docker.container(container)
-        if info is None:
-            raise VpatchError(f"container {container[:12]} is gone while waiting for {url}")
-        if info.status in ("exited", "dead") or info.restart_count > 0 or info.status == "restarting":
-            why = (f"exited with code {info.exit_code}" if info.status in ("exited", "dead")
-                   else f"is restarting (restart {info.restart_count}, exit code {info.exit_code})")
-            raise VpatchError(f"container {info.name} {why} before {url} answered" + _log_summary(docker, container),
-                              hint=f"docker logs {info.name}")
-        if _answers(url):
-            return time.monotonic() - began
-        now = time.monotonic()
-        if now - began > timeout:
-            raise VpatchError(f"{url} did not answer within {timeout:.0f}s" + _log_summary(docker, container),
-                              hint="raise serve.health_timeout if the server needs longer to load")
-        if progress and now - last_report >= _REPORT_EVERY_S:
-            last_report = now
-            progress(f"waiting for {url}: {now - began:.0f}s, container {info.status}")
-        time.sleep(1.0)
+@dataclass(frozen=True)
+class Checked:
+    """`vpatch serve NAME --check`: the container's state, its own health check's, and the verdict from outside."""
+
+    container: str
+    status: str  # docker's: running, exited, ... ("absent" when there is none)
+    docker_health: str  # what `docker ps` shows: healthy | unhealthy | starting | "" (no health check)
+    verdict: alive.Verdict
+
+    @property
+    def alive(self) -> bool:
+        return self.verdict.alive
 
 
-# vLLM's root cause, as its own log line or a bare traceback line: "ValueError: No available memory ...".
-_ERROR_LINE = re.compile(r"^(?:\(.*?\) ERROR .*?\] )?([A-Z]\w*(?:Error|Exception): .+)$", re.M)
-
-
-def _log_summary(docker: Docker, container: str) -> str:
-    """The first error the log names (vLLM's root cause comes before the generic ones), and the log's end."""
-    log = docker.container_logs(container)
-    first = _ERROR_LINE.search(log)
-    tail = "\n".join(log.rstrip().splitlines()[-20:])
-    return (f": {first[1]}" if first else "") + f"\nthe end of its log:\n{tail}"
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
+def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Checked:
+    """The liveness verdict on the running container of `definition`, by the rule its health check runs;
+    the stall memory between two checks (cron) lives in `state_dir`."""
+    assert definition.serve is not None
+    name = definition.serve.container.name
+    info = docker.container(name)
+    if info is None:
+        return Checked(name, "absent", "", alive.Verdict("down", f"no container named {name}", 0.0))
+    why = health.down(docker, info.id)
+    if why is not None:
+        return Checked(name, info.status, info.health, alive.Verdict("down", why, 0.0))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    verdict = alive.check(health_url(definition.serve.port), timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
+                          state=str(state_dir / f"{definition.name}-alive.json"))
+    return Checked(name, info.status, info.health, verdict)
