@@ -225,7 +225,14 @@ def test_shipped_series_on_the_real_release_history(release_history: Path, monke
     targets = doc["targets"]
     assert targets == ["v0.29.0", *against] and doc["pin"]["ref"] == "v0.29.0"
     by_number = {p["number"]: p for p in doc["patches"]}
-    expected_first = {1: "v0.31.0", 2: "v0.30.0", 3: "v0.33.0"}
+    expected_first = {1: "v0.31.0", 2: "v0.30.0"}
+    # 0003 lands nowhere: v0.33.0's own parser rewrite streams a malformed call's name with its newline, which
+    # the probe (entering through the server's adapter) sees; its remaining hunk no longer applies there.
+    parser = by_number[3]
+    assert parser["landed_in"] is None
+    assert [parser["results"][ref]["state"] for ref in targets] == ["needed"] * 4 + ["conflict"], parser["results"]
+    probe = next(ev for ev in parser["results"]["v0.33.0"]["evidence"] if ev["kind"] == "probe")
+    assert probe["says"] == "not-landed", probe
     for number, first in expected_first.items():
         patch = by_number[number]
         assert _first_landed(patch, targets) == first, patch["results"]
