@@ -347,8 +347,8 @@ def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, prog
     # A linked work tree's .git is a file naming a folder on this machine, useless inside the build:
     # the context is a standalone clone (objects hard-linked) checked out at the applied series.
     shutil.rmtree(context, ignore_errors=True)
-    git.run(inputs.upstream, ["clone", "--quiet", "--local", "--no-checkout", str(inputs.upstream), str(context)])
-    git.run(context, ["checkout", "--quiet", "--detach", applied.tip])
+    git.clone_local(inputs.upstream, context)
+    git.checkout_detached(context, applied.tip)
     docker.run_buildkit(_invocation(plan, created=_now()), progress)
     return docker.image(plan.content_tag).id
 
