@@ -314,7 +314,7 @@ def verify(
     config = _config()
     report = image_verify.verify_image(config, image, probes=probes)
     for check in report.checks:
-        echo(f"{'ok  ' if check.ok else 'FAIL'} {check.what}" + (f": {check.detail}" if check.detail else ""))
+        echo(f"{check.mark} {check.what}" + (f": {check.detail}" if check.detail else ""))
     if report.ok and live:
         _verify_live(config, image, definition)
     if not report.ok:
