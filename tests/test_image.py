@@ -166,6 +166,13 @@ def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dic
         assert "ok   probe of 0001-top-k-guard" in out
     finally:
         docker.remove_image(altered)
+    # A probe that crashes (a traceback, exit 1) is an ERROR on the image as on a tree, not "the bug is there".
+    (image_project / "patches" / "probes" / "0002-flash-sm120.py").write_text(
+        "import pathlib\npathlib.Path('vllm/no_such_file.py').read_text()\n")
+    code, out = vpatch(image_project, "verify", content_tag, "--probes")
+    assert code == 1, out
+    assert "ERROR probe of 0002-flash-sm120: 0002-flash-sm120.yaml: error (FileNotFoundError: " in out, out
+    assert "ERROR: the probe could not decide" in out and "FAIL probe" not in out, out
 
 
 def test_a_base_that_is_not_the_pin_is_refused_before_any_layer(image_project: Path, bases: dict[str, str],

@@ -72,10 +72,6 @@ def tags(repo: Path, pattern: str = "v*") -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
-def tags_containing(repo: Path, commit: str, pattern: str = "v*") -> list[str]:
-    return run(repo, ["tag", "--list", "--contains", commit, pattern]).out.split()
-
-
 def refs_containing(repo: Path, commit: str, tag_pattern: str = "v*") -> tuple[list[str], list[str]]:
     """(tags matching `tag_pattern`, local branches) whose tip contains `commit`: one walk for both."""
     out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname)", f"refs/tags/{tag_pattern}",
