@@ -17,7 +17,6 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # merge; the tests below also fail on an entry that no longer occurs, so it can only shrink.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # (importing module, imported name) -> the work that removes it
-    ("vpatch.image.verify", "vpatch.image.build._DISCOVER"): "#20 item 2: package-dir discovery written once",
 }
 
 
@@ -192,3 +191,62 @@ def test_the_checks_see_a_violation(tmp_path: Path) -> None:
     assert up == ["vpatch.update", "vpatch.update.run"]
     assert is_private(found[1].names[0]) and not is_private("__future__")
     assert layer_of("vpatch.image.docker", table) == git_layer != layer_of("vpatch.image.build", table)
+
+
+# --- the git door: only vpatch/git/ builds git command lines ----------------------------------------
+
+GIT_DOOR = ("vpatch.git", "vpatch.catfile")  # the package, and its long-lived object reader
+
+
+def in_git_door(module: str) -> bool:
+    return any(module == door or module.startswith(door + ".") for door in GIT_DOOR)
+
+
+def git_argv_calls(path: Path, base: Path, *, literal: bool = True) -> Iterator[str]:
+    """Where a module hands git an argv of its own: `git.run(repo, [...])` (or the runner imported by name),
+    and, with `literal`, any call with a list or tuple argument starting with "git" (process.run(["git", ...]))."""
+    module = module_name(path, base)
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    git_names, runner_names = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("vpatch", "vpatch.git", "vpatch.git.core"):
+            for alias in node.names:
+                if node.module == "vpatch" and alias.name == "git":
+                    git_names.add(alias.asname or "git")
+                elif node.module != "vpatch" and alias.name in ("run", "command"):
+                    runner_names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in ("vpatch.git", "vpatch.git.core") and alias.asname:
+                    git_names.add(alias.asname)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        to_runner = (isinstance(func, ast.Attribute) and func.attr in ("run", "command")
+                     and isinstance(func.value, ast.Name) and func.value.id in git_names) or \
+                    (isinstance(func, ast.Name) and func.id in runner_names)
+        argv_first_git = any(isinstance(a, (ast.List, ast.Tuple)) and a.elts and isinstance(a.elts[0], ast.Constant)
+                             and a.elts[0].value == "git" for a in node.args)
+        if to_runner or (literal and argv_first_git):
+            yield f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno}: {module} " \
+                  f"runs git with an argv of its own"
+
+
+def test_only_the_git_door_builds_git_command_lines() -> None:
+    """Every git command vpatch runs has a function named by its intent in vpatch/git/; no other module of
+    src/ writes a git argv, and no script hands one to vpatch's git runner. (Tests may: they set up
+    repositories. Scripts may run plain git as a user or a baseline would: bench-status times git itself.)"""
+    found = [hit for path, base in python_files() if base != ROOT / "tests"
+             and not (base == SRC and in_git_door(module_name(path, base)))
+             for hit in git_argv_calls(path, base, literal=base == SRC)]
+    assert not found, "git command lines outside vpatch/git/ (add an intent-named function there):\n" + "\n".join(found)
+
+
+def test_the_git_door_check_sees_a_raw_call(tmp_path: Path) -> None:
+    (tmp_path / "vpatch").mkdir()
+    module = tmp_path / "vpatch" / "stack.py"
+    module.write_text("from vpatch import git\nfrom vpatch import process\nfrom vpatch.git import run as g\n"
+                      "git.run(repo, ['log'])\nprocess.run(('git', 'status'), cwd=repo)\ng(repo, ['x'])\n"
+                      "git.commit_subject(repo, 'HEAD')\nprocess.run(['docker', 'ps'])\n")
+    assert [hit.split(": ", 1)[0].rsplit(":", 1)[1] for hit in git_argv_calls(module, tmp_path)] == ["4", "5", "6"]

@@ -142,8 +142,8 @@ def test_build_overlays_the_series_onto_the_base(image_project: Path, bases: dic
     # verify passes on it, probes included.
     code, out = vpatch(image_project, "verify", content_tag, "--probes")
     assert code == 0, out
-    assert "ok   probe of 0001-top-k-guard: 0001-top-k-guard.yaml: all 1 file checks hold" in out
-    assert "ok   probe of 0002-flash-sm120: 0002-flash-sm120.yaml: exit 0" in out
+    assert "ok   probe of 0001-top-k-guard: 0001-top-k-guard.yaml: pass (all 1 file checks hold)" in out
+    assert "ok   probe of 0002-flash-sm120: 0002-flash-sm120.yaml: pass" in out
 
 
 def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dict[str, str], docker: Docker,
@@ -162,10 +162,17 @@ def test_verify_fails_on_an_altered_patched_file(image_project: Path, bases: dic
         assert code == 1, out
         assert "FAIL vllm/vpatch_flash.py: differs from the pin plus the series" in out
         assert "ok   vllm/sampling_params.py" in out
-        assert "FAIL probe of 0002-flash-sm120: 0002-flash-sm120.yaml: exit 1, the bug is there" in out
+        assert "FAIL probe of 0002-flash-sm120: 0002-flash-sm120.yaml: fail" in out
         assert "ok   probe of 0001-top-k-guard" in out
     finally:
         docker.remove_image(altered)
+    # A probe that crashes (a traceback, exit 1) is an ERROR on the image as on a tree, not "the bug is there".
+    (image_project / "patches" / "probes" / "0002-flash-sm120.py").write_text(
+        "import pathlib\npathlib.Path('vllm/no_such_file.py').read_text()\n")
+    code, out = vpatch(image_project, "verify", content_tag, "--probes")
+    assert code == 1, out
+    assert "ERROR probe of 0002-flash-sm120: 0002-flash-sm120.yaml: error (FileNotFoundError: " in out, out
+    assert "ERROR: the probe could not decide" in out and "FAIL probe" not in out, out
 
 
 def test_a_base_that_is_not_the_pin_is_refused_before_any_layer(image_project: Path, bases: dict[str, str],
@@ -504,7 +511,7 @@ def test_shipped_series_builds_and_verifies_on_the_test_base(bases: dict[str, st
     assert code == 0, out
     # 0001's probe is declarative and runs on any image; the others need torch, which the test base lacks.
     code, out = vpatch(REPO_ROOT, "verify", tag, "--probes")
-    assert "ok   probe of 0001-qsa-fp8-kv: 0001-qsa-fp8-kv.yaml: all " in out, out
+    assert "ok   probe of 0001-qsa-fp8-kv: 0001-qsa-fp8-kv.yaml: pass (all " in out, out
 
 
 def test_a_folder_the_series_empties_is_gone_from_the_image(image_project: Path, bases: dict[str, str],
@@ -529,3 +536,34 @@ def test_a_folder_the_series_empties_is_gone_from_the_image(image_project: Path,
     assert "tiering" in docker.list_dir(tag, f"{PACKAGE_DIR}/v1/kv_offload")
     code, out = vpatch(image_project, "verify", tag)
     assert code == 0, out
+
+
+def test_verify_probe_outcomes_are_a_trees(docker: Docker, bases: dict[str, str], release_history: Path,
+                                           tmp_path: Path) -> None:
+    """One probe, the same files, two places: the test base image (v0.29.0's vllm/ installed) and the
+    v0.29.0 tree. The same rules give the same outcome: a traceback with exit 1 and a missing file are
+    ERROR in both, never "the bug is there"."""
+    from vpatch.image.verify import image_place
+    from vpatch.probe_outcome import ProbeOutcome, interpret
+    from vpatch.probes import Probe, run_probe
+
+    (tmp_path / "crash.py").write_text("open('vllm/no_such_file.py')\n")  # FileNotFoundError: traceback, exit 1
+    (tmp_path / "bug.py").write_text("import sys\nsys.exit(0 if 'VPATCH_NEVER' in open('vllm/__init__.py').read() else 1)\n")
+    (tmp_path / "fixed.py").write_text("import sys\nsys.exit(0 if 'import' in open('vllm/__init__.py').read() else 1)\n")
+    probes = {
+        "crash": ("kind: command\nrun: ['{python}', '{probe_dir}/crash.py']\n", ProbeOutcome.ERROR),
+        "bug": ("kind: command\nrun: ['{python}', '{probe_dir}/bug.py']\n", ProbeOutcome.FAIL),
+        "fixed": ("kind: command\nrun: ['{python}', '{probe_dir}/fixed.py']\n", ProbeOutcome.PASS),
+        "missing": ("kind: files\nfiles:\n  vllm/no_such_file.py:\n    not_contains: ['x']\n", ProbeOutcome.ERROR),
+        "absent": ("kind: files\nfiles:\n  vllm/no_such_file.py:\n    absent_is_fix: true\n", ProbeOutcome.PASS),
+        "lacks": ("kind: files\nfiles:\n  vllm/__init__.py:\n    contains: ['VPATCH_NEVER']\n", ProbeOutcome.FAIL),
+        "holds": ("kind: files\nfiles:\n  vllm/__init__.py:\n    contains: ['import']\n", ProbeOutcome.PASS),
+    }
+    place = image_place(docker, docker.image(bases["0.29.0"]).id, PACKAGE_DIR)
+    for name, (text, expected) in probes.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+        probe = Probe.load(tmp_path / f"{name}.yaml")
+        on_tree = run_probe(release_history, probe, "v0.29.0", cache=REAL_CACHE, use_cache=False)
+        on_image, detail = interpret(probe, place)
+        assert (name, on_tree.outcome, on_image) == (name, expected, expected), (on_tree.detail, detail)
+    assert "traceback" in interpret(Probe.load(tmp_path / "crash.yaml"), place)[1]

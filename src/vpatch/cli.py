@@ -314,15 +314,15 @@ def verify(
     config = _config()
     report = image_verify.verify_image(config, image, probes=probes)
     for check in report.checks:
-        echo(f"{'ok  ' if check.ok else 'FAIL'} {check.what}" + (f": {check.detail}" if check.detail else ""))
+        echo(f"{check.mark} {check.what}" + (f": {check.detail}" if check.detail else ""))
     if report.ok and live:
         _verify_live(config, image, definition)
     if not report.ok:
         failed = [c for c in report.checks if not c.ok]
         only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
         raise VpatchError(f"image {image} does not match its labels: {len(failed)} check(s) failed",
-                          hint="exit 1: the fix is not in the image; 'could not decide': the probe needs vLLM's "
-                          "dependencies (torch), which an official image has" if only_probes
+                          hint="a probe's FAIL: the fix is not in the image; ERROR: the probe could not decide (a crash, "
+                          "a timeout, a missing file: it may need vLLM's dependencies, which an official image has)" if only_probes
                           else "rebuild it with `vpatch build`")
     echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
 

@@ -245,7 +245,7 @@ class _Index:
             if tree is None:
                 git.load_index(self.repo, env, self.commit, self.paths)
             else:
-                git.run(self.repo, ["read-tree", tree], env=env)
+                git.load_index(self.repo, env, tree)
             yield env
 
     def stack(self, patches: Sequence[Patch]) -> str:
@@ -278,7 +278,7 @@ class _Index:
         files = len(old.paths)
         if intended is not None and how == "by a clean 3-way merge":
             if intended != narrowed_result:
-                differ = git.run(self.repo, ["diff-tree", "-r", "--name-only", intended, narrowed_result]).out.split()
+                differ = git.paths_differing(self.repo, intended, narrowed_result)
                 raise _NotNarrowed(f"the narrowed patch's result differs from the old patch's 3-way merge on {to_ref} in "
                                    + ", ".join(differ))
             return (f"on {to_ref}, the narrowed patch and the old patch (3-way merged) give identical files "
@@ -321,7 +321,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
     if base and has(base):
         return f"{to_ref} (already upstream at the pin's commit {base[:12]})"
     found, checks = status.bisect_first(line, has)
-    subject = git.run(repo, ["log", "-1", "--format=%s", found]).out.strip()
+    subject = git.commit_subject(repo, found)
     proof = lineage.first_release(repo, found, branch=branch)
     if proof is None:
         where = "in no release yet"

@@ -47,9 +47,8 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +62,9 @@ from vpatch.probe_env import (
     probe_venv,
     remove_stale_runs,
 )
+from vpatch.probe_outcome import PLACEHOLDER, Place, Ran, argv, interpret
+from vpatch.probe_outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
+from vpatch.probe_outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.progress import Event, Reporter, silent
 from vpatch.upstream import cache_dir
 
@@ -70,30 +72,14 @@ if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.series import Patch
 
-PASS_CODE, FAIL_CODE = 0, 1
 DEFAULT_TIMEOUT = 900.0
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 _PLACEHOLDERS = ("python", "probe_dir", "tree")
 _KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "lock", "timeout"}}
 _FILE_KEYS = {"contains", "not_contains", "absent_is_fix"}
-# How much of a command's output a result keeps: the tail is where probes print their verdict.
-_OUTPUT_CHARS = 6000
-_TRACEBACK = b"Traceback (most recent call last):"
 
 
 class ProbeError(VpatchError):
     """A probe file is invalid, or a probe does not tell the patched tree from the unpatched one."""
-
-
-class ProbeOutcome(str, Enum):
-    PASS = "pass"  # the tree has the fix
-    FAIL = "fail"  # the tree has the bug
-    ERROR = "error"  # the probe could not decide: never read as pass or fail
-
-
-class ProbeKind(str, Enum):
-    FILES = "files"
-    COMMAND = "command"
 
 
 @dataclass(frozen=True)
@@ -234,7 +220,7 @@ def _parse_run(path: Path, value: object) -> tuple[str, ...]:
         if "\0" in arg:  # no process argument can hold one; refused here, not as an internal error at run time
             raise ProbeError(f"{path}: run: an argument contains a NUL byte: {arg!r}",
                              hint="remove the \\0 from the command")
-        for match in _PLACEHOLDER.finditer(arg):
+        for match in PLACEHOLDER.finditer(arg):
             if match.group(1) not in _PLACEHOLDERS:
                 raise ProbeError(f"{path}: run: unknown placeholder {match.group(0)}",
                                  hint="placeholders: {python}, {probe_dir}, {tree}")
@@ -322,39 +308,25 @@ def _read_result(entry: Path) -> ProbeResult | None:
         return None
 
 
-def _run_files(repo: Path, probe: Probe, tree: str, moves_from: str | None) -> tuple[ProbeOutcome, str]:
+def tree_place(repo: Path, tree: str, moves_from: str | None, run: Callable[[Probe], Ran] | None = None) -> Place:
+    """A tree of `repo` as the place a probe runs: files read from git's objects, moves followed from
+    `moves_from` (the pin) by git's rename detection; a command needs `run` (the tree extracted)."""
     from vpatch import moves
 
-    blobs = git.read_blobs(repo, tree, [check.path for check in probe.files])
-    gone = [check.path for check in probe.files if blobs.get(check.path) is None]
-    found = moves.follow(repo, moves_from, tree, moves.missing_paths(repo, moves_from, tree, gone, blobs),
-                         describe=False) \
-        if gone and moves_from is not None else {}
-    problems, notes, errors = [], [], []
-    for check in probe.files:
-        path, blob = check.path, blobs.get(check.path)
-        move = found.get(path)
-        if blob is None and move is not None and move.followed and move.new:
-            notes.append(f"{path} moved to {move.new} (similarity {move.similarity}%), checked there")
-            path, blob = move.new, git.read_blobs(repo, tree, [move.new])[move.new]
-        if blob is None:
-            if check.absent_is_fix and (move is None or move.fate is moves.Fate.DELETED):
-                notes.append(f"{path}: absent, which the probe says is the fix")
-            else:
-                errors.append(f"{path}: " + (str(move) if move is not None else "missing from the tree")
-                              + ("" if check.absent_is_fix else "; a missing file is no evidence either way"))
-            continue
-        text = blob.decode("utf-8", "surrogateescape")
-        if check.absent_is_fix and not (check.contains or check.not_contains):
-            problems.append(f"{path}: still there")
-        problems += [f"{path}: lacks {s!r}" for s in check.contains if s not in text]
-        problems += [f"{path}: still has {s!r}" for s in check.not_contains if s in text]
-    tail = "".join(f"; {n}" for n in notes)
-    if errors:
-        return ProbeOutcome.ERROR, "; ".join(errors) + tail
-    if problems:
-        return ProbeOutcome.FAIL, "; ".join(problems) + tail
-    return ProbeOutcome.PASS, f"all {len(probe.files)} file checks hold" + tail
+    def follow(gone: Sequence[str], blobs: Mapping[str, bytes | None]) -> Mapping[str, moves.Move]:
+        if moves_from is None:
+            return {}
+        return moves.follow(repo, moves_from, tree, moves.missing_paths(repo, moves_from, tree, gone, dict(blobs)),
+                            describe=False)
+
+    def no_command(probe: Probe) -> Ran:
+        raise AssertionError(f"{probe.name}: a files probe runs no command")
+
+    return Place("tree", lambda paths: git.read_blobs(repo, tree, paths), run or no_command, follow)
+
+
+def _run_files(repo: Path, probe: Probe, tree: str, moves_from: str | None) -> tuple[ProbeOutcome, str]:
+    return interpret(probe, tree_place(repo, tree, moves_from))
 
 
 def _run_command(repo: Path, probe: Probe, tree: str, cache: Path, report: Reporter,
@@ -380,34 +352,24 @@ def _run_in_tree(repo: Path, probe: Probe, tree: str, cache: Path, python: Path)
     with tempfile.TemporaryDirectory(prefix=f"run-{os.getpid()}-", dir=runs) as tmp:
         root = Path(tmp) / "tree"
         git.extract_tree(repo, tree, root)
-        values = {"python": str(python), "probe_dir": str(probe.path.parent.resolve()), "tree": str(root)}
-        argv = [_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in probe.run]
+        command = argv(probe, python=str(python), probe_dir=str(probe.path.parent.resolve()), tree=str(root))
         env = {
             "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        try:
-            # Its own process group, so that a timeout also ends what the probe started.
-            proc = process.run(argv, cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout,
-                               own_group=True)
-        except ProcessError as exc:
-            if exc.timed_out:
-                return ProbeOutcome.ERROR, f"timed out after {probe.timeout:g}s\n" + _tail(exc.output)
-            return ProbeOutcome.ERROR, exc.message
-    output = _tail(proc.stdout)
-    if proc.returncode == PASS_CODE:
-        return ProbeOutcome.PASS, output
-    # Python exits 1 on an uncaught exception too: that is a probe that broke, not a bug found.
-    if proc.returncode == FAIL_CODE and _TRACEBACK not in proc.stdout:
-        return ProbeOutcome.FAIL, output
-    if proc.returncode == FAIL_CODE:
-        return ProbeOutcome.ERROR, f"exit code 1 with a Python traceback: the probe crashed\n{output}"
-    return ProbeOutcome.ERROR, f"exit code {proc.returncode} (only 0 and 1 decide)\n{output}"
 
+        def run(probe: Probe) -> Ran:
+            try:
+                # Its own process group, so that a timeout also ends what the probe started.
+                proc = process.run(command, cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout,
+                                   own_group=True)
+            except ProcessError as exc:
+                if exc.timed_out:
+                    return Ran(124, exc.output.encode(), timed_out=True)
+                return Ran(-1, b"", failure=exc.message)
+            return Ran(proc.returncode, proc.stdout)
 
-def _tail(output: bytes | str) -> str:
-    text = output.decode("utf-8", "replace") if isinstance(output, bytes) else output
-    return text[-_OUTPUT_CHARS:].strip()
+        return interpret(probe, tree_place(repo, tree, None, run))
 
 
 @dataclass(frozen=True)

@@ -93,7 +93,7 @@ def apply_series(
             if failure is not None:
                 if keep:
                     _record(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
-                    git.run(upstream, ["worktree", "move", str(tmp), str(out)])
+                    git.move_worktree(upstream, tmp, out)
                 raise _apply_error(failure, ref=ref, kept=out if keep else None)
             applied.append(AppliedPatch(patch.filename, git.head(tmp)))
     except BaseException:
@@ -105,7 +105,7 @@ def apply_series(
     # never a tree without a record (which the next apply would refuse to replace).
     stack = Stack(out.resolve(), upstream, ref, base, tuple(applied))
     _record(state_dir, stack)
-    git.run(upstream, ["worktree", "move", str(tmp), str(out)])
+    git.move_worktree(upstream, tmp, out)
     return stack
 
 
@@ -136,8 +136,7 @@ def _apply_one(worktree: Path, patch: Patch) -> Failure | None:
         return None
     # --check cannot tell a clean 3-way merge from one with conflicts, so try it for real and undo it
     three_way = git.apply_to_worktree(worktree, patch.diff, three_way=True).returncode == 0
-    git.run(worktree, ["reset", "--hard", "--quiet", "HEAD"])
-    git.run(worktree, ["clean", "-fdq"])
+    git.discard_changes(worktree)
     return describe_failure(patch, result.err, three_way)
 
 
@@ -335,12 +334,12 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
         if name is not None:
             marked.add(c)
         if name is None:
-            subject = git.run(tree, ["log", "-1", "--format=%s", c]).out.strip()
+            subject = git.commit_subject(tree, c)
             name = recorded.get(c) or next((f for f in gone if f[5:] == f"{slugify(subject)}.patch"), None)
             if name in gone:
                 gone.remove(name)
         if name is None or name in outputs or not (name in existing or _is_series_name(name)):
-            subject = git.run(tree, ["log", "-1", "--format=%s", c]).out.strip()
+            subject = git.commit_subject(tree, c)
             name = f"{next_number:04d}-{slugify(subject)}.patch"
             next_number += 1
         outputs[name] = raw

@@ -86,9 +86,8 @@ class Tree:
             if len(self.commit) == 40:
                 # The blobs are in hand, so their ids are too (SHA-1 repositories): no ls-tree. The mode
                 # only feeds git's "has type" warning, so the patch's own index line (or 644) is enough.
-                info = "".join(f"{self.modes.get(path, '100644')} {_blob_id(data)}\t{path}\n"
-                               for path, data in self.original.items() if data is not None)
-                git.run(self.repo, ["update-index", "--index-info"], input=info.encode(), env=env)
+                git.add_index_entries(self.repo, env, [(self.modes.get(path, "100644"), _blob_id(data), path)
+                                                       for path, data in self.original.items() if data is not None])
             else:
                 git.load_index(self.repo, env, self.commit, self.paths)
             for patch, three_way in self.stacked:

@@ -347,8 +347,8 @@ def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, prog
     # A linked work tree's .git is a file naming a folder on this machine, useless inside the build:
     # the context is a standalone clone (objects hard-linked) checked out at the applied series.
     shutil.rmtree(context, ignore_errors=True)
-    git.run(inputs.upstream, ["clone", "--quiet", "--local", "--no-checkout", str(inputs.upstream), str(context)])
-    git.run(context, ["checkout", "--quiet", "--detach", applied.tip])
+    git.clone_local(inputs.upstream, context)
+    git.checkout_detached(context, applied.tip)
     docker.run_buildkit(_invocation(plan, created=_now()), progress)
     return docker.image(plan.content_tag).id
 
@@ -414,12 +414,13 @@ def _base_facts(
             f"base image {base.image} has digest {info.digest}, not the recorded {base.digest}",
             hint="the tag moved; pull the recorded digest or update base.digest in the image definition",
         )
-    package_dir = definition.package_dir or _discover_package_dir(docker, info.id, reference)
+    package_dir = definition.package_dir or discover_package_dir(docker, info.id, reference)
     return BaseFacts(reference=reference, image_id=info.id, digest=info.digest, package_dir=package_dir)
 
 
-def _discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
-    """Ask the base's python once per image id (ids are content hashes, so the answer never goes stale)."""
+def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
+    """Where `image_id` installs vllm/: asked of the image's own python once per image id (ids are content
+    hashes, so the answer never goes stale)."""
     from vpatch.fs import atomic_write
     from vpatch.upstream import cache_dir
 

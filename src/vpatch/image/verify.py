@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePosixPath
@@ -12,12 +11,13 @@ from typing import TYPE_CHECKING
 from vpatch.config import Config
 from vpatch.definition import Strategy
 from vpatch.errors import VpatchError
-from vpatch.image.build import expected_entries
+from vpatch.image.build import discover_package_dir, expected_entries
 from vpatch.image.docker import Docker
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
 from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
+    from vpatch.probe_outcome import Place, Ran
     from vpatch.probes import Probe
 
 
@@ -34,6 +34,11 @@ class Check:
     what: str
     ok: bool
     detail: str = ""
+    error: bool = False  # could not decide (a probe's ERROR): not ok, and not "the bug is there" either
+
+    @property
+    def mark(self) -> str:
+        return "ok  " if self.ok else "ERROR" if self.error else "FAIL"
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ def verify_image(config: Config, image: str, *, probes: bool = False, docker: Do
     repo = upstream.open_upstream(config)
     changes = Changes.of(patches).within(PACKAGE)
     _pre, post, modes = expected_entries(repo, pin_commit, patches, changes.paths)
-    package_dir = labels.get(f"{LABEL_PREFIX}.package_dir") or _discover(docker, info.id)
+    package_dir = labels.get(f"{LABEL_PREFIX}.package_dir") or discover_package_dir(docker, info.id, image)
     in_image = {p: f"{package_dir}/{in_package(p)}" for p in changes.paths}
     found = docker.read_entries(info.id, list(in_image.values()))
     for path in changes.paths:
@@ -131,8 +136,10 @@ def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: C
 
 
 def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
-    """Each patch's landing probe, run against the image instead of a tree: it must pass (the fix is in)."""
-    from vpatch.probes import ProbeKind, probe_for
+    """Each patch's landing probe, run against the image instead of a tree, read by the same rules as on a
+    tree: it must pass (the fix is in); an error is an error, never "the bug is there"."""
+    from vpatch.probe_outcome import ProbeKind, ProbeOutcome, interpret
+    from vpatch.probes import probe_for
 
     checks: list[Check] = []
     for patch in patches:
@@ -140,55 +147,39 @@ def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tupl
         try:
             probe = probe_for(patch)
         except VpatchError as exc:
-            checks.append(Check(CheckKind.PROBE, what, False, exc.message))
+            checks.append(Check(CheckKind.PROBE, what, False, exc.message, error=True))
             continue
         if probe is None:
             continue
-        if probe.kind is ProbeKind.FILES:
-            ok, detail = _files_probe(docker, image_id, package_dir, probe)
-        else:
-            ok, detail = _command_probe(docker, image_id, package_dir, probe)
-        checks.append(Check(CheckKind.PROBE, what, ok, f"{probe.name}: {detail}"))
+        outcome, detail = interpret(probe, image_place(docker, image_id, package_dir))
+        last = (detail.strip().splitlines() or [""])[-1] if probe.kind is ProbeKind.COMMAND else detail
+        checks.append(Check(CheckKind.PROBE, what, outcome is ProbeOutcome.PASS,
+                            f"{probe.name}: {outcome.value}" + (f" ({last})" if last else ""),
+                            error=outcome is ProbeOutcome.ERROR))
     return checks
 
 
-def _files_probe(docker: Docker, image_id: str, package_dir: str, probe: Probe) -> tuple[bool, str]:
-    """kind: files, read from the installed package (a file outside vllm/ is not in the image)."""
-    outside = [c.path for c in probe.files if not c.path.startswith(f"{PACKAGE}/")]
-    if outside:
-        return False, f"{outside[0]} is not part of the installed package; this probe cannot run on an image"
-    found = docker.read_files(image_id, [f"{package_dir}/{in_package(c.path)}" for c in probe.files])
-    problems: list[str] = []
-    for check in probe.files:
-        blob = found[f"{package_dir}/{in_package(check.path)}"]
-        if blob is None and check.contains:
-            problems.append(f"{check.path}: missing")
-            continue
-        text = "" if blob is None else blob.decode("utf-8", "surrogateescape")
-        problems += [f"{check.path}: lacks {s!r}" for s in check.contains if s not in text]
-        problems += [f"{check.path}: still has {s!r}" for s in check.not_contains if s in text]
-    return (False, "; ".join(problems)) if problems else (True, f"all {len(probe.files)} file checks hold")
+def image_place(docker: Docker, image_id: str, package_dir: str) -> Place:
+    """An image as the place a probe runs: a tree path vllm/x is read from the installed package (a path
+    outside vllm/ is not in the image: missing), and a command runs with the image's python3 and the folder
+    holding vllm/ as the tree (cwd, PYTHONPATH). The probe's requirements are not installed: the image has
+    vLLM's own dependencies. Moves are not followed: the image holds the files as the series left them."""
+    from vpatch.probe_outcome import Place, Ran, argv
 
-
-def _command_probe(docker: Docker, image_id: str, package_dir: str, probe: Probe) -> tuple[bool, str]:
-    """kind: command, with the image's python3 and the folder holding vllm/ as the tree (cwd, PYTHONPATH).
-    The probe's requirements are not installed: the image has vLLM's own dependencies."""
     tree = str(PurePosixPath(package_dir).parent)
-    probe_dir = "/tmp/vpatch-probes"
-    files = {f"{probe_dir}/{p.name}": p.read_bytes() for p in (probe.path, *probe.referenced_files())}
-    values = {"python": "python3", "probe_dir": probe_dir, "tree": tree}
-    argv = [re.sub(r"\{([a-z_]+)\}", lambda m: values[m.group(1)], arg) for arg in probe.run]
-    result = docker.execute(image_id, argv, files=files, workdir=tree, timeout=probe.timeout,
-                            env={"PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"})
-    last = (result.err.strip().splitlines() or result.out.strip().splitlines() or [""])[-1]
-    if result.returncode == 0:
-        return True, "exit 0"
-    verdict = "the bug is there" if result.returncode == 1 else "could not decide"
-    return False, f"exit {result.returncode}, {verdict}" + (f" ({last})" if last else "")
 
+    def read(paths: Sequence[str]) -> Mapping[str, bytes | None]:
+        inside = {p: f"{package_dir}/{in_package(p)}" for p in paths if p.startswith(f"{PACKAGE}/")}
+        found = docker.read_files(image_id, list(inside.values())) if inside else {}
+        return {p: found[inside[p]] if p in inside else None for p in paths}
 
-def _discover(docker: Docker, image_id: str) -> str:
-    from vpatch.image.build import _DISCOVER
+    def run(probe: Probe) -> Ran:
+        probe_dir = "/tmp/vpatch-probes"
+        files = {f"{probe_dir}/{p.name}": p.read_bytes() for p in (probe.path, *probe.referenced_files())}
+        result = docker.execute(image_id, argv(probe, python="python3", probe_dir=probe_dir, tree=tree), files=files,
+                                workdir=tree, timeout=probe.timeout,
+                                env={"PYTHONPATH": tree, "PYTHONDONTWRITEBYTECODE": "1"})
+        # execute() answers 124 for a run past the timeout
+        return Ran(result.returncode, result.stdout + result.stderr, timed_out=result.returncode == 124)
 
-    return docker.run(image_id, _DISCOVER).decode().strip()
-
+    return Place("image", read, run)

@@ -142,8 +142,7 @@ def _undo_half_checkout(project: Project, old: str, new: str) -> bool:
     top = project.top
     if (project.git_dir / "index.lock").exists():
         return False
-    changed = {p.decode("utf-8", "surrogateescape")
-               for p in git.run(top, ["diff", "--name-only", "-z", old, new, "--"]).stdout.split(b"\0") if p}
+    changed = set(git.paths_differing(top, old, new))
     dirty = git.dirty_paths(top)
     if not dirty or not set(dirty) <= changed:
         return False
@@ -165,7 +164,7 @@ def _undo_half_checkout(project: Project, old: str, new: str) -> bool:
         else:
             atomic_write(top / path, content)
     # the rewritten files have new stat data: a two-way read-tree trusts only a refreshed index
-    git.run(top, ["update-index", "-q", "--refresh"], check=False)
+    git.refresh_index(top)
     return True
 
 

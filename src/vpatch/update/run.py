@@ -147,9 +147,9 @@ def _resume(project: Project, validator: Validator | None) -> Result:
         current = state.pending[0]
         patch = series.get(current.removesuffix(".patch"))
         if git.head(tree) != recorded.tip:
-            git.run(tree, ["reset", "--soft", "--quiet", recorded.tip])  # the user committed: keep the content, our message
-        git.run(tree, ["add", "-A"])
-        if not git.run(tree, ["diff", "--cached", "--quiet"], check=False).returncode:
+            git.reset_soft(tree, recorded.tip)  # the user committed: keep the content, our message
+        git.stage_all(tree)
+        if git.index_matches(tree, "HEAD"):
             raise VpatchError(f"the resolution of {current} leaves no change on {state.plan.to_ref}",
                               hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
                                    "otherwise make the change in the update tree and --continue")

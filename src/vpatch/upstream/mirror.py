@@ -42,7 +42,7 @@ def fetch(cache: Path, url: str, *, blob_filter: str | None = None, report: Repo
 
             shutil.rmtree(tmp)
         git.init_bare(tmp)
-        git.run(tmp, ["remote", "add", "--mirror=fetch", "origin", url])
+        git.add_mirror_remote(tmp, url)
         _fetch(tmp, url, blob_filter, report)
         tmp.rename(path)  # only a complete first fetch becomes the mirror
         return path

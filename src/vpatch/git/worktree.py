@@ -1,0 +1,159 @@
+"""Work trees: adding and removing them, checking out, applying and committing in one, `git am -3`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from vpatch import process
+from vpatch.errors import GitError
+from vpatch.git.core import Identity, Result, run
+from vpatch.git.index import temp_index
+from vpatch.git.moves import MERGE_RENAME_LIMIT
+from vpatch.git.refs import head
+
+
+def add_worktree(repo: Path, dest: Path, commit: str) -> None:
+    run(repo, ["worktree", "add", "--detach", "--quiet", str(dest), commit])
+
+
+def remove_worktree(repo: Path, dest: Path) -> None:
+    run(repo, ["worktree", "remove", "--force", "--force", str(dest)], check=False)
+    run(repo, ["worktree", "prune"], check=False)
+
+
+def forget_worktrees(repo: Path, *under: Path) -> None:
+    """Drop every registration of a work tree at or below one of `under`, locked ones included.
+
+    A `git worktree add` killed mid-checkout leaves its registration locked ("initializing"); `prune`
+    skips locked entries and the next `add` at that path then fails, so vpatch unlocks its own first.
+    """
+    out = run(repo, ["worktree", "list", "--porcelain", "-z"], check=False).stdout
+    roots = [os.path.realpath(u) for u in under]
+    for record in out.split(b"\0\0"):
+        fields = [f.decode("utf-8", "surrogateescape") for f in record.split(b"\0") if f]
+        path = next((f.removeprefix("worktree ") for f in fields if f.startswith("worktree ")), None)
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        if not any(real == root or real.startswith(root + os.sep) for root in roots):
+            continue
+        if any(f == "locked" or f.startswith("locked ") for f in fields):
+            run(repo, ["worktree", "unlock", path], check=False)
+        run(repo, ["worktree", "remove", "--force", "--force", path], check=False)
+    run(repo, ["worktree", "prune"], check=False)
+
+
+def move_worktree(repo: Path, src: Path, dest: Path) -> None:
+    run(repo, ["worktree", "move", str(src), str(dest)])
+
+
+def clone_local(source: Path, dest: Path) -> None:
+    """A standalone clone of a local repository (objects hard-linked), nothing checked out."""
+    run(source, ["clone", "--quiet", "--local", "--no-checkout", str(source), str(dest)])
+
+
+def checkout_detached(worktree: Path, commit: str) -> None:
+    """Point a work tree's HEAD at `commit` (detached) with its index and files."""
+    run(worktree, ["checkout", "--detach", "--quiet", "--force", commit])
+
+
+def switch_tree(worktree: Path, old: str, new: str) -> None:
+    """Make the index and the files of `worktree` go from tree-ish `old` to `new` (a two-way merge).
+
+    Only paths that differ are touched; git refuses, touching nothing, when one of them holds local edits.
+    """
+    run(worktree, ["read-tree", "-m", "-u", old, new])
+
+
+def extract_tree(repo: Path, treeish: str, dest: Path) -> None:
+    """Write every file of `treeish` under `dest`, straight from the object database.
+
+    A throwaway index and checkout-index rather than `git archive`: archive would apply the
+    tree's own export-ignore/export-subst attributes, and a probe must see the tree as it is.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    with temp_index(repo) as env:
+        run(repo, ["read-tree", treeish], env=env)
+        run(repo, ["--work-tree", str(dest), "checkout-index", "--all", "--force"], env=env)
+
+
+def dirty_paths(worktree: Path, pathspec: Sequence[str] = ()) -> list[str]:
+    """Paths with uncommitted changes (tracked or untracked) in a work tree."""
+    out = run(worktree, ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--", *pathspec]).stdout
+    return [rec[3:].decode("utf-8", "surrogateescape") for rec in out.split(b"\0") if len(rec) > 3]
+
+
+def unmerged_paths(worktree: Path) -> list[str]:
+    """Paths with unresolved conflicts in the index of a work tree."""
+    out = run(worktree, ["diff", "--name-only", "--diff-filter=U", "-z"]).stdout
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def index_matches(worktree: Path, treeish: str) -> bool:
+    """Whether the index holds exactly `treeish`; read-only, so it works while another git holds index.lock."""
+    result = run(worktree, ["diff-index", "--cached", "--quiet", treeish, "--"], check=False)
+    if result.returncode not in (0, 1):
+        raise process.failure(["git", "diff-index", "--cached", "--quiet", treeish], result, error=GitError)
+    return result.returncode == 0
+
+
+def refresh_index(worktree: Path) -> None:
+    """Refresh the index's stat data of a work tree (files rewritten with their indexed content)."""
+    run(worktree, ["update-index", "-q", "--refresh"], check=False)
+
+
+def apply_to_worktree(worktree: Path, patch: bytes, *, three_way: bool = False) -> Result:
+    """Apply a patch to the index and work tree; returns the result without raising."""
+    args = ["apply", "--index", "--verbose"]
+    if three_way:
+        args.append("--3way")
+    return run(worktree, args, input=patch, check=False)
+
+
+def commit_index(worktree: Path, message: str, author: Identity | None = None, *,
+                 committer: Identity | None = None) -> str:
+    """Commit the index (an empty one too), the message verbatim, no hooks; with an explicit author (and
+    committer, default: the author), or without one as the person git is configured for."""
+    committer = committer or author
+    env: dict[str, str] = {}
+    for role, who in (("AUTHOR", author), ("COMMITTER", committer)):
+        if who is not None:
+            env |= {f"GIT_{role}_NAME": who.name, f"GIT_{role}_EMAIL": who.email, f"GIT_{role}_DATE": who.date}
+    run(
+        worktree,
+        ["commit", "--quiet", "--allow-empty", "--no-verify", "--cleanup=verbatim", "-F", "-"],
+        input=message.encode(),
+        env=env,
+    )
+    return head(worktree)
+
+
+def reset_soft(worktree: Path, commit: str) -> None:
+    """Point HEAD (and its branch) at `commit`, keeping the index and the files as they are."""
+    run(worktree, ["reset", "--soft", "--quiet", commit])
+
+
+def stage_all(worktree: Path) -> None:
+    """Stage every change of the work tree, new and deleted files included."""
+    run(worktree, ["add", "-A"])
+
+
+def discard_changes(worktree: Path) -> None:
+    """Put the index and files back at HEAD and delete untracked files (not ignored ones)."""
+    run(worktree, ["reset", "--hard", "--quiet", "HEAD"])
+    run(worktree, ["clean", "-fdq"])
+
+
+def am_three_way(worktree: Path, patch: bytes) -> Result:
+    """`git am -3` of one mail-form patch in a work tree (rename-following 3-way fallback); returns the result,
+    never raises; a failed am is aborted, leaving the work tree as it was."""
+    # only the tree counts: a fixed committer, so that a user without a git identity can run it too
+    env = {"GIT_COMMITTER_NAME": "vpatch", "GIT_COMMITTER_EMAIL": "vpatch@localhost"}
+    # merge.renames follows diff.renames, which vpatch turns off for its own diffs: git's default is on
+    result = run(worktree, ["-c", "merge.renames=true", "-c", f"merge.renameLimit={MERGE_RENAME_LIMIT}", "am", "-3",
+                            "--keep-cr", "--quiet"], input=patch, env=env, check=False)
+    if result.returncode != 0:
+        run(worktree, ["am", "--abort"], check=False)
+    return result
