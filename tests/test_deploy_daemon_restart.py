@@ -77,6 +77,10 @@ def private_daemon(vllm_server_image: str) -> Iterator[PrivateDaemon]:
             ["docker", "-H", daemon.host, "ps", "-aq"], capture_output=True, text=True).stdout.split()],
             capture_output=True)
         daemon.stop()
+        # dockerd leaves its default network namespace bind-mounted under the exec root.
+        netns = daemon.root / "exec" / "netns" / "default"
+        if netns.exists():
+            subprocess.run(["umount", str(netns)], capture_output=True)
         shutil.rmtree(daemon.root, ignore_errors=True)
 
 
