@@ -76,6 +76,11 @@ class Server:
             self._model = str(data[0]["id"])
         return self._model
 
+    def token_ids(self, text: str) -> list[int]:
+        """`text` as this server's tokenizer encodes it, without special tokens."""
+        with self._open("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}) as resp:
+            return [int(i) for i in json.load(resp)["tokens"]]
+
     def count_tokens(self, text: str) -> int:
         with self._open("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}) as resp:
             return int(json.load(resp)["count"])
