@@ -68,6 +68,8 @@ def test_a_good_file_gives_typed_requests_with_the_defaults_merged() -> None:
     (["serve", "tool_call_parser"], 3, "serve.tool_call_parser: must be str"),
     (["serve", "gpus"], "all", "serve.gpus: is not a known key"),
     (["cases", 0, "name"], KeyError, "cases[0].name: is missing"),
+    (["cases", 0, "request", "force_tokens"], ["<think>"], "cases[0].request.force_tokens: '<think>' does not"),
+    (["cases", 0, "request", "force_tokens"], "<tool_call>", "cases[0].request.force_tokens: must be a list"),
 ])
 def test_bad_files_name_the_file_and_the_key(path: list[object], value: object, says: str) -> None:
     with pytest.raises(LiveCheckError) as failed:
@@ -232,3 +234,73 @@ def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -
     case = data["live"]["candidate"][0]["cases"][0]
     assert case["seen"]["tool_calls"] == [{"name": "get_weather\n</tool_call>\nIt is sunny.", "arguments": "{}"}]
     assert data["live"]["baseline"][0]["ok"] and data["live"]["notes"] == ["the baseline x carries no vpatch labels"]
+
+
+# Case 5 of the shipped check (a function body left open before the next <tool_call>) through the real vLLM 0.32.0
+# CPU server with 0003, streamed, one token id per chunk. Under the regex alone the test model spelled the last
+# </tool_call> as six text tokens (30, 17, 432, 65, 567, 32: '<', '/', 'tool', '_', 'call', '>'), and the content
+# 'Done.' was lost; with force_tokens' logit bias it wrote the tag as its token 4088, and the content came.
+CASE_5 = ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<tool_call>\n"
+          "<function=get_time>\n<parameter=zone>\nUTC\n</parameter>\n</function>\n</tool_call>\nDone.")
+_CASE_5_HEAD = [4087, 201, 30, 2204, 364, 31, 317, 86, 65, 1069, 756, 71, 84, 32, 201, 30, 82, 278, 447, 667, 31, 69,
+                770, 32, 201, 504, 445, 201, 30, 17, 82, 278, 447, 667, 32, 201, 4087, 201, 30, 2204, 364, 31, 317, 86,
+                65, 791, 32, 201, 30, 82, 278, 447, 667, 31, 92, 297, 32, 201, 55, 54, 37, 201, 30, 17, 3166, 269, 32,
+                201, 30, 17, 72, 87, 503, 364, 32, 201]
+CASE_5_TEXT_TAG = [*_CASE_5_HEAD, 30, 17, 432, 65, 567, 32, 201, 2035, 16, 2]
+CASE_5_TOKEN_TAG = [*_CASE_5_HEAD, 4088, 201, 38, 263, 71, 16, 2]
+TAG_IDS = {"<tool_call>": 4087, "</tool_call>": 4088}
+
+
+def case_5(**request: object) -> LiveCheck:
+    data = json.loads(json.dumps(GOOD))
+    data["cases"][0]["request"] = {"force_output": CASE_5, **request}
+    data["cases"][0]["expect"] = {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}},
+                                                 {"name": "get_time", "arguments": {"zone": "UTC"}}], "content": "Done."}
+    return parse(data)
+
+
+def sse(ids: list[int], content: dict[int, str]) -> list[str]:
+    """A streamed answer of one token id per chunk, with return_token_ids; `content` by chunk index."""
+    lines = []
+    for n, token in enumerate(ids):
+        delta = {"content": content[n]} if n in content else {}
+        finish = ', "finish_reason": "tool_calls"' if n == len(ids) - 1 else ""
+        lines.append(f'data: {{"choices": [{{"index": 0, "delta": {json.dumps(delta)}, "token_ids": [{token}]{finish}}}]}}')
+    return [*lines, "data: [DONE]"]
+
+
+def test_force_tokens_bias_the_model_to_the_tags_and_ask_for_the_token_ids() -> None:
+    (case,) = case_5(force_tokens=["<tool_call>", "</tool_call>"]).cases
+    body = case.request.body("tiny", TAG_IDS)
+    assert body["logit_bias"] == {"4087": 100, "4088": 100} and body["return_token_ids"] is True
+    assert body["structured_outputs"] == {"regex": regex_for(CASE_5)}  # the text stays forced exactly
+    (plain,) = case_5().cases
+    assert "logit_bias" not in plain.request.body("tiny") and "return_token_ids" not in plain.request.body("tiny")
+    with pytest.raises(LiveCheckError, match=r"force_tokens: needs force_output"):
+        data = json.loads(json.dumps(GOOD))
+        data["cases"][0]["request"] = {"structured_outputs": {"regex": "a"}, "force_tokens": ["a"]}
+        parse(data)
+    with pytest.raises(LiveCheckError, match=r"extra.logit_bias: has a key of its own"):
+        case_5(force_tokens=["<tool_call>"], extra={"logit_bias": {"1": 5}})
+
+
+def test_a_case_whose_model_spelled_a_tag_in_text_pieces_did_not_test_its_path() -> None:
+    (case,) = case_5(force_tokens=["<tool_call>", "</tool_call>"]).cases
+    text_tag = observed_stream(Api.CHAT, sse(CASE_5_TEXT_TAG, {}))
+    assert text_tag.token_ids == tuple(CASE_5_TEXT_TAG)
+    assert case.request.forced_token_problems(TAG_IDS, text_tag) == [
+        "the model spelled '</tool_call>' as its token 4088 0 time(s), not 1: the output did not take the path "
+        "the case tests"]
+    token_tag = observed_stream(Api.CHAT, sse(CASE_5_TOKEN_TAG, {len(CASE_5_TOKEN_TAG) - 3: "Done."}))
+    assert case.request.forced_token_problems(TAG_IDS, token_tag) == []
+    assert token_tag.content == "Done." and judge(case.expect, token_tag) == ["0 tool call(s) (none), expected 2 "
+                                                                             "('get_weather', 'get_time')"]
+    no_ids = Observed("Done.", (), "tool_calls")
+    assert "carries no token ids" in case.request.forced_token_problems(TAG_IDS, no_ids)[0]
+    whole = observed_whole(Api.CHAT, {"choices": [{"message": {"content": ""}, "token_ids": CASE_5_TOKEN_TAG}]})
+    assert case.request.forced_token_problems(TAG_IDS, whole) == []
+
+
+def test_the_shipped_check_forces_both_tags_as_tokens_in_every_case() -> None:
+    check = LiveCheck.load(SHIPPED)
+    assert {c.request.force_tokens for c in check.cases} == {("<tool_call>", "</tool_call>")}

@@ -26,9 +26,12 @@ SERVE_KEYS: dict[str, type] = {
 _TOP = {"about", "serve", "defaults", "cases"}
 _CASE = {"name", "request", "expect"}
 _REQUEST = {"api", "stream", "messages", "prompt", "tools", "tool_choice", "max_tokens", "temperature", "seed",
-            "structured_outputs", "force_output", "extra"}
+            "structured_outputs", "force_output", "force_tokens", "extra"}
 _EXPECT = {"tool_calls", "content", "content_contains", "finish_reason"}
 _STRUCTURED = {"regex", "json", "choice", "grammar"}
+# The logit bias that makes a forced model write a force_tokens text as its one token where the regex allows it:
+# the output's text is fixed by the regex either way, only which tokens spell it changes.
+FORCE_BIAS = 100
 # Characters with a meaning in the regular expressions of vLLM's structured-output backends.
 _REGEX_SPECIAL = set(".^$*+?()[]{}|\\")
 
@@ -61,8 +64,13 @@ class Request:
     seed: int | None = None
     structured_outputs: Mapping[str, Any] | None = None  # vLLM's: {regex | json | choice | grammar: ...}
     extra: Mapping[str, Any] = field(default_factory=dict)  # further body fields, verbatim
+    force_output: str | None = None
+    # Texts the forced output must spell as one token of the server's tokenizer each (e.g. "<tool_call>"): a
+    # random model under a regex picks any tokens that spell the text, and a parser may take a tag by its id only.
+    force_tokens: tuple[str, ...] = ()
 
-    def body(self, model: str) -> dict[str, Any]:
+    def body(self, model: str, token_ids: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """The request body; `token_ids` (each force_tokens text's id on this server) biases the model to them."""
         body: dict[str, Any] = {"model": model, "max_tokens": self.max_tokens, "temperature": self.temperature,
                                 "stream": self.stream}
         if self.api is Api.CHAT:
@@ -79,7 +87,24 @@ class Request:
             body["seed"] = self.seed
         if self.structured_outputs is not None:
             body["structured_outputs"] = dict(self.structured_outputs)
+        if self.force_tokens:
+            body["logit_bias"] = {str(i): FORCE_BIAS for i in (token_ids or {}).values()}
+            body["return_token_ids"] = True
         return {**body, **self.extra}
+
+    def forced_token_problems(self, token_ids: Mapping[str, int], seen: Observed) -> list[str]:
+        """Where the answer did not spell a force_tokens text as its token: the case did not test what it names."""
+        if not self.force_tokens or self.force_output is None:
+            return []
+        if seen.token_ids is None:
+            return ["the answer carries no token ids (return_token_ids), so force_tokens cannot be checked"]
+        problems = []
+        for text in self.force_tokens:
+            wanted, got = self.force_output.count(text), seen.token_ids.count(token_ids[text])
+            if got != wanted:
+                problems.append(f"the model spelled {text!r} as its token {token_ids[text]} {got} time(s), not "
+                                f"{wanted}: the output did not take the path the case tests")
+        return problems
 
 
 @dataclass(frozen=True)
@@ -172,6 +197,7 @@ class Observed:
     content: str
     tool_calls: tuple[tuple[str, str], ...]  # (name, arguments text as the client assembled it)
     finish_reason: str | None
+    token_ids: tuple[int, ...] | None = None  # the output's token ids, where the request asked for them
 
     def summary(self) -> str:
         calls = ", ".join(f"{n!r}({a})" for n, a in self.tool_calls) or "no tool call"
@@ -283,14 +309,28 @@ def _request(v: _Validator, data: Mapping[str, Any], key: str) -> Request:
         v.fail(f"{key}.tool_choice", f"must be auto, none, required or {{type: function, function: {{name}}}}, "
                f"not {tool_choice!r}")
     structured = _structured(v, data, key)
+    force = data.get("force_output")
+    force_tokens = _force_tokens(v, data.get("force_tokens", []), force, f"{key}.force_tokens")
     extra = v.mapping(data.get("extra", {}), f"{key}.extra", optional=None)
     clash = sorted(set(extra) & {"model", "messages", "prompt", "stream", "max_tokens", "temperature", "tools",
-                                 "tool_choice", "structured_outputs", "seed"})
+                                 "tool_choice", "structured_outputs", "seed",
+                                 *(("logit_bias", "return_token_ids") if force_tokens else ())})
     if clash:
         v.fail(f"{key}.extra.{clash[0]}", f"has a key of its own; write {clash[0]} in the request itself")
     return Request(api=api, stream=stream, max_tokens=max_tokens, temperature=float(temperature), messages=messages,
                    prompt=prompt, tools=tools, tool_choice=tool_choice, seed=seed, structured_outputs=structured,
-                   extra=dict(extra))
+                   extra=dict(extra), force_output=force, force_tokens=force_tokens)
+
+
+def _force_tokens(v: _Validator, data: Any, force: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(data, list) or not all(isinstance(t, str) and t for t in data):
+        v.fail(key, f"must be a list of non-empty texts, not {data!r}")
+    if data and force is None:
+        v.fail(key, "needs force_output: it says how the forced text is spelled")
+    absent = [t for t in data if t not in force]
+    if absent:
+        v.fail(key, f"{absent[0]!r} does not occur in force_output")
+    return tuple(data)
 
 
 def _structured(v: _Validator, data: Mapping[str, Any], key: str) -> dict[str, Any] | None:

@@ -91,6 +91,11 @@ class Server:
             ids += ids[: tokens - len(ids)]
         return ids[:tokens]
 
+    def encode(self, text: str) -> list[int]:
+        """`text` as this server's tokenizer encodes it, without special tokens."""
+        with self._open("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}) as resp:
+            return [int(i) for i in json.load(resp)["tokens"]]
+
     def count_tokens(self, text: str) -> int:
         with self._open("/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}) as resp:
             return int(json.load(resp)["count"])

@@ -243,7 +243,8 @@ def run_case(case: Case, server: Server) -> CaseOutcome:
     started = time.monotonic()
     request = case.request
     try:
-        body = request.body(server.model)
+        token_ids = _force_token_ids(request.force_tokens, server)
+        body = request.body(server.model, token_ids)
         if request.stream:
             seen = observed_stream(request.api, server.post_stream(request.api.path, body))
         else:
@@ -251,22 +252,36 @@ def run_case(case: Case, server: Server) -> CaseOutcome:
     except (ServerError, ValueError) as exc:
         message = exc.message if isinstance(exc, VpatchError) else f"unreadable answer: {exc}"
         return CaseOutcome(case.name, (message,), None, time.monotonic() - started)
-    return CaseOutcome(case.name, tuple(judge(case.expect, seen)), seen, time.monotonic() - started)
+    problems = request.forced_token_problems(token_ids, seen) + judge(case.expect, seen)
+    return CaseOutcome(case.name, tuple(problems), seen, time.monotonic() - started)
+
+
+def _force_token_ids(texts: Sequence[str], server: Server) -> dict[str, int]:
+    """Each force_tokens text's one token id in the server's tokenizer; a text it has no single token for is
+    refused (ValueError), since the case could not make the model spell it so."""
+    out = {}
+    for text in texts:
+        ids = server.encode(text)
+        if len(ids) != 1:
+            raise ValueError(f"the server's tokenizer has no single token for {text!r} (it gives {ids}): "
+                             "the case cannot force it; drop it from force_tokens")
+        out[text] = ids[0]
+    return out
 
 
 def observed_stream(api: Api, lines: Sequence[str]) -> Observed:
-    """A streamed answer as a client assembles it (content deltas and tool-call fragments by index)."""
+    """A streamed answer as a client assembles it (content deltas and tool-call fragments by index), with the
+    token ids of every chunk where the request asked for them."""
+    events = list(sse_events(lines))
+    choices = [choice for event in events for choice in _choices(event)]
+    given = [choice["token_ids"] for choice in choices if isinstance(choice.get("token_ids"), list)]
+    token_ids = tuple(int(i) for ids in given for i in ids) if given else None
     if api is Api.CHAT:
-        chat = assemble_chat(sse_events(lines))
-        return Observed(chat.text, tuple((c.name, c.arguments) for c in chat.tool_calls), chat.finish_reason)
-    text: list[str] = []
-    finish = None
-    for event in sse_events(lines):
-        choices = event.get("choices")
-        for choice in choices if isinstance(choices, list) else ():
-            text.append(str(choice.get("text") or ""))
-            finish = choice.get("finish_reason") or finish
-    return Observed("".join(text), (), finish)
+        chat = assemble_chat(events)
+        return Observed(chat.text, tuple((c.name, c.arguments) for c in chat.tool_calls), chat.finish_reason,
+                        token_ids)
+    finish = next((c["finish_reason"] for c in reversed(choices) if c.get("finish_reason")), None)
+    return Observed("".join(str(c.get("text") or "") for c in choices), (), finish, token_ids)
 
 
 def observed_whole(api: Api, answer: Mapping[str, Any]) -> Observed:
@@ -274,12 +289,19 @@ def observed_whole(api: Api, answer: Mapping[str, Any]) -> Observed:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ValueError(f"no choices in the answer: {str(answer)[:200]}")
     choice = choices[0]
+    given = choice.get("token_ids")
+    token_ids = tuple(int(i) for i in given) if isinstance(given, list) else None
     if api is Api.COMPLETIONS:
-        return Observed(str(choice.get("text") or ""), (), choice.get("finish_reason"))
+        return Observed(str(choice.get("text") or ""), (), choice.get("finish_reason"), token_ids)
     message = choice.get("message") or {}
     calls = tuple((str((c.get("function") or {}).get("name") or ""), str((c.get("function") or {}).get("arguments") or ""))
                   for c in message.get("tool_calls") or ())
-    return Observed(str(message.get("content") or ""), calls, choice.get("finish_reason"))
+    return Observed(str(message.get("content") or ""), calls, choice.get("finish_reason"), token_ids)
+
+
+def _choices(event: Mapping[str, object]) -> list[dict[str, Any]]:
+    choices = event.get("choices")
+    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
 
 
 def alarms(outcomes: Sequence[PatchOutcome]) -> list[str]:
