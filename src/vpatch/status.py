@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, lineage
+from vpatch import decision, git, lineage
 from vpatch.errors import ExitCode, VpatchError
 from vpatch.progress import Reporter, silent
 from vpatch.upstream import commitcache
@@ -92,17 +92,20 @@ class Status:
     bisect_checks: int = 0
 
     def exit_code(self) -> ExitCode:
-        """ATTENTION when any patch is partial or conflicts on the pin or a later target, else LANDED when
-        any landed there, else OK. Targets older than the pin say nothing about what to do next."""
+        """What the decisions (decision.py) on the pin and every later target say: ATTENTION when any patch needs
+        a person there (partial, conflict, disputed, landed on its own pin, its probe invalid or undecided),
+        else LANDED when any would be dropped, else OK. Targets older than the pin say nothing about what to
+        do next."""
+        return decision.worst(d.exit_code for d in self.decisions())
+
+    def decisions(self) -> list[decision.Decision]:
+        """The decision for every patch on the pin and each later target, as an update to that target makes it."""
         start = self.targets.index(self.pin) if self.pin in self.targets else 0
-        states = {v.state for p in self.patches for v in p.results[start:]}
-        errored = any(v.probe is not None and v.probe.outcome is ProbeOutcome.ERROR
-                      for p in self.patches for v in p.results[start:])
-        if states & {State.PARTIAL, State.CONFLICT, State.DISPUTED} or self.invalid_probes() or errored:
-            return ExitCode.ATTENTION
-        if State.LANDED in states:
-            return ExitCode.LANDED
-        return ExitCode.OK
+        out = []
+        for p in self.patches:
+            on_pin = p.results[start] if self.pin in self.targets else None
+            out += [decision.decide(v, pin=on_pin, pin_ref=self.pin.ref) for v in p.results[start:]]
+        return out
 
 
     def invalid_probes(self) -> list[str]:
@@ -322,17 +325,39 @@ def _landing(
     earlier = [t.commit for t in targets[:first]]
     below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
     since = next(t.ref for t in targets if t.commit == below)
-    base, tip = _bisect_range(repo, below, top.commit, refs.main, landed)
-    if base is None:
+    found = search_landing(repo, below=below, top=top.commit, main=refs.main, landed=landed,
+                           floor=lambda line: _after_last_revert(line, results[first]))
+    if found is None:
         proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
+    proof = lineage.first_release(repo, found.commit, branch=main, state=refs.state)
+    return Landing(top.ref, found.commit, proof.release if proof else None, bisected=True, checks=found.checks,
+                   candidates=found.candidates, since=since, proof=proof)
+
+
+@dataclass(frozen=True)
+class Search:
+    """Where a landing search found the first commit that has a change."""
+
+    commit: str
+    checks: int  # how many times it asked `landed`
+    candidates: int  # the first-parent commits it searched (after the last revert)
+
+
+def search_landing(repo: Path, *, below: str, top: str, main: str | None, landed: Callable[[str], bool],
+                   floor: Callable[[Sequence[str]], int]) -> Search | None:
+    """The first commit between `below` (not landed) and `top` (landed) where `landed` holds: the first-parent
+    line of _bisect_range (release branches: main between the merge-bases, or the branch's own commits),
+    searched after `floor(line)` (the position after the last revert of the change: a revert makes "landed"
+    non-monotonic), by bisection. `main`: the commit upstream's main branch names (None: no per-commit
+    history). None when the two commits share no history to search. Used by status and by narrowing."""
+    base, tip = _bisect_range(repo, below, top, main, landed)
+    if base is None:
+        return None
     line = commitcache.first_parent_commits(repo, base, tip)
-    # A revert makes "landed" non-monotonic along the line: search only after the last revert before the tip.
-    floor = _after_last_revert(line, results[first])
-    found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)
-    proof = lineage.first_release(repo, found, branch=main, state=refs.state)
-    return Landing(top.ref, found, proof.release if proof else None, bisected=True, checks=checks,
-                   candidates=len(line) - floor, since=since, proof=proof)
+    start = floor(line)
+    found, checks = bisect_first(line[start:], landed) if line[start:] else (tip, 0)
+    return Search(found, checks, len(line) - start)
 
 
 def _bisect_range(repo: Path, below: str, top: str, main: str | None,

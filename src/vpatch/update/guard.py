@@ -7,13 +7,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, lineage
+from vpatch import decision, git, lineage
+from vpatch.decision import Case, Decision, vetoed
 from vpatch.errors import VpatchError
 from vpatch.update.plan import Action, Plan, ProbeCheck
+from vpatch.verdict import State
 
 if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.series import Patch, Series
+    from vpatch.status import Status
 
 class Refused(VpatchError):
     """A dry run refused as the real run would, carrying the judging it refused after (for the table)."""
@@ -53,9 +56,21 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
         except VpatchError as exc:
             result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
         if not result.ok:
-            raise VpatchError(f"not dropping {row.file}: its probe does not validate on the pin {plan.from_ref}: "
-                              f"{result.detail}", hint="the probe must fail on the pin and pass with the patch; fix it,"
-                              " commit, and run the update again; the project is unchanged")
+            # the veto: the drop's case becomes an invalid probe, which refuses the move (decision.py)
+            veto = Decision(Case.INVALID_PROBE, State.LANDED, result.detail)
+            raise vetoed(row.file, veto, pin_ref=plan.from_ref, detail=result.detail)
+
+
+def refuse_invalid_probes(plan: Plan, report: Status | None) -> None:
+    """A patch whose probe status found INVALID (it does not validate on the pin) refuses the move before anything
+    runs: nothing may be dropped or kept on a probe that cannot tell the bug from the fix."""
+    for row in plan.patches:
+        if row.case.action is not decision.Action.REFUSE:
+            continue
+        verdict = next(p.results[-1] for p in report.patches if p.file == row.file) if report is not None else None
+        state = verdict.state if verdict is not None else State.NEEDED
+        detail = verdict.probe.detail if verdict is not None and verdict.probe is not None else row.decided_by
+        raise vetoed(row.file, Decision(row.case, state, row.decided_by), pin_ref=plan.from_ref, detail=detail)
 
 
 def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check,

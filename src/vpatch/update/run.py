@@ -90,6 +90,7 @@ def _update(
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
     try:
+        guard.refuse_invalid_probes(plan, report)
         guard.refuse_unproven_drops(repo, config, series, plan,
                                     lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
         if dry_run:
