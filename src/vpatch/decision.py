@@ -127,11 +127,10 @@ def worst(codes: Iterable[ExitCode]) -> ExitCode:
     return ExitCode.OK
 
 
-def vetoed(file: str, decision: Decision, *, pin_ref: str, detail: str) -> VpatchError:
-    """The refusal of a move (Action.REFUSE) whose patch leans on a probe that does not validate on the pin: the
-    status's INVALID probe (known before anything runs) and the guard's re-validation of a drop say it alike."""
-    assert decision.action is Action.REFUSE
-    if decision.state is State.LANDED:
+def vetoed(file: str, *, dropping: bool, pin_ref: str, detail: str) -> VpatchError:
+    """The refusal (Action.REFUSE) of a move whose patch leans on a probe that does not validate on the pin: the
+    guard's re-validation of a drop, and a probe status found INVALID that nothing else refused, say it alike."""
+    if dropping:
         return VpatchError(f"not dropping {file}: its probe does not validate on the pin {pin_ref}: {detail}",
                            hint="the probe must fail on the pin and pass with the patch; fix it, commit, and run the "
                                 "update again; the project is unchanged")

@@ -8,15 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import decision, git, lineage
-from vpatch.decision import Case, Decision, vetoed
+from vpatch.decision import Case, vetoed
 from vpatch.errors import VpatchError
 from vpatch.update.plan import Action, Plan, ProbeCheck
-from vpatch.verdict import State
 
 if TYPE_CHECKING:
     from vpatch.config import Config
     from vpatch.series import Patch, Series
-    from vpatch.status import Status
 
 class Refused(VpatchError):
     """A dry run refused as the real run would, carrying the judging it refused after (for the table)."""
@@ -56,21 +54,19 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
         except VpatchError as exc:
             result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
         if not result.ok:
-            # the veto: the drop's case becomes an invalid probe, which refuses the move (decision.py)
-            veto = Decision(Case.INVALID_PROBE, State.LANDED, result.detail)
-            raise vetoed(row.file, veto, pin_ref=plan.from_ref, detail=result.detail)
+            # the veto: the drop's case is an invalid probe after all, which refuses the move (decision.py)
+            assert Case.INVALID_PROBE.action is decision.Action.REFUSE
+            raise vetoed(row.file, dropping=True, pin_ref=plan.from_ref, detail=result.detail)
 
 
-def refuse_invalid_probes(plan: Plan, report: Status | None) -> None:
-    """A patch whose probe status found INVALID (it does not validate on the pin) refuses the move before anything
-    runs: nothing may be dropped or kept on a probe that cannot tell the bug from the fix."""
+def refuse_invalid_probes(plan: Plan) -> None:
+    """The last word on a patch whose probe status found INVALID (Case.INVALID_PROBE, Action.REFUSE): its row went
+    on as its text said so that the checks above refuse it with what the probe does, and if none of them did
+    (its probe validates on the new pin, not on the pin) the move is still refused: the decision stands."""
     for row in plan.patches:
-        if row.case.action is not decision.Action.REFUSE:
-            continue
-        verdict = next(p.results[-1] for p in report.patches if p.file == row.file) if report is not None else None
-        state = verdict.state if verdict is not None else State.NEEDED
-        detail = verdict.probe.detail if verdict is not None and verdict.probe is not None else row.decided_by
-        raise vetoed(row.file, Decision(row.case, state, row.decided_by), pin_ref=plan.from_ref, detail=detail)
+        if row.case.action is decision.Action.REFUSE:
+            raise vetoed(row.file, dropping=row.action is Action.DROP, pin_ref=plan.from_ref,
+                         detail=row.decided_by)
 
 
 def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check,

@@ -62,6 +62,9 @@ class PatchPlan:
         done = self.case.action
         if done is decision.Action.NARROW and self.narrowing is None:
             done = decision.Action.STOP  # not narrowed (or --no-narrow): a person resolves it
+        if done is decision.Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
+            done = {Action.DROP: decision.Action.DROP, Action.STOP: decision.Action.STOP}.get(
+                self.action, decision.Action.APPLY)
         return decision.verb(done, planned=planned, refreshed=self.action is Action.REFRESH)
 
 
@@ -187,7 +190,7 @@ def judge_with_status(
         verdict = row.results[-1]
         # the pin is the first column; the target differs from it (an update to the pin is up to date)
         made = decision.decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
-        action = _ACTIONS[made.action]
+        action = _row_action(made)
         landed_in = _landing_text(row.landed_in, to, target) if action is Action.DROP else None
         rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
                               tuple(str(e) for e in verdict.evidence), landed_in,
@@ -240,9 +243,17 @@ def narrow_rows(
 
 
 # the row's action before narrowing and the export: a partial patch stops unless narrowing proves it (then it
-# is kept), a re-applied one is kept until the export says it changed (refresh); a refusal raises (guard.py)
+# is kept), a re-applied one is kept until the export says it changed (refresh)
 _ACTIONS = {decision.Action.DROP: Action.DROP, decision.Action.APPLY: Action.KEEP, decision.Action.NARROW: Action.STOP,
-            decision.Action.STOP: Action.STOP, decision.Action.REFUSE: Action.STOP}
+            decision.Action.STOP: Action.STOP}
+
+
+def _row_action(made: decision.Decision) -> Action:
+    """A refusal goes on as the text decided, so that the guard's checks refuse it with what its probe does on
+    the pin and the new pin; guard.refuse_invalid_probes refuses it last when none of them did."""
+    if made.action is decision.Action.REFUSE:
+        return _ACTIONS[Case(made.state.value).action]
+    return _ACTIONS[made.action]
 
 
 def _landing_text(landing: Landing | None, to: str, target: str) -> str:
