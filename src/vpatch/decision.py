@@ -44,6 +44,14 @@ class Case(str, Enum):
         return _ACTION[self]
 
     @property
+    def exit_code(self) -> ExitCode:
+        """What `status --exit-code` says for a patch in this case: LANDED (3) for a drop, ATTENTION (4) for
+        anything a person must resolve or fix, OK (0) for a re-apply."""
+        if self.action is Action.DROP:
+            return ExitCode.LANDED
+        return ExitCode.OK if self.action is Action.APPLY else ExitCode.ATTENTION
+
+    @property
     def label(self) -> str:
         """The state word a person reads in `[...]` (a lost move is a conflict to them)."""
         return State.CONFLICT.value if self is Case.MOVED_LOST else self.value
@@ -91,11 +99,8 @@ class Decision:
 
     @property
     def exit_code(self) -> ExitCode:
-        """What `status --exit-code` says for this patch on this target: LANDED (3) for a drop, ATTENTION (4)
-        for anything a person must resolve or fix, OK (0) for a re-apply."""
-        if self.action in (Action.STOP, Action.NARROW, Action.REFUSE) or self.probe_trouble:
-            return ExitCode.ATTENTION
-        return ExitCode.LANDED if self.action is Action.DROP else ExitCode.OK
+        """The case's exit code; ATTENTION when its probe could not decide here (a person looks at the probe)."""
+        return ExitCode.ATTENTION if self.probe_trouble else self.case.exit_code
 
 
 def decide(verdict: Verdict, *, pin: Verdict | None, pin_ref: str) -> Decision:
