@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import decision, git, lineage
-from vpatch.decision import Case, vetoed
+from vpatch.decision import vetoed
 from vpatch.errors import VpatchError
 from vpatch.update.plan import Action, Plan, ProbeCheck
 
@@ -54,8 +54,7 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
         except VpatchError as exc:
             result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
         if not result.ok:
-            # the veto: the drop's case is an invalid probe after all, which refuses the move (decision.py)
-            assert Case.INVALID_PROBE.action is decision.Action.REFUSE
+            # the veto: the drop's case is an invalid probe after all (Case.INVALID_PROBE: Action.REFUSE)
             raise vetoed(row.file, dropping=True, pin_ref=plan.from_ref, detail=result.detail)
 
 
