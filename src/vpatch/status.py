@@ -101,11 +101,12 @@ class Status:
     def decisions(self) -> list[decision.Decision]:
         """The decision for every patch on the pin and each later target, as an update to that target makes it."""
         start = self.targets.index(self.pin) if self.pin in self.targets else 0
-        out = []
-        for p in self.patches:
-            on_pin = p.results[start] if self.pin in self.targets else None
-            out += [decision.decide(v, pin=on_pin, pin_ref=self.pin.ref) for v in p.results[start:]]
-        return out
+        return [self.decision(p, v) for p in self.patches for v in p.results[start:]]
+
+    def decision(self, patch: PatchStatus, verdict: Verdict) -> decision.Decision:
+        """What an update to `verdict`'s target does with `patch` (decision.decide, the pin's verdict beside it)."""
+        on_pin = patch.results[self.targets.index(self.pin)] if self.pin in self.targets else None
+        return decision.decide(verdict, pin=on_pin, pin_ref=self.pin.ref)
 
 
     def invalid_probes(self) -> list[str]:
