@@ -306,7 +306,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
                   branch: str | None) -> str:
     """The first commit (and release) that has the hunk, found by status's landing search (release branches
     followed, searched after the last revert that took the hunk out again)."""
-    from vpatch import lineage, status
+    from vpatch import landing, lineage
 
     fd, hunk = next((fd, h) for fd in patch.files for n, h in enumerate(fd.hunks, 1) if hunk_name(fd, n, h) == name)
     one = (replace(fd, hunks=(hunk,)),)
@@ -328,7 +328,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return next((i + 1 for i in reversed(out) if not has(line[i])), 0)
 
     main = git.resolve_commit(repo, branch) if branch else None
-    found = status.search_landing(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
+    found = landing.search(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
     if found is None:
         return f"{to_ref} (at or before commit {target[:12]})"
     subject = git.run(repo, ["log", "-1", "--format=%s", found.commit]).out.strip()

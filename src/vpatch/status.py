@@ -25,13 +25,14 @@ release branch (lineage.first_release, which also names the proving commit and b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import decision, git, lineage
+from vpatch import decision, git, landing, lineage
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.progress import Reporter, silent
 from vpatch.upstream import commitcache
 from vpatch.verdict import (
@@ -326,7 +327,7 @@ def _landing(
     earlier = [t.commit for t in targets[:first]]
     below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
     since = next(t.ref for t in targets if t.commit == below)
-    found = search_landing(repo, below=below, top=top.commit, main=refs.main, landed=landed,
+    found = landing.search(repo, below=below, top=top.commit, main=refs.main, landed=landed,
                            floor=lambda line: _after_last_revert(line, results[first]))
     if found is None:
         proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
@@ -334,50 +335,6 @@ def _landing(
     proof = lineage.first_release(repo, found.commit, branch=main, state=refs.state)
     return Landing(top.ref, found.commit, proof.release if proof else None, bisected=True, checks=found.checks,
                    candidates=found.candidates, since=since, proof=proof)
-
-
-@dataclass(frozen=True)
-class Search:
-    """Where a landing search found the first commit that has a change."""
-
-    commit: str
-    checks: int  # how many times it asked `landed`
-    candidates: int  # the first-parent commits it searched (after the last revert)
-
-
-def search_landing(repo: Path, *, below: str, top: str, main: str | None, landed: Callable[[str], bool],
-                   floor: Callable[[Sequence[str]], int]) -> Search | None:
-    """The first commit between `below` (not landed) and `top` (landed) where `landed` holds: the first-parent
-    line of _bisect_range (release branches: main between the merge-bases, or the branch's own commits),
-    searched after `floor(line)` (the position after the last revert of the change: a revert makes "landed"
-    non-monotonic), by bisection. `main`: the commit upstream's main branch names (None: no per-commit
-    history). None when the two commits share no history to search. Used by status and by narrowing."""
-    base, tip = _bisect_range(repo, below, top, main, landed)
-    if base is None:
-        return None
-    line = commitcache.first_parent_commits(repo, base, tip)
-    start = floor(line)
-    found, checks = bisect_first(line[start:], landed) if line[start:] else (tip, 0)
-    return Search(found, checks, len(line) - start)
-
-
-def _bisect_range(repo: Path, below: str, top: str, main: str | None,
-                  landed: Callable[[str], bool]) -> tuple[str | None, str]:
-    """The first-parent line to bisect: below..top when top descends from below; else, on a git upstream with
-    release branches, main between the two merge-bases when main already had the change where `top`'s
-    release branch forked, or that release branch's own commits when it did not."""
-    if main is not None and not commitcache.is_ancestor(repo, top, main):
-        top_base = commitcache.merge_base(repo, top, main)
-        if top_base is not None and landed(top_base):
-            below_base = commitcache.merge_base(repo, below, main)
-            if below_base is not None and below_base != top_base and commitcache.is_ancestor(repo, below_base, top_base):
-                return below_base, top_base
-        elif top_base is not None:
-            start = below if commitcache.is_ancestor(repo, below, top) else top_base
-            return start, top
-    if commitcache.is_ancestor(repo, below, top):
-        return below, top
-    return commitcache.merge_base(repo, below, top), top
 
 
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
@@ -388,20 +345,6 @@ def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
     reverted = [c for c in line if c[:12] in named] if named else []
     return line.index(reverted[-1]) + 1 if reverted else 0
-
-
-def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[str, int]:
-    """The first commit of `line` (oldest first, whose last commit is known landed) where `landed` holds,
-    assuming once landed it stays landed; returns it and how many checks it took."""
-    lo, hi, checks = 0, len(line) - 1, 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        checks += 1
-        if landed(line[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return line[hi], checks
 
 
 def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None,
