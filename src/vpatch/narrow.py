@@ -322,10 +322,13 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return f"{to_ref} (already upstream at the pin's commit {base[:12]})"
     reverts = lineage.revert_commits(repo, pin, target)
 
+    floors: list[int] = []
+
     def after_last_revert(line: Sequence[str]) -> int:
         # the last revert on the line that leaves the hunk out: a landing before it does not stand
         out = [i for i, c in enumerate(line) if c in reverts]
-        return next((i + 1 for i in reversed(out) if not has(line[i])), 0)
+        floors.append(next((i + 1 for i in reversed(out) if not has(line[i])), 0))
+        return floors[-1]
 
     main = git.resolve_commit(repo, branch) if branch else None
     found = landing.search(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
@@ -340,7 +343,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
                  else f"release {proof}")
     checks, searched = found.checks, found.candidates
     how = (f"bisected: {checks} check{'s' if checks != 1 else ''} over {searched} commits" if searched > 1
-           else "the only commit searched")
+           else "the only commit after the last revert" if floors and floors[-1] else "the only commit since the pin")
     return f"{to_ref} (first commit {found.commit[:12]} \"{subject}\", {where}; {how})"
 
 
