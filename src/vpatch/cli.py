@@ -530,14 +530,8 @@ def _update_lines(result: UpdateResult) -> list[str]:
         _console().print(report.status_table(plan.report))
     head = "plan" if result.outcome is Outcome.PLANNED else "update"
     lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
-    verbs = {Action.DROP: "drop", Action.REFRESH: "refresh", Action.KEEP: "keep", Action.STOP: "stop at"}
-    if result.outcome is Outcome.PLANNED:
-        verbs = {Action.DROP: "would drop", Action.REFRESH: "would re-apply", Action.KEEP: "would re-apply",
-                 Action.STOP: "would stop at"}
     for row in plan.patches:
-        verb = verbs[row.action]
-        if row.narrowing is not None:
-            verb = "would narrow" if result.outcome is Outcome.PLANNED else "narrow"
+        verb = row.verb(planned=result.outcome is Outcome.PLANNED)  # the decision's words (decision.py)
         lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
         lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
         if row.move_proof:

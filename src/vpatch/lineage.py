@@ -392,6 +392,13 @@ def _identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: S
     return Identity(tuple(events))
 
 
+def revert_commits(repo: Path, base: str, tip: str) -> set[str]:
+    """The commits of base..tip that revert another ("This reverts commit <sha>", as `git revert` writes it, or
+    a 'Revert "..."' subject): where a change may have gone out again."""
+    records = commitcache.log_records(repo, base, tip, grep=identity_grep(None))
+    return {r.commit for r in records if _REVERTS.search(r.body) or _is_revert(r.subject)}
+
+
 def _names(prefix: str | None, commits: set[str]) -> bool:
     return prefix is not None and any(c.startswith(prefix) for c in commits)
 

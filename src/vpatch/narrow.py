@@ -304,8 +304,9 @@ def _full_tree(repo: Path, commit: str, patches: Sequence[Patch]) -> str:
 
 def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str, to_ref: str,
                   branch: str | None) -> str:
-    """The first commit (and release) on the first-parent line from the pin to the new pin that has the hunk."""
-    from vpatch import lineage, status
+    """The first commit (and release) that has the hunk, found by status's landing search (release branches
+    followed, searched after the last revert that took the hunk out again)."""
+    from vpatch import landing, lineage
 
     fd, hunk = next((fd, h) for fd in patch.files for n, h in enumerate(fd.hunks, 1) if hunk_name(fd, n, h) == name)
     one = (replace(fd, hunks=(hunk,)),)
@@ -315,21 +316,35 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return found.outcome in (Outcome.CLEAN, Outcome.OFFSETS)
 
     base = pin if git.is_ancestor(repo, pin, target) else git.merge_base(repo, pin, target)
-    line = git.first_parent_commits(repo, base, target) if base else []
-    if not line or not has(target):
+    if base is None or base == target or not has(target):
         return f"{to_ref} (at or before commit {target[:12]})"
-    if base and has(base):
+    if has(base):
         return f"{to_ref} (already upstream at the pin's commit {base[:12]})"
-    found, checks = status.bisect_first(line, has)
-    subject = git.commit_subject(repo, found)
-    proof = lineage.first_release(repo, found, branch=branch)
+    reverts = lineage.revert_commits(repo, pin, target)
+
+    floors: list[int] = []
+
+    def after_last_revert(line: Sequence[str]) -> int:
+        # the last revert on the line that leaves the hunk out: a landing before it does not stand
+        out = [i for i, c in enumerate(line) if c in reverts]
+        floors.append(next((i + 1 for i in reversed(out) if not has(line[i])), 0))
+        return floors[-1]
+
+    main = git.resolve_commit(repo, branch) if branch else None
+    found = landing.search(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
+    if found is None:
+        return f"{to_ref} (at or before commit {target[:12]})"
+    subject = git.commit_subject(repo, found.commit)
+    proof = lineage.first_release(repo, found.commit, branch=branch)
     if proof is None:
         where = "in no release yet"
     else:  # the proof names its own commit only when it is another one (a cherry-pick on a release branch)
-        where = f"release {proof.release}" if proof.commit == found and not proof.picked else f"release {proof}"
-    how = (f"bisected: {checks} check{'s' if checks != 1 else ''} over {len(line)} commits" if len(line) > 1
-           else "the only commit since the pin")
-    return f"{to_ref} (first commit {found[:12]} \"{subject}\", {where}; {how})"
+        where = (f"release {proof.release}" if proof.commit == found.commit and not proof.picked
+                 else f"release {proof}")
+    checks, searched = found.checks, found.candidates
+    how = (f"bisected: {checks} check{'s' if checks != 1 else ''} over {searched} commits" if searched > 1
+           else "the only commit after the last revert" if floors and floors[-1] else "the only commit since the pin")
+    return f"{to_ref} (first commit {found.commit[:12]} \"{subject}\", {where}; {how})"
 
 
 def verdicts_of(report: object) -> dict[str, Verdict] | None:

@@ -10,6 +10,7 @@ from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from vpatch.decision import Decision
     from vpatch.status import Landing, PatchStatus, Status
 
 JSON_VERSION = 1
@@ -31,7 +32,8 @@ def status_json(status: Status) -> dict[str, Any]:
                 "slug": p.slug,
                 "file": p.file,
                 "subject": p.subject,
-                "results": {t.ref: _verdict_json(v) for t, v in zip(status.targets, p.results)},
+                "results": {t.ref: {**_verdict_json(v), **_decision_json(status.decision(p, v))}
+                            for t, v in zip(status.targets, p.results)},
                 "landed_in": _landing_json(p.landed_in, status.branch),
             }
             for p in status.patches
@@ -41,6 +43,11 @@ def status_json(status: Status) -> dict[str, Any]:
         "bisect_checks": status.bisect_checks,
         "exit_code": int(status.exit_code()),
     }
+
+
+def _decision_json(made: Decision) -> dict[str, Any]:
+    """What an update to that target does with the patch (decision.py): the case and the action."""
+    return {"case": made.case.value, "action": made.action.value}
 
 
 def _verdict_json(v: Verdict) -> dict[str, Any]:

@@ -25,13 +25,14 @@ release branch (lineage.first_release, which also names the proving commit and b
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, lineage
+from vpatch import decision, git, landing, lineage
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.progress import Reporter, silent
 from vpatch.upstream import commitcache
 from vpatch.verdict import (
@@ -92,17 +93,21 @@ class Status:
     bisect_checks: int = 0
 
     def exit_code(self) -> ExitCode:
-        """ATTENTION when any patch is partial or conflicts on the pin or a later target, else LANDED when
-        any landed there, else OK. Targets older than the pin say nothing about what to do next."""
+        """What the decisions (decision.py) on the pin and every later target say: ATTENTION when any patch needs
+        a person there (partial, conflict, disputed, landed on its own pin, its probe invalid or undecided),
+        else LANDED when any would be dropped, else OK. Targets older than the pin say nothing about what to
+        do next."""
+        return decision.worst(d.exit_code for d in self.decisions())
+
+    def decisions(self) -> list[decision.Decision]:
+        """The decision for every patch on the pin and each later target, as an update to that target makes it."""
         start = self.targets.index(self.pin) if self.pin in self.targets else 0
-        states = {v.state for p in self.patches for v in p.results[start:]}
-        errored = any(v.probe is not None and v.probe.outcome is ProbeOutcome.ERROR
-                      for p in self.patches for v in p.results[start:])
-        if states & {State.PARTIAL, State.CONFLICT, State.DISPUTED} or self.invalid_probes() or errored:
-            return ExitCode.ATTENTION
-        if State.LANDED in states:
-            return ExitCode.LANDED
-        return ExitCode.OK
+        return [self.decision(p, v) for p in self.patches for v in p.results[start:]]
+
+    def decision(self, patch: PatchStatus, verdict: Verdict) -> decision.Decision:
+        """What an update to `verdict`'s target does with `patch` (decision.decide, the pin's verdict beside it)."""
+        on_pin = patch.results[self.targets.index(self.pin)] if self.pin in self.targets else None
+        return decision.decide(verdict, pin=on_pin, pin_ref=self.pin.ref)
 
 
     def invalid_probes(self) -> list[str]:
@@ -322,36 +327,14 @@ def _landing(
     earlier = [t.commit for t in targets[:first]]
     below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
     since = next(t.ref for t in targets if t.commit == below)
-    base, tip = _bisect_range(repo, below, top.commit, refs.main, landed)
-    if base is None:
+    found = landing.search(repo, below=below, top=top.commit, main=refs.main, landed=landed,
+                           floor=lambda line: _after_last_revert(line, results[first]))
+    if found is None:
         proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
-    line = commitcache.first_parent_commits(repo, base, tip)
-    # A revert makes "landed" non-monotonic along the line: search only after the last revert before the tip.
-    floor = _after_last_revert(line, results[first])
-    found, checks = bisect_first(line[floor:], landed) if line[floor:] else (tip, 0)
-    proof = lineage.first_release(repo, found, branch=main, state=refs.state)
-    return Landing(top.ref, found, proof.release if proof else None, bisected=True, checks=checks,
-                   candidates=len(line) - floor, since=since, proof=proof)
-
-
-def _bisect_range(repo: Path, below: str, top: str, main: str | None,
-                  landed: Callable[[str], bool]) -> tuple[str | None, str]:
-    """The first-parent line to bisect: below..top when top descends from below; else, on a git upstream with
-    release branches, main between the two merge-bases when main already had the change where `top`'s
-    release branch forked, or that release branch's own commits when it did not."""
-    if main is not None and not commitcache.is_ancestor(repo, top, main):
-        top_base = commitcache.merge_base(repo, top, main)
-        if top_base is not None and landed(top_base):
-            below_base = commitcache.merge_base(repo, below, main)
-            if below_base is not None and below_base != top_base and commitcache.is_ancestor(repo, below_base, top_base):
-                return below_base, top_base
-        elif top_base is not None:
-            start = below if commitcache.is_ancestor(repo, below, top) else top_base
-            return start, top
-    if commitcache.is_ancestor(repo, below, top):
-        return below, top
-    return commitcache.merge_base(repo, below, top), top
+    proof = lineage.first_release(repo, found.commit, branch=main, state=refs.state)
+    return Landing(top.ref, found.commit, proof.release if proof else None, bisected=True, checks=found.checks,
+                   candidates=found.candidates, since=since, proof=proof)
 
 
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
@@ -362,20 +345,6 @@ def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
     reverted = [c for c in line if c[:12] in named] if named else []
     return line.index(reverted[-1]) + 1 if reverted else 0
-
-
-def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[str, int]:
-    """The first commit of `line` (oldest first, whose last commit is known landed) where `landed` holds,
-    assuming once landed it stays landed; returns it and how many checks it took."""
-    lo, hi, checks = 0, len(line) - 1, 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        checks += 1
-        if landed(line[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    return line[hi], checks
 
 
 def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None,

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, lineage
+from vpatch import decision, git, lineage
+from vpatch.decision import vetoed
 from vpatch.errors import VpatchError
 from vpatch.update.plan import Action, Plan, ProbeCheck
 
@@ -53,9 +54,18 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
         except VpatchError as exc:
             result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
         if not result.ok:
-            raise VpatchError(f"not dropping {row.file}: its probe does not validate on the pin {plan.from_ref}: "
-                              f"{result.detail}", hint="the probe must fail on the pin and pass with the patch; fix it,"
-                              " commit, and run the update again; the project is unchanged")
+            # the veto: the drop's case is an invalid probe after all (Case.INVALID_PROBE: Action.REFUSE)
+            raise vetoed(row.file, dropping=True, pin_ref=plan.from_ref, detail=result.detail)
+
+
+def refuse_invalid_probes(plan: Plan) -> None:
+    """The last word on a patch whose probe status found INVALID (Case.INVALID_PROBE, Action.REFUSE): its row went
+    on as its text said so that the checks above refuse it with what the probe does, and if none of them did
+    (its probe validates on the new pin, not on the pin) the move is still refused: the decision stands."""
+    for row in plan.patches:
+        if row.case.action is decision.Action.REFUSE:
+            raise vetoed(row.file, dropping=row.action is Action.DROP, pin_ref=plan.from_ref,
+                         detail=row.decided_by)
 
 
 def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check,

@@ -8,6 +8,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vpatch import decision
+from vpatch.decision import Case
 from vpatch.retired import RETIRED_FILE
 from vpatch.series import Patch, Series
 
@@ -38,7 +40,7 @@ class Outcome(str, Enum):
 class PatchPlan:
     file: str
     subject: str
-    state: str  # the verdict on the new pin: landed / needed / partial / conflict
+    case: Case  # the decision's case on the new pin (decision.py): what the update does follows from it
     action: Action
     decided_by: str  # the evidence that set the state
     evidence: tuple[str, ...]  # every fact, strongest first
@@ -49,6 +51,21 @@ class PatchPlan:
     moves: tuple[str, ...] = ()  # where the files it reads went since the pin, in words (moves.Move)
     retarget: tuple[tuple[str, str], ...] = ()  # (old, new) of each move followed: the patch goes on at `new`
     move_proof: str = ""  # re-targeted: why the result is what `git am -3` of the old patch gives
+
+    @property
+    def state(self) -> str:
+        """The state word a person reads (the case's label)."""
+        return self.case.label
+
+    def verb(self, *, planned: bool) -> str:
+        """What the update does (or, `planned`, would do) with it, in the decision's words."""
+        done = self.case.action
+        if done is decision.Action.NARROW and self.narrowing is None:
+            done = decision.Action.STOP  # not narrowed (or --no-narrow): a person resolves it
+        if done is decision.Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
+            done = {Action.DROP: decision.Action.DROP, Action.STOP: decision.Action.STOP}.get(
+                self.action, decision.Action.APPLY)
+        return decision.verb(done, planned=planned, refreshed=self.action is Action.REFRESH)
 
 
 @dataclass(frozen=True)
@@ -73,7 +90,8 @@ class Plan:
     def to_dict(self) -> dict[str, object]:
         return {"from_ref": self.from_ref, "from_commit": self.from_commit, "to_ref": self.to_ref,
                 "to_commit": self.to_commit,
-                "patches": [{**asdict(p), "action": p.action.value} for p in self.patches]}
+                "patches": [{**asdict(p), "case": p.case.value, "state": p.state, "action": p.action.value}
+                            for p in self.patches]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -81,7 +99,10 @@ class Plan:
         assert isinstance(rows, list)
         from vpatch.narrow import Narrowing
 
-        patches = tuple(PatchPlan(**{**r, "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
+        # a plan journaled before cases were recorded has the state word only: it names the case
+        patches = tuple(PatchPlan(**{**{k: v for k, v in r.items() if k != "state"},
+                                     "case": Case(r.get("case") or r["state"]),
+                                     "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
                                      "moves": tuple(r.get("moves", ())),
                                      "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "narrowing": Narrowing.from_dict(r["narrowing"]) if r.get("narrowing") else None})
@@ -167,18 +188,11 @@ def judge_with_status(
     rows = []
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
-        state = verdict.state.value
-        action = {"landed": Action.DROP, "needed": Action.KEEP}.get(state, Action.STOP)
-        decided = str(verdict.decided_by or "")
-        if row.results[0].state.value == "landed" and target != current:
-            # landed on its own pin: the series or the evidence is wrong, and no drop can be right
-            action, state = Action.STOP, "contradiction"
-            decided = (f"{patch.filename} is landed on its own pin {config.pin.ref} "
-                       f"({row.results[0].decided_by}): a person must look")
-        landed_in = None
-        if action is Action.DROP:
-            landed_in = _landing_text(row.landed_in, to, target)
-        rows.append(PatchPlan(patch.filename, patch.subject, state, action, decided,
+        # the pin is the first column; the target differs from it (an update to the pin is up to date)
+        made = decision.decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
+        action = _row_action(made)
+        landed_in = _landing_text(row.landed_in, to, target) if action is Action.DROP else None
+        rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
                               tuple(str(e) for e in verdict.evidence), landed_in,
                               patch.trailer("Upstream-PR"), moves=tuple(str(m) for m in verdict.moved),
                               retarget=tuple((m.old, m.new) for m in verdict.moved if m.followed and m.new)))
@@ -196,7 +210,7 @@ def narrow_rows(
     from vpatch import narrow
     from vpatch.verdict import judge_series
 
-    if not any(r.state == "partial" for r in rows):
+    if not any(r.case.action is decision.Action.NARROW for r in rows):
         return rows
     verdicts = narrow.verdicts_of(report) or {
         v.patch: v for v in judge_series(repo, series.patches, target, pin=current, history=False,
@@ -219,13 +233,27 @@ def narrow_rows(
         validate=probe if validate is not None else None)
     out = []
     for row in rows:
-        result = found.get(row.file) if row.state == "partial" else None
+        result = found.get(row.file) if row.case.action is decision.Action.NARROW else None
         if isinstance(result, str):
             row = replace(row, note=result)
         elif result is not None:
             row = replace(row, action=Action.KEEP, narrowing=result)
         out.append(row)
     return out
+
+
+# the row's action before narrowing and the export: a partial patch stops unless narrowing proves it (then it
+# is kept), a re-applied one is kept until the export says it changed (refresh)
+_ACTIONS = {decision.Action.DROP: Action.DROP, decision.Action.APPLY: Action.KEEP, decision.Action.NARROW: Action.STOP,
+            decision.Action.STOP: Action.STOP}
+
+
+def _row_action(made: decision.Decision) -> Action:
+    """A refusal goes on as the text decided, so that the guard's checks refuse it with what its probe does on
+    the pin and the new pin; guard.refuse_invalid_probes refuses it last when none of them did."""
+    if made.action is decision.Action.REFUSE:
+        return _ACTIONS[Case(made.state.value).action]
+    return _ACTIONS[made.action]
 
 
 def _landing_text(landing: Landing | None, to: str, target: str) -> str:

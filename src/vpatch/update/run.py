@@ -100,6 +100,7 @@ def _update(
             checked = guard.refuse_unvalidated_kept(
                 repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
                 {p.filename: narrowed.get(p.filename, p) for p in series})
+            guard.refuse_invalid_probes(plan)
             return Result(Outcome.PLANNED, plan, probes=tuple(checked))
     except VpatchError as exc:
         if dry_run:
@@ -220,6 +221,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     failed = [p for p in probes if not p.ok]
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
+    guard.refuse_invalid_probes(plan)
     exported = stack.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True)
     plan = _mark_refreshed(plan, exported)

@@ -1,0 +1,161 @@
+"""One decision (decision.py) drives the update's action, `status --exit-code` and the dry run's words, for every
+case a patch can be in; narrowing finds a dropped hunk's landing with status's landing search (issue 20, item 4)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+from conftest import KV_FIXED, KV_V1, PARSER_FIXED, PARSER_V1, Project, git
+from conftest import vpatch_cli as run
+from helpers.project import commit_all
+
+from vpatch import decision
+from vpatch.decision import Action, Case
+
+THREE = (PARSER_V1.replace("line 5\n", "line 5 fixed\n")
+         .replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
+         .replace("line 35\n", "line 35 fixed\n"))
+HUNK_2_ONLY = PARSER_V1.replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
+VACUOUS = "kind: files\nfiles:\n  vllm/parser.py:\n    not_contains: [\"NEVER\"]\n"
+
+
+def _kv(project: Project) -> str:
+    project.make_patch(1, "kv", {"vllm/kv.py": KV_FIXED}, "Skip null blocks")
+    return "0001-kv.patch"
+
+
+def landed(project: Project) -> str:
+    file = _kv(project)
+    project.upstream.commit({"vllm/kv.py": KV_FIXED}, "kv: skip null blocks", tag="v1.1")
+    return file
+
+
+def needed(project: Project) -> str:
+    file = _kv(project)
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    return file
+
+
+def partial(project: Project) -> str:
+    project.make_patch(1, "parser-three", {"vllm/parser.py": THREE}, "Fix the parser in three places")
+    project.upstream.commit({"vllm/parser.py": HUNK_2_ONLY}, "parser: hunk 2", tag="v1.1")
+    return "0001-parser-three.patch"
+
+
+def conflict(project: Project) -> str:
+    file = _kv(project)
+    project.upstream.commit({"vllm/kv.py": KV_V1.replace("break", "return")}, "kv: return early", tag="v1.1")
+    return file
+
+
+def moved_lost(project: Project) -> str:
+    file = _kv(project)
+    project.upstream.commit({"vllm/kv.py": None}, "drop kv.py", tag="v1.1")
+    return file
+
+
+def disputed(project: Project) -> str:
+    # the PR the patch names is in a subject upstream, but the diff still applies cleanly: identity vs content
+    project.make_patch(1, "parser", {"vllm/parser.py": PARSER_FIXED}, "Fix the parser",
+                       trailers="Origin: upstream\nUpstream-PR: 77\nLast-Update: 2026-09-01")
+    project.upstream.commit({"README": "readme (#77)\n"}, "Docs touch-up (#77)", tag="v1.1")
+    return "0001-parser.patch"
+
+
+def contradiction(project: Project) -> str:
+    file = _kv(project)
+    project.upstream.commit({"vllm/kv.py": KV_FIXED}, "kv fixed", tag="v1.0.1")
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    config = project.root / "vpatch.yaml"
+    config.write_text(config.read_text().replace("ref: v1.0", "ref: v1.0.1"))
+    return file
+
+
+def invalid_probe(project: Project) -> str:
+    (project.patches / "probes").mkdir()
+    (project.patches / "probes" / "parser.yaml").write_text(VACUOUS)
+    project.make_patch(1, "parser", {"vllm/parser.py": PARSER_FIXED}, "Fix the parser",
+                       trailers="Origin: vendor\nProbe: probes/parser.yaml\nLast-Update: 2026-09-01")
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    return "0001-parser.patch"
+
+
+# case -> (the scenario, and what a person sees, written out: status's exit code, the plan row's action, the verb)
+SCENARIOS: dict[Case, tuple[Callable[[Project], str], int, str | None, str | None]] = {
+    Case.LANDED: (landed, 3, "drop", "would drop"),
+    Case.NEEDED: (needed, 0, "keep", "would re-apply"),
+    Case.PARTIAL: (partial, 4, "keep", "would narrow"),  # narrowed, then kept
+    Case.CONFLICT: (conflict, 4, "stop", "would stop at"),
+    Case.MOVED_LOST: (moved_lost, 4, "stop", "would stop at"),
+    Case.DISPUTED: (disputed, 4, "stop", "would stop at"),
+    Case.CONTRADICTION: (contradiction, 4, "stop", "would stop at"),
+    Case.INVALID_PROBE: (invalid_probe, 4, None, None),  # refused: no plan, an error
+}
+
+
+def test_every_case_has_a_scenario() -> None:
+    assert set(SCENARIOS) == set(Case)
+
+
+@pytest.mark.parametrize("case", list(Case), ids=[c.value for c in Case])
+def test_one_decision_drives_the_update_status_and_the_dry_run(project: Project, case: Case) -> None:
+    scenario, code, action, words = SCENARIOS[case]
+    file = scenario(project)
+    commit_all(project)
+    assert run(project, "fetch")[0] == 0
+
+    # status --exit-code: the case's exit code, from the one table
+    status_code, out = run(project, "status", "--json", "--exit-code", "--against", "v1.1")
+    assert status_code == code == int(case.exit_code), out
+    head = git(project.root, "rev-parse", "HEAD").strip()
+
+    plan_code, plan = run(project, "update", "--to", "v1.1", "--dry-run", "--json")
+    text_code, text = run(project, "update", "--to", "v1.1", "--dry-run")
+    if case.action is Action.REFUSE:
+        # the move is refused, in the dry run as in the real run: an error naming the probe, no plan
+        real_code, real = run(project, "update", "--to", "v1.1")
+        assert (plan_code, text_code, real_code) == (1, 1, 1), plan + text + real
+        assert f" {file}  [" not in text  # no plan line for it (nor for anything)
+        assert file in real.split("error: ")[1] and text.split("error: ")[1] == real.split("error: ")[1], real
+    else:
+        assert plan_code == text_code == 0, plan + text
+        (row,) = json.loads(plan)["patches"]
+        # the plan's row: its case and what the update does with it follow the decision
+        assert (row["case"], row["state"], row["action"]) == (case.value, case.label, action), row
+        done = Action.STOP if case.action is Action.NARROW and row["narrowing"] is None else case.action
+        assert case.action is not Action.NARROW or row["narrowing"] is not None  # the partial one narrows
+        # the dry run's words for it are the decision's
+        assert decision.verb(done, planned=True) == words
+        assert f"  {words:<14} {file}  [{case.label}]" in text, text
+    assert git(project.root, "rev-parse", "HEAD").strip() == head  # a dry run changes nothing
+
+
+def test_a_hunk_landed_reverted_and_re_landed_narrows_with_the_re_land_as_its_landing(project: Project) -> None:
+    """Hunk 2 lands, is reverted, lands again; the first-parent line is laid out so that a bisection blind to
+    the revert stops at the first landing (it did, before status's landing search was used)."""
+    project.make_patch(1, "parser-three", {"vllm/parser.py": THREE}, "Fix the parser in three places")
+    commit_all(project)
+    up = project.upstream
+    first = up.commit({"vllm/parser.py": HUNK_2_ONLY}, "parser: split line 20")
+    up.commit({"README": "one\n"}, "docs one")
+    revert = up.commit({"vllm/parser.py": PARSER_V1},
+                       f"Revert \"parser: split line 20\"\n\nThis reverts commit {first}.")
+    reland = up.commit({"vllm/parser.py": HUNK_2_ONLY}, "parser: split line 20 again")
+    for n in ("two", "three", "four"):
+        up.commit({"README": f"{n}\n"}, f"docs {n}")
+    git(up.path, "tag", "v1.1")
+    assert run(project, "fetch")[0] == 0
+
+    code, out = run(project, "update", "--to", "v1.1", "--dry-run", "--json")
+    assert code == 0, out
+    (row,) = json.loads(out)["patches"]
+    assert row["case"] == "partial" and row["narrowing"] is not None, row
+    (dropped,) = row["narrowing"]["dropped"]
+    assert dropped["name"].startswith("vllm/parser.py hunk 2")
+    landing = dropped["landed_in"]
+    assert f"first commit {reland[:12]} \"parser: split line 20 again\"" in landing, landing
+    assert first[:12] not in landing and revert[:12] not in landing
+    # searched after the revert only: the re-land and the three commits after it
+    assert "over 4 commits" in landing, landing
