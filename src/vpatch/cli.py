@@ -1,21 +1,18 @@
-"""The command line: parse, load config, call one core function, show the result. Only module that prints."""
+"""The command line: the typer app, the global options, errors as exit codes; each command's body is in
+`vpatch.commands.<cmd>`, imported when the command runs (so `--help` loads none of them)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from vpatch.commands import echo
 from vpatch.definition import Strategy
 from vpatch.errors import ExitCode, VpatchError
-
-if TYPE_CHECKING:
-    from vpatch.config import Config
-    from vpatch.series import Series
-    from vpatch.update import Result as UpdateResult
 
 
 class _Group(TyperGroup):
@@ -75,36 +72,10 @@ def _options(
     state.debug = debug
 
 
-def echo(text: str = "", *, err: bool = False) -> None:
-    typer.echo(text, err=err)
-
-
-def _console() -> Any:
-    """A rich console; when output is not a terminal (CI logs, pipes) tables get room instead of 80 columns."""
-    import os
-
-    from rich.console import Console
-
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160)
-    return Console(soft_wrap=False, width=width)
-
-
-def _config() -> Config:
-    from vpatch.config import Config, find_root
-    from vpatch.series import stray_files
-
-    config = Config.load(find_root(state.project.resolve()))
-    stray = stray_files(config.patches_dir)
-    if stray:
-        echo(f"warning: ignored in {config.patches}/ (only NNNN-slug.patch files are the series): {', '.join(stray)}",
-             err=True)
-    return config
-
-
-def _series(config: Config) -> Series:
-    from vpatch.series import Series
-
-    return Series.load(config.patches_dir)
+def _exit(code: int) -> None:
+    """A command's exit code as the process's (typer.Exit, so CliRunner sees it too)."""
+    if code:
+        raise typer.Exit(int(code))
 
 
 @app.command()
@@ -113,16 +84,9 @@ def fetch(
                                                     "tree; file contents fetched when first read).")] = None,
 ) -> None:
     """Create or update the upstream mirror (a bare git repository in the cache); git's progress on stderr."""
-    from vpatch.console import ProgressView
-    from vpatch.upstream import cache_dir, mirror
+    from vpatch.commands import fetch
 
-    config = _config()
-    if config.upstream.source == "releases":
-        raise VpatchError("this project reads upstream from the release history, not a git mirror",
-                          hint="vpatch releases refreshes the release history")
-    with ProgressView() as view:
-        path = mirror.fetch(cache_dir(), config.upstream.git, blob_filter=blob_filter, report=view)
-    echo(f"mirror of {config.upstream.git} is up to date at {path}")
+    _exit(fetch.run(project=state.project, blob_filter=blob_filter))
 
 
 @app.command(name="releases")
@@ -142,28 +106,10 @@ Without arguments it refreshes: every release from 0.28.0 \
 
     Example: vpatch releases --from 0.28.0 --to 0.33.0
     """
-    import datetime
+    from vpatch.commands import releases
 
-    from vpatch.config import CONFIG_NAME, find_root
-    from vpatch.upstream import cache_dir, releases
-
-    root = find_root(state.project.resolve())
-    pin = _config().pin.ref if (root / CONFIG_NAME).is_file() else None
-    if list_only:
-        result = releases.list_releases()
-    else:
-        from vpatch.console import ProgressView
-
-        with ProgressView() as view:
-            result = releases.update(versions or [], first=first, last=last, pre=pre, pin=pin, report=view)
-    if not result:
-        echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
-        echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
-        return
-    for r in result:
-        day = datetime.datetime.fromtimestamp(r.date, datetime.UTC).strftime("%Y-%m-%d")
-        echo(f"{r.tag:<12} {r.commit[:12]}  {day}  {r.state.value}")
-    echo(f"release history: {releases.history_path(cache_dir())}", err=True)
+    _exit(releases.run(project=state.project, versions=versions or [], first=first, last=last, pre=pre,
+                       list_only=list_only))
 
 
 @app.command(name="lock-probes")
@@ -176,19 +122,9 @@ def lock_probes(
     Every probe that uses the lock gets a new venv and new verdicts (the lock is part of both keys).
     Commit the changed lock with the reason for the refresh.
     """
-    from vpatch import probe_env
+    from vpatch.commands import lock_probes
 
-    path = lock or _config().patches_dir / "probes" / probe_env.LOCK_NAME
-    echo(f"resolving {path.name} with pip (nothing is installed)...", err=True)
-    change = probe_env.refresh_lock(path)
-    for name, old, new in change.moved:
-        echo(f"{name} {old} -> {new}")
-    for line in change.added:
-        echo(f"+ {line}")
-    for line in change.removed:
-        echo(f"- {line}")
-    if not (change.moved or change.added or change.removed):
-        echo(f"{path.name}: unchanged", err=True)
+    _exit(lock_probes.run(project=state.project, lock=lock))
 
 
 @app.command()
@@ -200,24 +136,9 @@ def apply(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing tree even if it holds work not yet exported.")] = False,
 ) -> None:
     """Materialise a work tree of the pin (or REF) with each patch committed as one commit."""
-    from vpatch import git, lock, stack, upstream
+    from vpatch.commands import apply
 
-    config = _config()
-    series = _series(config)
-    repo = upstream.open_upstream(config)
-    target = ref or config.pin.ref
-    base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, target)
-    if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
-        echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
-    with lock.held(config.root, "apply"):
-        # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
-        pin = upstream.pin_commit(repo, config, moved_ok=True) if ref is not None else None
-        result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
-                                    state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
-    echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
-    for a in result.applied:
-        echo(f"  {a.commit[:12]} {a.file}")
-    echo("edit the commits there (amend, add a commit for a new patch), then run `vpatch export`")
+    _exit(apply.run(project=state.project, ref=ref, out=out, keep=keep, force=force))
 
 
 @app.command()
@@ -225,27 +146,9 @@ def export(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
-    from vpatch import lock, stack
-    from vpatch.series import Series
+    from vpatch.commands import export
 
-    config = _config()
-    with lock.held(config.root, "export"):
-        # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
-        series = Series.load(config.patches_dir, unreadable_ok=True)
-        result = stack.export_series(series, config.state_dir, dry_run=dry_run)
-    for planned, done, names in (("would change", "changed", result.changed), ("would add", "added", result.added),
-                                 ("would remove", "removed", result.removed)):
-        for name in names:
-            echo(f"{planned if dry_run else done}: {name}")
-            if name in result.rewritten:
-                echo(f"  {'' if dry_run else 'it '}did not parse ({dict(series.unreadable)[name].message}); "
-                     "written afresh from its commit in the applied tree")
-            if name in result.unmarked:
-                echo("  note: a new patch, from a commit without a Vpatch-File line (a plain `git commit` in the "
-                     "tree); to change an existing patch instead, fold it into that commit (git rebase -i, "
-                     "fixup) or use `git commit --amend`, then export again (the new file goes)")
-    if not (result.changed or result.added or result.removed):
-        echo(f"nothing to export: {len(result.unchanged)} patch(es) unchanged")
+    _exit(export.run(project=state.project, dry_run=dry_run))
 
 
 @app.command()
@@ -254,16 +157,9 @@ def new(
     subject: Annotated[str | None, typer.Option("--subject", help="First line of the patch message.")] = None,
 ) -> None:
     """Start a new patch: an empty commit with the header template in the applied tree."""
-    from vpatch import lock, newpatch
+    from vpatch.commands import new
 
-    config = _config()
-    with lock.held(config.root, "new"):
-        name, tree = newpatch.start(_series(config), config.state_dir, slug=slug, subject=subject)
-    echo(f"started {name} as an empty commit in the applied tree {tree}")
-    echo("next: make the change in that tree, then (keeping the message's trailers, filling or deleting the <...> ones):")
-    echo(f"  git -C {tree} commit --amend -a")
-    echo(f"  vpatch probe new {name[:4]} --kind files     # or --kind command; or delete the Probe: line")
-    echo("  vpatch export")
+    _exit(new.run(project=state.project, slug=slug, subject=subject))
 
 
 @app.command()
@@ -277,23 +173,9 @@ def build(
         "--base", help="Base image to overlay instead of the definition's (a local mirror of it).")] = None,
 ) -> None:
     """Build the production image for the pin plus the series, by the cheapest correct strategy."""
-    from vpatch.image import build as image_build
-    from vpatch.image.plan import describe
+    from vpatch.commands import build
 
-    config = _config()
-    if plan:
-        result = image_build.plan_build(config, name, strategy=strategy, base=base)
-        for line in describe(result, image_build.plan_command(result)):
-            echo(line)
-        return
-    # Build progress goes to stderr; stdout keeps only the result (scripts read the tags from it).
-    built = image_build.build_image(config, name, strategy=strategy, base=base, push=push,
-                                    progress=lambda line: echo(line, err=True))
-    verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
-    echo(f"{verb}: {built.image_id[:19]} ({built.plan.strategy.value}: {built.plan.reason})")
-    for tag in built.plan.tags:
-        digest = built.pushed.get(tag)
-        echo(f"  {tag}" + (f"  pushed {digest}" if digest else ""))
+    _exit(build.run(project=state.project, name=name, plan=plan, push=push, strategy=strategy, base=base))
 
 
 @app.command()
@@ -306,49 +188,9 @@ def verify(
         "--definition", help="With --live: the images/NAME.yaml to start it with (default: the image's own label).")] = None,
 ) -> None:
     """Check that an image holds what its labels say: each patched file, optionally the probes and the live checks."""
-    from vpatch.image import verify as image_verify
+    from vpatch.commands import verify
 
-    if definition is not None and not live:
-        raise VpatchError("--definition names the image definition that --live starts the image with",
-                          hint=f"vpatch verify {image} --live --definition {definition}")
-    config = _config()
-    report = image_verify.verify_image(config, image, probes=probes)
-    for check in report.checks:
-        echo(f"{check.mark} {check.what}" + (f": {check.detail}" if check.detail else ""))
-    if report.ok and live:
-        _verify_live(config, image, definition)
-    if not report.ok:
-        failed = [c for c in report.checks if not c.ok]
-        only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
-        raise VpatchError(f"image {image} does not match its labels: {len(failed)} check(s) failed",
-                          hint="a probe's FAIL: the fix is not in the image; ERROR: the probe could not decide (a crash, "
-                          "a timeout, a missing file: it may need vLLM's dependencies, which an official image has)" if only_probes
-                          else "rebuild it with `vpatch build`")
-    echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
-
-
-def _verify_live(config: Config, image: str, definition: str | None) -> None:
-    from vpatch.deploy import live as deploy_live
-    from vpatch.image.docker import Docker
-    from vpatch.upstream import cache_dir
-
-    result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
-                                     progress=lambda line: echo(line, err=True))
-    for note in result.plan.notes:
-        echo(f"note {note}")
-    for outcome in result.candidate:
-        for case in outcome.cases:
-            shown = "" if case.ok else ": " + "; ".join(case.problems)
-            echo(f"{'ok  ' if case.ok else 'FAIL'} live {outcome.planned.patch}: {case.name}{shown}")
-    failed = [o for o in result.candidate if not o.ok]
-    if failed:
-        raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",
-                          hint="the fix does not show through the server; `vpatch verify --live` again after "
-                          "fixing the patch and rebuilding")
-    if result.candidate:
-        echo(f"live checks: {sum(len(o.cases) for o in result.candidate)} case(s) passed")
-    else:
-        echo("live checks: none to run (no patch in the image names a Live-Check); nothing was started")
+    _exit(verify.run(project=state.project, image=image, probes=probes, live=live, definition=definition))
 
 
 @app.command()
@@ -366,57 +208,10 @@ def serve(
 
     --print shows the exact `docker run` that would run; --diff shows how the running container differs.
     """
-    from vpatch.definition import ImageDefinition
-    from vpatch.serve import render
+    from vpatch.commands import serve
 
-    # The whole definition, every section and the rules between them, before anything is shown or touched.
-    definition = ImageDefinition.load(_config().root, name).validate()
-    if print_only:
-        echo(render.for_definition(definition, image=image).shell_line())
-        return
-    from vpatch.image.docker import Docker
-    from vpatch.upstream import cache_dir
-
-    docker = Docker.connect()
-    if check:
-        from vpatch.deploy.journal import Journal
-        from vpatch.serve import run as serve_run
-
-        checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
-        health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
-        echo(f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}")
-        if not checked.alive:
-            raise typer.Exit(int(ExitCode.ERROR))
-        return
-    if diff:
-        from vpatch.serve import drift
-
-        result = drift.diff(docker, definition, image=image, pin=_config().pin)
-        if json_out:
-            import json
-
-            echo(json.dumps({"container": result.container.name, "image": result.image,
-                             "running_image": result.running_image,
-                             "drifts": [vars(d) for d in result.drifts]}, indent=2))
-        elif result.drifts:
-            echo(f"{result.container.name} differs from images/{name}.yaml:")
-            width = max(len(d.what) for d in result.drifts)
-            for d in result.drifts:
-                echo(f"  {d.what:<{width}}  yaml: {d.yaml}")
-                echo(f"  {'':<{width}}  running: {d.running}")
-        else:
-            echo(f"{result.container.name} runs exactly what images/{name}.yaml says: {result.running_image}")
-        if result.drifts:
-            raise typer.Exit(int(ExitCode.DRIFT))
-        return
-    from vpatch.serve import run
-
-    served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace,
-                       progress=lambda line: echo(line, err=True))
-    echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
-         f"{run.health_url(definition.serve.port if definition.serve else 0)}")
-    echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
-         f"vLLM {served.lint.vllm_version}")
+    _exit(serve.run(project=state.project, name=name, print_only=print_only, diff=diff, image=image, replace=replace,
+                    json_out=json_out, check=check))
 
 
 @app.command()
@@ -430,33 +225,10 @@ def status(
     no_probes: Annotated[bool, typer.Option("--no-probes", help="Textual evidence only: run no probe.")] = False,
 ) -> None:
     """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""
-    from vpatch import report, upstream
-    from vpatch import status as core
-    from vpatch.trailers import refuse_unfinished
+    from vpatch.commands import status
 
-    config = _config()
-    series = _series(config)
-    refuse_unfinished(series.patches, where="edit the patch file (or amend the commit in the applied tree and export)")
-    repo = upstream.open_upstream(config)
-    pin, targets = core.resolve_targets(repo, config, against or ())
-    from vpatch.console import ProgressView
-
-    names = {t.commit: t.ref for t in [*targets, pin]}
-    with ProgressView() as view:
-        result = core.compute(
-            repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
-            branch=config.upstream.branch,
-            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names), report=view,
-        )
-    if json_out:
-        import json
-
-        echo(json.dumps(report.status_json(result), indent=2))
-    else:
-
-        _console().print(report.status_table(result))
-    if exit_code:
-        raise typer.Exit(int(result.exit_code()))
+    _exit(status.run(project=state.project, against=against or [], json_out=json_out, exit_code=exit_code,
+                     no_probes=no_probes))
 
 
 @app.command()
@@ -471,98 +243,11 @@ def update(
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document (for CI).")] = False,
 ) -> None:
     """Move the pin: drop the patches upstream has (with evidence), refresh the rest, one commit; or stop on a conflict."""
-    from vpatch import update as core
+    from vpatch.commands import update
 
-    if sum(bool(x) for x in (to, continue_, abort)) != 1:
-        raise VpatchError("give exactly one of --to REF, --continue, --abort", exit_code=ExitCode.USAGE,
-                          hint="vpatch update --to v0.31.0 [--dry-run]")
-    import functools
-
-    from vpatch.console import ProgressView
-
-    config = _config()
-    with ProgressView() as view:
-        validator = functools.partial(core.validate_with_probes, report=view)
-        if abort:
-            result = core.abort(config)
-        elif continue_:
-            result = core.resume(config, validator=validator)
-        else:
-            assert to is not None
-            try:
-                result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
-                                     allow_downgrade=allow_downgrade, narrow=not no_narrow,
-                                     judge=functools.partial(core.judge_with_status, progress=view),
-                                     validator=validator)
-            except core.Refused as refused:
-                # the dry run's refusal comes after the judging: show the table it refused on, then the error
-                from vpatch import report
-                from vpatch.status import Status
-
-                if isinstance(refused.report, Status) and not json_out:
-                    _console().print(report.status_table(refused.report))
-                raise
-    if json_out:
-        import json
-
-        echo(json.dumps(result.to_json(), indent=2))
-    else:
-        for line in _update_lines(result):
-            echo(line)
-    if result.outcome is core.Outcome.STOPPED:
-        raise typer.Exit(int(ExitCode.CONFLICT))
-
-
-def _update_lines(result: UpdateResult) -> list[str]:
-    from vpatch.update import Action, Outcome
-
-    plan = result.plan
-    lines = []
-    if result.outcome is Outcome.ABORTED:
-        return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})"]
-    if result.outcome is Outcome.UP_TO_DATE:
-        return [f"already there: the pin {plan.from_ref} is {plan.to_ref} ({plan.to_commit[:12]}); nothing changed"]
-    if result.outcome is Outcome.PLANNED and plan.report is not None:
-        from vpatch import report
-        from vpatch.status import Status
-
-        assert isinstance(plan.report, Status)
-        _console().print(report.status_table(plan.report))
-    head = "plan" if result.outcome is Outcome.PLANNED else "update"
-    lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
-    for row in plan.patches:
-        verb = row.verb(planned=result.outcome is Outcome.PLANNED)  # the decision's words (decision.py)
-        lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
-        lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
-        if row.move_proof:
-            lines.append(f"  {'':<14} proof: {row.move_proof}")
-        if row.action is Action.DROP:
-            lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
-        if row.narrowing is not None:
-            lines.append(f"  {'':<14} {row.narrowing.summary}: "
-                         + "; ".join(f"{h.name} upstream in {h.landed_in}" for h in row.narrowing.dropped))
-            lines.append(f"  {'':<14} proof: {row.narrowing.proof}")
-            if row.narrowing.probe != "no probe":
-                lines.append(f"  {'':<14} probe: {row.narrowing.probe}")
-    for check in result.probes:
-        if check.probe:
-            lines.append(f"  probe {check.probe} re-validated on {plan.to_ref}" + (f": {check.detail}" if check.detail else ""))
-    if result.outcome is Outcome.COMMITTED:
-        lines.append(f"committed {(result.commit or '')[:12]}: {result.message.splitlines()[0]}")
-    elif result.outcome is Outcome.STAGED:
-        lines.append("staged in the project, not committed; the message vpatch would use:")
-        lines += ["    " + line for line in result.message.splitlines()]
-    elif result.outcome is Outcome.STOPPED:
-        stop = result.stop
-        assert stop is not None
-        lines.append(f"stopped at {stop.file}: {stop.reason}")
-        if stop.conflicts:
-            lines.append("conflicts in: " + ", ".join(stop.conflicts))
-        lines.append(f"resolve it in {stop.worktree} (edit, then `git add`), then run `vpatch update --continue`;")
-        lines.append("or `vpatch update --abort` to leave the project as it was")
-    if plan.all_landed and result.outcome is not Outcome.STOPPED:
-        lines.append(f"no local patch remains: the official vLLM {plan.to_ref} image now suffices")
-    return lines
+    _exit(update.run(project=state.project, to=to, dry_run=dry_run, no_commit=no_commit,
+                     allow_downgrade=allow_downgrade, no_narrow=no_narrow, continue_=continue_, abort=abort,
+                     json_out=json_out))
 
 
 @app.command()
@@ -579,106 +264,10 @@ def deploy(
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
-    import json
+    from vpatch.commands import deploy
 
-    from vpatch.definition import ImageDefinition
-    from vpatch.deploy import report as deploy_report
-    from vpatch.deploy import switch
-    from vpatch.image.docker import Docker
-
-    progress = lambda line: echo(line, err=True)  # noqa: E731
-    # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
-    if where or rollback or prune:
-        docker = Docker.connect()
-        if where:
-            found = switch.status(definition=name, docker=docker)
-            if found.journal is None:
-                echo(f"no deploy of {name} is recorded on this host")
-                return
-            j = found.journal
-            echo(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
-            for role, cname, state in found.containers:
-                echo(f"  {role:16} {cname:40} {state}")
-            if not j.phase.settled:
-                echo(f"unfinished: `vpatch deploy {name} --rollback` restores production")
-                raise typer.Exit(int(ExitCode.UNFINISHED))
-        elif rollback:
-            restored = switch.rollback(definition=name, docker=docker, progress=progress)
-            echo(f"rolled back: {switch.describe(restored)}")
-        else:
-            from vpatch.deploy.prune import prune as prune_left
-
-            pruned = prune_left(docker, name, keep=keep)
-            for cname in pruned.removed:
-                echo(f"removed {cname}")
-            for cname, why in pruned.kept:
-                echo(f"kept    {cname} ({why})")
-            if not pruned.removed:
-                echo("nothing to prune")
-        return
-    definition = ImageDefinition.load(_config().root, name)
-    if definition.serve is None:
-        raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
-    docker = Docker.connect()
-    from vpatch.deploy import live
-    from vpatch.upstream import cache_dir
-
-    definition.validate()  # every section and the rules between them, before production is touched
-    candidate = image or definition.moving_ref
-    production = docker.container(definition.serve.container.name)
-    # Before anything is touched: verify the candidate against its labels and gather the live checks it owes.
-    plan = live.plan(_config(), candidate=candidate, docker=docker, serve=definition.serve, progress=progress,
-                     baseline=production.image_id if production is not None and production.status == "running" else None)
-    for note in plan.notes:
-        echo(f"live checks: {note}", err=True)
-    result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
-                           docker=docker, cache=cache_dir(), progress=progress, live=plan)
-    if as_json:
-        echo(json.dumps(deploy_report.to_json(result), indent=2))
-    else:
-        _show_deploy(result)
-    raise typer.Exit(int(result.decision.exit_code))
-
-
-def _show_deploy(result: Any) -> None:
-    from rich.table import Table
-
-    from vpatch.deploy import report as deploy_report
-
-    console = _console()
-    checks = Table(title=f"deploy {result.definition}: {result.image} as {result.container}")
-    for column in ("check", "baseline", "candidate", "figure", "s"):
-        checks.add_column(column)
-    for row in deploy_report.check_rows(result):
-        checks.add_row(*row)
-    console.print(checks)
-    figures = Table(title="baseline vs candidate")
-    for column in ("figure", "baseline", "candidate"):
-        figures.add_column(column)
-    for frow in deploy_report.figure_rows(result):
-        figures.add_row(*frow)
-    console.print(figures)
-    rows = deploy_report.live_rows(result.live)
-    if rows:
-        live = Table(title="live checks, per patch")
-        for column in ("patch", "case", "baseline", "candidate", "candidate answered"):
-            live.add_column(column)
-        for lrow in rows:
-            live.add_row(*lrow)
-        console.print(live)
-    if result.live is not None:
-        if result.live.plan.verified:
-            echo(f"verified: {result.live.plan.verified}")
-        for note in result.live.plan.notes:
-            echo(f"live checks: {note}")
-    echo("steps: " + ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps))
-    failed = result.failed_check
-    echo(f"decision: {result.decision.value}" + (f" ({failed.name} failed)" if failed else ""))
-    echo(result.rollback)
-    for hook in result.hooks:
-        echo(f"after_switch hook failed: {hook}")
-    for alarm in result.live.alarms if result.live else []:
-        echo(alarm)
+    _exit(deploy.run(project=state.project, name=name, image=image, rollback=rollback, where=where, prune=prune,
+                     keep=keep, as_json=as_json))
 
 
 probe_app = typer.Typer(cls=_Group, no_args_is_help=True,
@@ -696,30 +285,9 @@ def probe_check(
 
     Exits 0 only when it fails without the patch and passes with it (what `update` and `status` require).
     """
-    from vpatch import probe_check as core
-    from vpatch import upstream
-    from vpatch.console import ProgressView
+    from vpatch.commands import probe
 
-    config = _config()
-    name, target, patches = core.find_patch(_series(config), config.state_dir, patch)
-    if target is None:
-        raise VpatchError(f"{name} changes nothing yet",
-                          hint="make the change in the applied tree and `git commit --amend -a` it first")
-    repo = upstream.open_upstream(config)
-    base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
-    with ProgressView() as view:
-        checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
-                             use_cache=not no_cache, report=view)
-    found = checked.validation
-    for side, result in ((f"on {checked.ref} ({base[:12]})", found.base),
-                         (f"on {checked.ref} + the series up to {target.name}", found.patched)):
-        echo(f"{checked.probe} {side}: {result.outcome.value.upper()}"
-             + (" (from the cache)" if result.cached else f" in {result.seconds:.1f}s"))
-        for line in (result.detail or "(no output)").splitlines():
-            echo(f"    {line}")
-    if not found.ok:
-        raise VpatchError(found.detail, hint=found.hint or None)
-    echo(f"ok: {found.detail}")
+    _exit(probe.check(project=state.project, patch=patch, ref=ref, no_cache=no_cache))
 
 
 @probe_app.command(name="new")
@@ -729,24 +297,9 @@ def probe_new(
                                                       "command: a script whose exit code decides.")] = "files",
 ) -> None:
     """Write probes/NNNN-slug.yaml (and, for a command probe, its script) from a template that follows the probe rules."""
-    from vpatch import probe_check as core
-    from vpatch.probes import ProbeKind
-    from vpatch.series import PROBE
+    from vpatch.commands import probe
 
-    if kind not in ("files", "command"):
-        raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,
-                          hint="vpatch probe new 4 --kind files")
-    config = _config()
-    name, found, _ = core.find_patch(_series(config), config.state_dir, patch)
-    written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
-    for path in written:
-        echo(f"wrote {path}")
-    trailer = f"{PROBE}: {core.probe_name(name)}"
-    if found is not None and found.trailer(PROBE) == core.probe_name(name):
-        echo(f"{found.filename} already names it ({trailer})")
-    else:
-        echo(f"name it in the patch's trailers: {trailer} (in the applied tree: `git commit --amend`, then `vpatch export`)")
-    echo(f"edit it, then `vpatch probe check {name[:4]}`: it must fail on the pin and pass with the patch")
+    _exit(probe.new(project=state.project, patch=patch, kind=kind))
 
 
 def main() -> None:

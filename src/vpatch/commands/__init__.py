@@ -1,0 +1,51 @@
+"""One module per command (`commands/<cmd>.py`): each `run` takes explicit keyword arguments and returns
+an exit code. With cli.py the entry layer: the only code that prints. What is shown comes from `report`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+    from vpatch.series import Series
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    typer.echo(text, err=err)
+
+
+def progress(line: str) -> None:
+    """A core step's progress line: on stderr, so stdout keeps only the result (scripts and --json read it)."""
+    echo(line, err=True)
+
+
+def console() -> Any:
+    """A rich console; when output is not a terminal (CI logs, pipes) tables get room instead of 80 columns."""
+    import os
+
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160)
+    return Console(soft_wrap=False, width=width)
+
+
+def load_config(project: Path) -> Config:
+    from vpatch.config import Config, find_root
+    from vpatch.series import stray_files
+
+    config = Config.load(find_root(project.resolve()))
+    stray = stray_files(config.patches_dir)
+    if stray:
+        echo(f"warning: ignored in {config.patches}/ (only NNNN-slug.patch files are the series): {', '.join(stray)}",
+             err=True)
+    return config
+
+
+def load_series(config: Config) -> Series:
+    from vpatch.series import Series
+
+    return Series.load(config.patches_dir)

@@ -1,0 +1,30 @@
+"""`vpatch apply`: a work tree of the pin (or a ref) with each patch as one commit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import echo, load_config, load_series
+from vpatch.errors import ExitCode
+
+
+def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
+    from vpatch import git, lock, stack, upstream
+
+    config = load_config(project)
+    series = load_series(config)
+    repo = upstream.open_upstream(config)
+    target = ref or config.pin.ref
+    base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, target)
+    if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
+        echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
+    with lock.held(config.root, "apply"):
+        # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
+        pin = upstream.pin_commit(repo, config, moved_ok=True) if ref is not None else None
+        result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
+                                    state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
+    echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
+    for a in result.applied:
+        echo(f"  {a.commit[:12]} {a.file}")
+    echo("edit the commits there (amend, add a commit for a new patch), then run `vpatch export`")
+    return ExitCode.OK

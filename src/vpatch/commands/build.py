@@ -1,0 +1,29 @@
+"""`vpatch build`: the production image for the pin plus the series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import echo, load_config, progress
+from vpatch.definition import Strategy
+from vpatch.errors import ExitCode
+
+
+def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy | None, base: str | None) -> ExitCode:
+    from vpatch.image import build as image_build
+    from vpatch.image.plan import describe
+
+    config = load_config(project)
+    if plan:
+        result = image_build.plan_build(config, name, strategy=strategy, base=base)
+        for line in describe(result, image_build.plan_command(result)):
+            echo(line)
+        return ExitCode.OK
+    # Build progress goes to stderr; stdout keeps only the result (scripts read the tags from it).
+    built = image_build.build_image(config, name, strategy=strategy, base=base, push=push, progress=progress)
+    verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
+    echo(f"{verb}: {built.image_id[:19]} ({built.plan.strategy.value}: {built.plan.reason})")
+    for tag in built.plan.tags:
+        digest = built.pushed.get(tag)
+        echo(f"  {tag}" + (f"  pushed {digest}" if digest else ""))
+    return ExitCode.OK

@@ -1,0 +1,69 @@
+"""`vpatch deploy`: switch production with checks and roll back by itself; --status, --rollback, --prune."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import console, echo, load_config, progress
+from vpatch.errors import ExitCode, VpatchError
+
+
+def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int,
+        as_json: bool) -> ExitCode:
+    import json
+
+    from vpatch.definition import ImageDefinition
+    from vpatch.deploy import report as deploy_report
+    from vpatch.deploy import switch
+    from vpatch.image.docker import Docker
+    from vpatch.report import deploy as shown
+
+    # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
+    if where or rollback or prune:
+        docker = Docker.connect()
+        if where:
+            found = switch.status(definition=name, docker=docker)
+            for line in shown.status_lines(name, found):
+                echo(line)
+            return ExitCode.UNFINISHED if found.journal is not None and not found.journal.phase.settled else ExitCode.OK
+        elif rollback:
+            restored = switch.rollback(definition=name, docker=docker, progress=progress)
+            echo(f"rolled back: {switch.describe(restored)}")
+        else:
+            from vpatch.deploy.prune import prune as prune_left
+
+            pruned = prune_left(docker, name, keep=keep)
+            for cname in pruned.removed:
+                echo(f"removed {cname}")
+            for cname, why in pruned.kept:
+                echo(f"kept    {cname} ({why})")
+            if not pruned.removed:
+                echo("nothing to prune")
+        return ExitCode.OK
+    definition = ImageDefinition.load(load_config(project).root, name)
+    if definition.serve is None:
+        raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
+    docker = Docker.connect()
+    from vpatch.deploy import live
+    from vpatch.upstream import cache_dir
+
+    definition.validate()  # every section and the rules between them, before production is touched
+    candidate = image or definition.moving_ref
+    production = docker.container(definition.serve.container.name)
+    # Before anything is touched: verify the candidate against its labels and gather the live checks it owes.
+    plan = live.plan(load_config(project), candidate=candidate, docker=docker, serve=definition.serve,
+                     progress=progress,
+                     baseline=production.image_id if production is not None and production.status == "running" else None)
+    for note in plan.notes:
+        echo(f"live checks: {note}", err=True)
+    result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
+                           docker=docker, cache=cache_dir(), progress=progress, live=plan)
+    if as_json:
+        echo(json.dumps(deploy_report.to_json(result), indent=2))
+    else:
+        out = console()
+        for table in shown.tables(result):
+            out.print(table)
+        for line in shown.lines(result):
+            echo(line)
+    return result.decision.exit_code

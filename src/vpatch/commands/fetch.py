@@ -1,0 +1,22 @@
+"""`vpatch fetch`: create or update the upstream mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import echo, load_config
+from vpatch.errors import ExitCode, VpatchError
+
+
+def run(*, project: Path, blob_filter: str | None) -> ExitCode:
+    from vpatch.console import ProgressView
+    from vpatch.upstream import cache_dir, mirror
+
+    config = load_config(project)
+    if config.upstream.source == "releases":
+        raise VpatchError("this project reads upstream from the release history, not a git mirror",
+                          hint="vpatch releases refreshes the release history")
+    with ProgressView() as view:
+        path = mirror.fetch(cache_dir(), config.upstream.git, blob_filter=blob_filter, report=view)
+    echo(f"mirror of {config.upstream.git} is up to date at {path}")
+    return ExitCode.OK

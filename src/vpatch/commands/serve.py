@@ -1,0 +1,53 @@
+"""`vpatch serve`: start, print, check or diff the server images/NAME.yaml's serve: section describes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import echo, load_config, progress
+from vpatch.errors import ExitCode
+
+
+def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
+        check: bool) -> ExitCode:
+    from vpatch.definition import ImageDefinition
+    from vpatch.serve import render
+
+    # The whole definition, every section and the rules between them, before anything is shown or touched.
+    definition = ImageDefinition.load(load_config(project).root, name).validate()
+    if print_only:
+        echo(render.for_definition(definition, image=image).shell_line())
+        return ExitCode.OK
+    from vpatch.image.docker import Docker
+    from vpatch.upstream import cache_dir
+
+    docker = Docker.connect()
+    if check:
+        from vpatch.deploy.journal import Journal
+        from vpatch.serve import run as serve_run
+
+        checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
+        health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
+        echo(f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}")
+        return ExitCode.OK if checked.alive else ExitCode.ERROR
+    if diff:
+        from vpatch.report import drift as drift_report
+        from vpatch.serve import drift
+
+        result = drift.diff(docker, definition, image=image, pin=load_config(project).pin)
+        if json_out:
+            import json
+
+            echo(json.dumps(drift_report.drift_json(result), indent=2))
+        else:
+            for line in drift_report.drift_lines(result, name):
+                echo(line)
+        return ExitCode.DRIFT if result.drifts else ExitCode.OK
+    from vpatch.serve import run
+
+    served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
+    echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
+         f"{run.health_url(definition.serve.port if definition.serve else 0)}")
+    echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
+         f"vLLM {served.lint.vllm_version}")
+    return ExitCode.OK

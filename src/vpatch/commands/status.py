@@ -1,0 +1,37 @@
+"""`vpatch status`: which patches upstream has, with the evidence, and which still need you."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import console, echo, load_config, load_series
+from vpatch.errors import ExitCode
+
+
+def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, no_probes: bool) -> ExitCode:
+    from vpatch import status as core
+    from vpatch import upstream
+    from vpatch.report import status as report
+    from vpatch.trailers import refuse_unfinished
+
+    config = load_config(project)
+    series = load_series(config)
+    refuse_unfinished(series.patches, where="edit the patch file (or amend the commit in the applied tree and export)")
+    repo = upstream.open_upstream(config)
+    pin, targets = core.resolve_targets(repo, config, against)
+    from vpatch.console import ProgressView
+
+    names = {t.commit: t.ref for t in [*targets, pin]}
+    with ProgressView() as view:
+        result = core.compute(
+            repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
+            branch=config.upstream.branch,
+            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names), report=view,
+        )
+    if json_out:
+        import json
+
+        echo(json.dumps(report.status_json(result), indent=2))
+    else:
+        console().print(report.status_table(result))
+    return result.exit_code() if exit_code else ExitCode.OK

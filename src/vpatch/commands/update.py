@@ -1,0 +1,56 @@
+"""`vpatch update`: move the pin, dropping landed patches with evidence; --continue and --abort."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vpatch.commands import console, echo, load_config
+from vpatch.errors import ExitCode, VpatchError
+
+
+def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
+        continue_: bool, abort: bool, json_out: bool) -> ExitCode:
+    from vpatch import update as core
+
+    if sum(bool(x) for x in (to, continue_, abort)) != 1:
+        raise VpatchError("give exactly one of --to REF, --continue, --abort", exit_code=ExitCode.USAGE,
+                          hint="vpatch update --to v0.31.0 [--dry-run]")
+    import functools
+
+    from vpatch.console import ProgressView
+
+    config = load_config(project)
+    with ProgressView() as view:
+        validator = functools.partial(core.validate_with_probes, report=view)
+        if abort:
+            result = core.abort(config)
+        elif continue_:
+            result = core.resume(config, validator=validator)
+        else:
+            assert to is not None
+            try:
+                result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
+                                     allow_downgrade=allow_downgrade, narrow=not no_narrow,
+                                     judge=functools.partial(core.judge_with_status, progress=view),
+                                     validator=validator)
+            except core.Refused as refused:
+                # the dry run's refusal comes after the judging: show the table it refused on, then the error
+                from vpatch.report import status as report
+                from vpatch.status import Status
+
+                if isinstance(refused.report, Status) and not json_out:
+                    console().print(report.status_table(refused.report))
+                raise
+    if json_out:
+        import json
+
+        echo(json.dumps(result.to_json(), indent=2))
+    else:
+        from vpatch.report import update as update_report
+
+        table = update_report.plan_table(result)
+        if table is not None:
+            console().print(table)
+        for line in update_report.update_lines(result):
+            echo(line)
+    return ExitCode.CONFLICT if result.outcome is core.Outcome.STOPPED else ExitCode.OK

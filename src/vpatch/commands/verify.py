@@ -1,0 +1,59 @@
+"""`vpatch verify`: an image against its own labels, optionally its probes and live checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from vpatch.commands import echo, load_config, progress
+from vpatch.errors import ExitCode, VpatchError
+
+if TYPE_CHECKING:
+    from vpatch.config import Config
+
+
+def run(*, project: Path, image: str, probes: bool, live: bool, definition: str | None) -> ExitCode:
+    from vpatch.image import verify as image_verify
+
+    if definition is not None and not live:
+        raise VpatchError("--definition names the image definition that --live starts the image with",
+                          hint=f"vpatch verify {image} --live --definition {definition}")
+    config = load_config(project)
+    report = image_verify.verify_image(config, image, probes=probes)
+    for check in report.checks:
+        echo(f"{check.mark} {check.what}" + (f": {check.detail}" if check.detail else ""))
+    if report.ok and live:
+        verify_live(config, image, definition)
+    if not report.ok:
+        failed = [c for c in report.checks if not c.ok]
+        only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
+        raise VpatchError(f"image {image} does not match its labels: {len(failed)} check(s) failed",
+                          hint="a probe's FAIL: the fix is not in the image; ERROR: the probe could not decide (a crash, "
+                          "a timeout, a missing file: it may need vLLM's dependencies, which an official image has)" if only_probes
+                          else "rebuild it with `vpatch build`")
+    echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
+    return ExitCode.OK
+
+
+def verify_live(config: Config, image: str, definition: str | None) -> None:
+    from vpatch.deploy import live as deploy_live
+    from vpatch.image.docker import Docker
+    from vpatch.upstream import cache_dir
+
+    result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
+                                     progress=progress)
+    for note in result.plan.notes:
+        echo(f"note {note}")
+    for outcome in result.candidate:
+        for case in outcome.cases:
+            shown = "" if case.ok else ": " + "; ".join(case.problems)
+            echo(f"{'ok  ' if case.ok else 'FAIL'} live {outcome.planned.patch}: {case.name}{shown}")
+    failed = [o for o in result.candidate if not o.ok]
+    if failed:
+        raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",
+                          hint="the fix does not show through the server; `vpatch verify --live` again after "
+                          "fixing the patch and rebuilding")
+    if result.candidate:
+        echo(f"live checks: {sum(len(o.cases) for o in result.candidate)} case(s) passed")
+    else:
+        echo("live checks: none to run (no patch in the image names a Live-Check); nothing was started")
