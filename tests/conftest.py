@@ -53,6 +53,12 @@ def git(cwd: Path, *args: str, input: bytes | None = None) -> str:
     return subprocess.run(["git", *args], cwd=cwd, input=input, check=True, capture_output=True).stdout.decode()
 
 
+def patch_of_head(repo: Path) -> str:
+    """The HEAD commit of `repo` as vpatch exports a patch: format-patch with full ids, no signature or stat."""
+    return git(repo, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
+               "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD")
+
+
 @dataclass
 class ToyUpstream:
     """A non-bare upstream repository that tests commit to; the project mirrors it by file URL."""
@@ -149,8 +155,7 @@ class Project:
                 target.write_text(content)
         git(scratch, "add", "-A")
         git(scratch, "commit", "-q", "-m", f"{subject}\n\nWhy this change exists.\n\n{trailers}\n")
-        raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
-                  "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD")
+        raw = patch_of_head(scratch)
         path = self.patches / f"{number:04d}-{slug}.patch"
         path.write_text(raw)
         return path

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, git, write_config
+from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
 from vpatch import lineage
@@ -57,8 +57,7 @@ def make_project(root: Path, up: Upstream, pin: str, fixes: dict[str, tuple[str,
         git(scratch, "checkout", "-q", "--detach", pin)
         (scratch / path).write_text(content)
         git(scratch, "commit", "-q", "-am", f"Fix {slug}\n\nWhy.\n\nOrigin: vendor\nUpstream-PR: {pr}\nLast-Update: 2026-09-01\n")
-        raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
-                  "--no-signature", "--no-stat", "-k", "--no-renames", "HEAD")
+        raw = patch_of_head(scratch)
         (root / "patches" / f"{number:04d}-{slug}.patch").write_text(raw)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, git, write_config
+from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
 from vpatch import lineage
@@ -130,8 +130,7 @@ def make_project(root: Path, history: History, names: list[str], prs: dict[str, 
         (scratch / path).write_text(after)
         trailers = "Origin: vendor\n" + (f"Upstream-PR: {prs[name]}\n" if name in prs else "") + "Last-Update: 2026-09-01"
         _commit(scratch, f"Fix {name}\n\nWhy this change exists.\n\n{trailers}\n")
-        raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
-                  "--no-signature", "--no-stat", "-k", "--no-renames", "HEAD")
+        raw = patch_of_head(scratch)
         (root / "patches" / f"{number:04d}-{name}.patch").write_text(raw)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import git, write_config
+from conftest import git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
 from vpatch import moves
@@ -112,8 +112,7 @@ def make_project(tmp_path: Path, history: History, names: list[str]) -> Path:
         git(scratch, "checkout", "-q", "--detach", "v1.0.0")
         (scratch / path).write_text(after)
         _commit(scratch, f"Change {name}\n\nWhy this change exists.\n\nOrigin: vendor\nLast-Update: 2026-09-01\n")
-        raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
-                  "--no-signature", "--no-stat", "-k", "--no-renames", "HEAD")
+        raw = patch_of_head(scratch)
         (root / "patches" / f"{number:04d}-{name}.patch").write_text(raw)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import Project, git
+from conftest import Project, git, patch_of_head
 from imagebase import PACKAGE_DIR, ensure_base
 from typer.testing import CliRunner
 
@@ -58,8 +58,7 @@ def odd_project(project: Project, docker: Docker, tmp_path: Path) -> tuple[Proje
     git(scratch, "--literal-pathspecs", "rm", "-q", "vllm/odd name.py", "vllm/glob[1].py")
     git(scratch, "add", "-A")
     git(scratch, "commit", "-q", "-m", "Odd modes and names\n\nWhy.\n\nOrigin: vendor\nLast-Update: 2026-09-01")
-    raw = git(scratch, "-c", "core.abbrev=40", "format-patch", "-1", "--stdout", "--zero-commit", "--full-index",
-              "--no-signature", "--no-stat", "-k", "--no-renames", "--binary", "HEAD")
+    raw = patch_of_head(scratch)
     (project.patches / "0001-odd-modes.patch").write_text(raw)
     (project.root / "vpatch.yaml").write_text((project.root / "vpatch.yaml").read_text().replace("v1.0", "v2.0"))
     (project.root / "images").mkdir()

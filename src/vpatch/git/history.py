@@ -94,12 +94,7 @@ def log_records(repo: Path, base: str | None, tip: str, *, grep: Sequence[str] =
         args = ["log", "--topo-order", fmt, "--fixed-strings", *(f"--grep={g}" for g in grep),
                 f"{base}..{tip}" if base else tip, "--"]
     out = run(repo, args).out
-    records = []
-    for chunk in out.split("\x1e"):
-        parts = chunk.strip("\n").split("\x1f")
-        if len(parts) == 3 and parts[0]:
-            records.append(LogRecord(parts[0], parts[1], parts[2]))
-    return records
+    return _records(out)
 
 
 @dataclass(frozen=True)
@@ -141,12 +136,7 @@ def range_grep(repo: Path, base: str, tips: Sequence[str], grep: Sequence[str]) 
         return []
     fmt = "--format=%H%x1f%s%x1f%b%x1e"
     out = run(repo, ["log", fmt, "--fixed-strings", *(f"--grep={g}" for g in grep), *tips, f"^{base}", "--"]).out
-    records = []
-    for chunk in out.split("\x1e"):
-        parts = chunk.strip("\n").split("\x1f")
-        if len(parts) == 3 and parts[0]:
-            records.append(LogRecord(parts[0], parts[1], parts[2]))
-    return records
+    return _records(out)
 
 
 def range_touching(repo: Path, base: str, tips: Sequence[str], paths: Sequence[str]) -> dict[str, tuple[str, ...]]:
@@ -270,3 +260,13 @@ def mailinfo(patch: bytes) -> MailInfo:
             body=msg.read_text(encoding="utf-8", errors="surrogateescape"),
             diff=diff.read_bytes(),
         )
+
+
+def _records(out: str) -> list[LogRecord]:
+    """The records of a `git log --format=%H%x1f%s%x1f%b%x1e`: unit separators between fields, record separators after."""
+    records = []
+    for chunk in out.split("\x1e"):
+        parts = chunk.strip("\n").split("\x1f")
+        if len(parts) == 3 and parts[0]:
+            records.append(LogRecord(parts[0], parts[1], parts[2]))
+    return records
