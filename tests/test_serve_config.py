@@ -134,3 +134,27 @@ def test_no_serve_section_is_an_error_with_a_hint(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["-C", str(tmp_path), "serve", "tiny", "--print"])
     assert result.exit_code == 1
     assert "images/tiny.yaml has no serve: section" in result.output and "hint:" in result.output
+
+
+def test_the_health_check_is_the_liveness_script_on_one_line_and_runs(tmp_path: Path) -> None:
+    """The rendered --health-cmd carries serve/alive.py itself (compressed, one line) and runs as docker runs it:
+    through a shell, with python3; against a port nothing listens on it says "down" and exits 1."""
+    import shlex
+    import socket
+    import subprocess
+    import sys
+
+    from vpatch.serve import alive
+    from vpatch.serve.render import health_command, health_source
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    command = health_command(port)
+    assert "\n" not in command and health_source(command) == Path(alive.__file__).read_text(encoding="utf-8")
+    words = shlex.split(command)
+    ran = subprocess.run([sys.executable, *words[1:], "--state", str(tmp_path / "state.json")],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1 and ran.stdout.startswith("down: "), (ran.returncode, ran.stdout, ran.stderr)
+    assert health_source("curl -f http://127.0.0.1:8000/health") is None
+

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import shlex
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,13 +28,28 @@ HEALTH_STATE = "/tmp/vpatch-alive.json"
 
 
 def health_command(port: int, host: str | None = None) -> str:
-    """The shell line docker runs as the health check: the liveness rule's own source, given to python3 -c."""
+    """The shell line docker runs as the health check: the liveness rule's own source, given to python3 -c.
+
+    The source travels compressed and base64-encoded on one line, so that `serve --print` (and `docker
+    inspect`) stay readable and no quoting of the file's text can go wrong; `health_source` reads it back."""
     from vpatch.serve import alive
 
     source = Path(alive.__file__).read_text(encoding="utf-8")
+    blob = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
     where = host if host and host not in ("0.0.0.0", "::") else "127.0.0.1"
-    return shlex.join(["python3", "-c", source, f"http://{where}:{port}", "--timeout", str(PROBE_TIMEOUT_S),
-                       "--stall-s", str(STALL_S), "--state", HEALTH_STATE])
+    return shlex.join(["python3", "-c", f'{_UNPACK}"{blob}")))', f"http://{where}:{port}", "--timeout",
+                       str(PROBE_TIMEOUT_S), "--stall-s", str(STALL_S), "--state", HEALTH_STATE])
+
+
+_UNPACK = "import base64,zlib;exec(zlib.decompress(base64.b64decode("
+
+
+def health_source(command: str) -> str | None:
+    """The liveness script a rendered health check runs (None when `command` is not one of vpatch's)."""
+    words = shlex.split(command)
+    if len(words) < 3 or words[:2] != ["python3", "-c"] or not words[2].startswith(_UNPACK):
+        return None
+    return zlib.decompress(base64.b64decode(words[2][len(_UNPACK):].strip("\")"))).decode("utf-8")
 
 
 @dataclass(frozen=True)
