@@ -166,7 +166,9 @@ def test_a_stalled_engine_fails_the_deploy_in_stall_s_and_production_comes_back(
     report = json_of(out)
     assert code == 6 and report["decision"] == "rolled back", err
     failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
-    assert report["failed_check"] == "block cost", out
+    # The stop lands while block cost runs, or (its one request is short) just after it: the next check that
+    # sends a request meets the stalled engine then. Either way a request check's watchdog ends it.
+    assert report["failed_check"] in ("block cost", "needles", "tool call"), out
     assert "no token for" in failed["detail"] and "the engine is stalled" in failed["detail"], failed
     assert failed["seconds"] < STALL_S + 15, failed  # the watchdog ended it, not the 300 s request timeout
     host.assert_production_restored(before)

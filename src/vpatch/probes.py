@@ -395,10 +395,11 @@ def validation(repo: Path, probe: Probe, patch_file: str, *, base: str, patched:
     """The probe on `base` (it must FAIL there) and on `patched` (it must PASS): the one check that `update`,
     `update --dry-run`, `status` and `probe check` all make. Says, never raises, when the probe falls short."""
     name = base_name or base[:12]
+    label = name[:12] if git.is_object_id(name) else name  # progress lines name a commit by its short id
     before = run_probe(repo, probe, base, cache=cache, report=report, use_cache=use_cache,
-                       label=f"{patch_file.removesuffix('.patch')} on {name}", moves_from=moves_from)
+                       label=f"{patch_file.removesuffix('.patch')} on {label}", moves_from=moves_from)
     after = run_probe(repo, probe, patched, cache=cache, report=report, use_cache=use_cache,
-                      label=f"{patch_file.removesuffix('.patch')} on {name} with the patch", moves_from=moves_from)
+                      label=f"{patch_file.removesuffix('.patch')} on {label} with the patch", moves_from=moves_from)
     # a path the pin has is no typo: where it is missing, run_probe followed its move (or called it an error)
     absent = absent_files(repo, probe, (base, patched) + ((moves_from,) if moves_from else ()))
     if absent:
