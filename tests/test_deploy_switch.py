@@ -166,9 +166,10 @@ def test_a_stalled_engine_fails_the_deploy_in_stall_s_and_production_comes_back(
     report = json_of(out)
     assert code == 6 and report["decision"] == "rolled back", err
     failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
-    # The stop lands while block cost runs, or (its one request is short) just after it: the next check that
-    # sends a request meets the stalled engine then. Either way a request check's watchdog ends it.
-    assert report["failed_check"] in ("block cost", "needles", "tool call"), out
+    # The stop lands while block cost runs or, its one request being short, during a later check (finding and
+    # stopping the process takes a docker exec): whichever check next sends a request meets the stalled engine,
+    # and its watchdog ends it.
+    assert report["failed_check"] in ("block cost", "needles", "tool call", "questions", "parallel", "ceiling"), out
     assert "no token for" in failed["detail"] and "the engine is stalled" in failed["detail"], failed
     assert failed["seconds"] < STALL_S + 15, failed  # the watchdog ended it, not the 300 s request timeout
     host.assert_production_restored(before)
