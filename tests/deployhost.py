@@ -282,6 +282,18 @@ def engine_core_pid(docker: Docker, container: str) -> int:
     return found[0]
 
 
+def wait_engine_core_pid(docker: Docker, container: str, run: Spawned, timeout: float = 600) -> int:
+    """The engine core's host pid once its process exists (it starts some seconds after the container)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [pid for pid, cmd in docker.processes(container) if "EngineCore" in cmd]
+        if len(found) == 1:
+            return found[0]
+        assert run.proc.poll() is None, "vpatch deploy ended before its engine core started:\n" + "\n".join(run.lines)
+        time.sleep(0.5)
+    raise AssertionError(f"no single EngineCore process in {container}: {docker.processes(container)}")
+
+
 def stop_engine(docker: Docker, container: str) -> int:
     pid = engine_core_pid(docker, container)
     os.kill(pid, signal.SIGSTOP)
