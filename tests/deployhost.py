@@ -27,7 +27,7 @@ from vpatch.cli import app
 from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.image.docker import Docker
+from vpatch.docker import Docker
 from vpatch.serve.render import render
 
 NAME = "tiny"

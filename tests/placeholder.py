@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.image.docker import Docker
+from vpatch.docker import Docker
 
 _SOURCE = r"""
 #include <signal.h>

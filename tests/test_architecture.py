@@ -190,7 +190,8 @@ def test_the_checks_see_a_violation(tmp_path: Path) -> None:
     up = [d for i in found for d in resolve(i.target, i.names, modules) if (layer_of(d, table) or 0) < git_layer]
     assert up == ["vpatch.update", "vpatch.update.run"]
     assert is_private(found[1].names[0]) and not is_private("__future__")
-    assert layer_of("vpatch.image.docker", table) == git_layer != layer_of("vpatch.image.build", table)
+    assert layer_of("vpatch.docker.containers", table) == git_layer != layer_of("vpatch.image.build", table)
+    assert layer_of("vpatch.serve.config", table) != layer_of("vpatch.serve.run", table)  # the exact name wins
 
 
 # --- the git door: only vpatch/git/ builds git command lines ----------------------------------------

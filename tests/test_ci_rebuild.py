@@ -106,7 +106,7 @@ def test_update_then_real_build_on_the_new_pin(ci_project: Project) -> None:
     """The whole job with a real docker build: the base image is made from the toy v1.1 tree."""
     from imagebase import ensure_base
 
-    from vpatch.image.docker import Docker, DockerError
+    from vpatch.docker import Docker, DockerError
 
     try:
         docker = Docker.connect()

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from vpatch.cli import app
 from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
-from vpatch.image.docker import Docker
+from vpatch.docker import Docker
 from vpatch.serve.render import render
 
 pytestmark = pytest.mark.docker

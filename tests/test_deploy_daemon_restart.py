@@ -29,7 +29,7 @@ from serverimage import free_port, tiny_serve, write_project
 from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.image.docker import Docker
+from vpatch.docker import Docker
 from vpatch.serve.render import render
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm_server]

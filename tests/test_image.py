@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from vpatch import git as vgit
 from vpatch.cli import app
 from vpatch.definition import ImageDefinition, Strategy
+from vpatch.docker import Docker, DockerError, buildkit_invocation
 from vpatch.errors import ConfigError, VpatchError
-from vpatch.image.docker import Docker, DockerError, buildkit_invocation
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

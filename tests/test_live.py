@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 from vpatch.cli import app
 from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
-from vpatch.image.docker import Docker
+from vpatch.docker import Docker
 from vpatch.retired import RETIRED_FILE, RetiredPatch, with_entries
 from vpatch.serve.render import render
 

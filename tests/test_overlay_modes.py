@@ -17,7 +17,7 @@ from imagebase import PACKAGE_DIR, ensure_base
 from typer.testing import CliRunner
 
 from vpatch.cli import app
-from vpatch.image.docker import Docker, DockerError
+from vpatch.docker import Docker, DockerError
 
 pytestmark = pytest.mark.docker
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from serverimage import SERVED_NAME, free_port, tiny_serve, write_project
 from typer.testing import CliRunner
 
 from vpatch.cli import app
+from vpatch.docker import Docker
 from vpatch.errors import ExitCode
-from vpatch.image.docker import Docker
 from vpatch.serve import alive
 from vpatch.serve.render import health_source
 

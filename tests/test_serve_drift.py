@@ -17,7 +17,7 @@ from serverimage import tiny_serve, tiny_yaml
 
 from vpatch.config import Pin
 from vpatch.definition import ImageDefinition
-from vpatch.image.docker import Docker
+from vpatch.docker import Docker
 from vpatch.serve import drift
 from vpatch.serve.render import for_definition
 

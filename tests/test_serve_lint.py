@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from vpatch.docker import Docker
 from vpatch.errors import VpatchError
-from vpatch.image.docker import Docker
 from vpatch.serve import lint
 from vpatch.serve.config import ContainerOptions, ServeConfig
 from vpatch.serve.render import render

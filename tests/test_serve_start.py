@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from vpatch import process
 from vpatch.cli import app
 from vpatch.definition import ImageDefinition
+from vpatch.docker import Docker, DockerError
 from vpatch.errors import ProcessError, VpatchError
-from vpatch.image.docker import Docker, DockerError
 from vpatch.serve import run
 from vpatch.serve.render import for_definition
 

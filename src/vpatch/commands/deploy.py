@@ -15,7 +15,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     from vpatch.definition import ImageDefinition
     from vpatch.deploy import report as deploy_report
     from vpatch.deploy import switch
-    from vpatch.image.docker import Docker
+    from vpatch.docker import Docker
     from vpatch.report import deploy as shown
 
     # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.

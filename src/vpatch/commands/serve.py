@@ -18,7 +18,7 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     if print_only:
         echo(render.for_definition(definition, image=image).shell_line())
         return ExitCode.OK
-    from vpatch.image.docker import Docker
+    from vpatch.docker import Docker
     from vpatch.upstream import cache_dir
 
     docker = Docker.connect()

@@ -37,7 +37,7 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
 
 def verify_live(config: Config, image: str, definition: str | None) -> None:
     from vpatch.deploy import live as deploy_live
-    from vpatch.image.docker import Docker
+    from vpatch.docker import Docker
     from vpatch.upstream import cache_dir
 
     result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),

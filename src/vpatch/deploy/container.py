@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from vpatch import lock
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.journal import Journal, Phase
+from vpatch.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.errors import VpatchError
-from vpatch.image.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.progress import Progress
 from vpatch.serve import health
 

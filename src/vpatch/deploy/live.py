@@ -24,7 +24,7 @@ from vpatch.progress import Progress
 
 if TYPE_CHECKING:
     from vpatch.config import Config
-    from vpatch.image.docker import Docker
+    from vpatch.docker import Docker
     from vpatch.serve.config import ServeConfig
 
 # The labels `vpatch build` writes (image/plan.py) that say which patches an image holds.

@@ -29,8 +29,8 @@ from vpatch.deploy.live import Plan as LivePlan
 from vpatch.deploy.live import run as run_live
 from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.suite import Suite
+from vpatch.docker import Docker
 from vpatch.errors import ExitCode, ProcessError, VpatchError
-from vpatch.image.docker import Docker
 from vpatch.progress import Progress
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from pathlib import Path
 from vpatch import git
 from vpatch.config import Config
 from vpatch.definition import Base, ImageDefinition, Strategy, image_reference_ok
+from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.errors import ApplyError, ConfigError, VpatchError
-from vpatch.image.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.image.plan import (
     LABEL_PREFIX,
     PACKAGE,

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from vpatch.config import Pin
 from vpatch.definition import ImageDefinition
+from vpatch.docker import ContainerInfo, Docker, DockerError, ImageInfo
 from vpatch.errors import VpatchError
-from vpatch.image.docker import ContainerInfo, Docker, DockerError, ImageInfo
 from vpatch.image.plan import LABEL_PREFIX
 from vpatch.serve import render
 from vpatch.serve.lint import serves

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import time
 
+from vpatch.docker import Docker
 from vpatch.errors import VpatchError
-from vpatch.image.docker import Docker
 from vpatch.progress import Progress
 from vpatch.serve import alive
 

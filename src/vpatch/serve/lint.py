@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from vpatch.docker import Docker, ImageInfo
 from vpatch.errors import VpatchError
 from vpatch.fs import atomic_write
-from vpatch.image.docker import Docker, ImageInfo
 from vpatch.progress import Progress
 from vpatch.serve.render import RunCommand
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vpatch.definition import ImageDefinition
+from vpatch.docker import Docker, DockerError
 from vpatch.errors import VpatchError
-from vpatch.image.docker import Docker, DockerError
 from vpatch.progress import Progress
 from vpatch.serve import alive, health, lint, render, runerror
 from vpatch.serve.render import RunCommand

@@ -1,0 +1,257 @@
+"""The container part of the docker door: throwaway runs in an image, and the containers serve and deploy
+manage (inspect, logs, processes, restart policy, rename, stop, start, remove)."""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vpatch.docker.daemon import Daemon, DockerError, daemon_call, output_tail
+from vpatch.docker.images import inspect_image
+from vpatch.process import Output as RunResult
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A container as `docker inspect` shows it: what it runs, how, and in which state."""
+
+    id: str
+    name: str
+    image_id: str  # the image it was created from (sha256:...)
+    image_ref: str  # the image as the `docker run` named it
+    entrypoint: tuple[str, ...]
+    args: tuple[str, ...]  # Config.Cmd: what followed the image in `docker run`
+    env: tuple[str, ...]  # NAME=value, the image's defaults included
+    labels: Mapping[str, str]
+    status: str  # created | running | restarting | paused | exited | dead
+    exit_code: int
+    restart_count: int
+    started_at: str
+    restart_policy: str  # no | always | unless-stopped | on-failure[:N]
+    network_mode: str
+    ipc_mode: str
+    shm_size: int  # bytes
+    binds: tuple[str, ...]
+    port_bindings: Mapping[str, tuple[str, ...]]  # "8000/tcp" -> ("8000",)
+    gpus: tuple[str, ...]  # one entry per --gpus device request: "all", "4" or "device=0,1"
+    health: str = ""  # starting | healthy | unhealthy; "" without a health check
+    health_log: tuple[str, ...] = ()  # the health check's latest outputs, oldest first
+    health_test: tuple[str, ...] = ()  # Config.Healthcheck.Test, e.g. ("CMD-SHELL", "python3 -c ...")
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
+        config = attrs.get("Config") or {}
+        host = attrs.get("HostConfig") or {}
+        state = attrs.get("State") or {}
+        policy = host.get("RestartPolicy") or {}
+        restart = policy.get("Name") or "no"
+        if restart == "on-failure" and policy.get("MaximumRetryCount"):
+            restart = f"on-failure:{policy['MaximumRetryCount']}"
+        gpus = []
+        for request in host.get("DeviceRequests") or ():
+            if request.get("DeviceIDs"):
+                gpus.append("device=" + ",".join(request["DeviceIDs"]))
+            else:
+                gpus.append("all" if request.get("Count") == -1 else str(request.get("Count")))
+        ports = {
+            port: tuple(b.get("HostPort", "") for b in bindings or ())
+            for port, bindings in (host.get("PortBindings") or {}).items()
+        }
+        return cls(
+            id=attrs["Id"],
+            name=str(attrs.get("Name", "")).lstrip("/"),
+            image_id=attrs.get("Image", ""),
+            image_ref=config.get("Image", ""),
+            entrypoint=tuple(config.get("Entrypoint") or ()),
+            args=tuple(config.get("Cmd") or ()),
+            env=tuple(config.get("Env") or ()),
+            labels=dict(config.get("Labels") or {}),
+            status=state.get("Status", ""),
+            exit_code=int(state.get("ExitCode") or 0),
+            restart_count=int(attrs.get("RestartCount") or 0),
+            started_at=state.get("StartedAt", ""),
+            restart_policy=restart,
+            network_mode=host.get("NetworkMode", ""),
+            ipc_mode=host.get("IpcMode", ""),
+            shm_size=int(host.get("ShmSize") or 0),
+            binds=tuple(host.get("Binds") or ()),
+            port_bindings=ports,
+            gpus=tuple(gpus),
+            health=str((state.get("Health") or {}).get("Status") or ""),
+            health_log=tuple(str(e.get("Output", "")).strip() for e in (state.get("Health") or {}).get("Log") or ()),
+            health_test=tuple((config.get("Healthcheck") or {}).get("Test") or ()),
+        )
+
+
+class Containers(Daemon):
+    """What vpatch does with containers on the daemon."""
+
+    # Throwaway runs
+
+    def run(self, image: str, argv: Sequence[str], *, network: str = "none") -> bytes:
+        """Run `argv` in a throwaway container of `image` (entrypoint replaced); its stdout, or DockerError."""
+        result = self.execute(image, argv, network=network)
+        if result.returncode != 0:
+            raise DockerError(
+                f"{' '.join(argv)} exited with {result.returncode} in {image}\n"
+                + output_tail(result.err.splitlines() or result.out.splitlines())
+            )
+        return result.stdout
+
+    def execute(
+        self,
+        image: str,
+        argv: Sequence[str],
+        *,
+        network: str = "none",
+        files: Mapping[str, bytes] | None = None,
+        workdir: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> RunResult:
+        """Run `argv` in a throwaway container of `image`, with `files` (absolute path -> bytes) put in first;
+        returns its exit code and output (code 124 when it ran past `timeout`)."""
+        import docker as dockersdk
+        import requests
+
+        inspect_image(self.client, image)
+        container = self.client.containers.create(
+            image, entrypoint=list(argv[:1]), command=list(argv[1:]), network_mode=network, user="0",
+            working_dir=workdir, environment=dict(env or {}),
+        )
+        try:
+            if files:
+                container.put_archive("/", _tar_of(files))
+            container.start()
+            try:
+                code = int(container.wait(timeout=timeout).get("StatusCode", 1))
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):  # past `timeout`
+                container.kill()
+                code = 124
+            stdout = bytes(container.logs(stdout=True, stderr=False))
+            stderr = bytes(container.logs(stdout=False, stderr=True))
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot run {' '.join(argv)} in {image}: {exc.explanation or exc}") from exc
+        finally:
+            container.remove(force=True)
+        return RunResult(code, stdout, stderr)
+
+    # Managed containers
+
+    @daemon_call
+    def container(self, name: str) -> ContainerInfo | None:
+        """The container `name` (or id) as docker inspect shows it; None when there is none."""
+        import docker as dockersdk
+
+        try:
+            return ContainerInfo.from_attrs(self.client.api.inspect_container(name))
+        except dockersdk.errors.NotFound:
+            return None
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot inspect container {name}: {exc.explanation or exc}") from exc
+
+    @daemon_call
+    def container_logs(self, name: str, *, tail: int | None = None, since: str | None = None) -> str:
+        """The container's output so far (stdout and stderr interleaved); `tail`: only the last lines;
+        `since`: only what it wrote from that RFC 3339 time on (e.g. its State.StartedAt: this run only)."""
+        from datetime import datetime
+
+        start = None
+        if since:
+            # Docker writes nanoseconds; Python's datetime takes microseconds.
+            start = datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", since).replace("Z", "+00:00"))
+        logs = self.client.api.logs(name, stdout=True, stderr=True, tail=tail if tail is not None else "all",
+                                    since=start)
+        return bytes(logs).decode("utf-8", "replace")
+
+    @daemon_call
+    def containers(self, *, label: str) -> list[ContainerInfo]:
+        """Every container (running or not) carrying the label `label` ("key=value")."""
+        import docker as dockersdk
+
+        try:
+            found = self.client.api.containers(all=True, filters={"label": label})
+            return [info for c in found if (info := self.container(c["Id"])) is not None]
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot list containers: {exc.explanation or exc}") from exc
+
+    @daemon_call
+    def processes(self, name: str) -> list[tuple[int, str]]:
+        """(host pid, command line) of every process in the running container `name` (`docker top`)."""
+        import docker as dockersdk
+
+        try:
+            top = self.client.api.top(name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot list the processes of {name}: {exc.explanation or exc}") from exc
+        titles = list(top.get("Titles") or [])
+        pid, cmd = titles.index("PID"), titles.index("CMD")
+        return [(int(row[pid]), str(row[cmd])) for row in top.get("Processes") or ()]
+
+    @daemon_call
+    def remove_container(self, name: str) -> None:
+        """Stop and delete the container `name` (nothing when there is none)."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.remove_container(name, force=True)
+        except dockersdk.errors.NotFound:
+            pass
+
+    @daemon_call
+    def set_restart_policy(self, name: str, policy: str) -> None:
+        """Change a container's restart policy (no | always | unless-stopped | on-failure[:N]) in place."""
+        import docker as dockersdk
+
+        kind, _, retries = policy.partition(":")
+        spec: dict[str, Any] = {"Name": kind}
+        if retries:
+            spec["MaximumRetryCount"] = int(retries)
+        try:
+            self.client.api.update_container(name, restart_policy=spec)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot set the restart policy of {name} to {policy}: {exc.explanation or exc}") from exc
+
+    @daemon_call
+    def stop_container(self, name: str, *, timeout: int = 30) -> None:
+        """Stop the container `name` (SIGTERM, SIGKILL after `timeout` seconds); kept, not deleted."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.stop(name, timeout=timeout)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot stop container {name}: {exc.explanation or exc}") from exc
+
+    @daemon_call
+    def rename_container(self, name: str, new_name: str) -> None:
+        """Rename a container; it keeps its id, so deploy addresses a parked container by id."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.rename(name, new_name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot rename container {name} to {new_name}: {exc.explanation or exc}") from exc
+
+    @daemon_call
+    def start_container(self, name: str) -> None:
+        """Start an existing (stopped) container."""
+        import docker as dockersdk
+
+        try:
+            self.client.api.start(name)
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot start container {name}: {exc.explanation or exc}") from exc
+
+
+def _tar_of(files: Mapping[str, bytes]) -> bytes:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for path, content in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(content), 0o644
+            tar.addfile(info, io.BytesIO(content))
+    return data.getvalue()

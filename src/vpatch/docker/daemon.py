@@ -1,0 +1,94 @@
+"""The connection to the docker daemon, the errors it raises, and the docker CLI where a command line is the product."""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
+
+from vpatch import process
+from vpatch.errors import ProcessError, VpatchError
+from vpatch.process import Output as RunResult
+
+if TYPE_CHECKING:
+    import docker as dockersdk
+
+# How many lines of a failing step's output an error carries.
+TAIL_LINES = 40
+
+
+class DockerError(VpatchError):
+    """The docker daemon is unreachable, an image is missing, or a build, run or push failed."""
+
+
+class DaemonGone(DockerError):
+    """The daemon stopped answering mid-way (restarting, stopped): a caller may wait for it and retry."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def daemon_call(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """A container call whose connection to the daemon is refused or reset raises DaemonGone (not the
+    HTTP library's own error: a restarting daemon is a state the deploy recovers from)."""
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        import requests
+
+        try:
+            return method(*args, **kwargs)
+        except requests.exceptions.ConnectionError as exc:
+            raise DaemonGone(f"the docker daemon did not answer: {exc}",
+                             hint="is dockerd restarting? `systemctl status docker` / `docker info`") from exc
+    return call
+
+
+def output_tail(lines: Iterable[str]) -> str:
+    """The last TAIL_LINES of a failing command's output, as one text for an error."""
+    return "\n".join(deque((ln.rstrip("\n") for ln in lines), maxlen=TAIL_LINES))
+
+
+class Daemon:
+    """A connection to one docker daemon; the image and container parts add their methods to it."""
+
+    def __init__(self, client: dockersdk.DockerClient) -> None:
+        self.client = client
+
+    @classmethod
+    def connect(cls) -> Self:
+        """Connect to the daemon named by DOCKER_HOST (default: the local socket) and check it answers."""
+        import docker as dockersdk
+
+        try:
+            client = dockersdk.from_env()
+            client.ping()
+        except dockersdk.errors.DockerException as exc:
+            raise DockerError(
+                f"the docker daemon is not running or not reachable ({exc})",
+                hint="start it (scripts/start-dockerd, or `dockerd` as root) or set DOCKER_HOST",
+            ) from exc
+        return cls(client)
+
+    def run_cli(self, argv: Sequence[str], *, timeout: float | None = None) -> RunResult:
+        """Run a docker CLI command given as argv (argv[0] is the docker executable) against this daemon.
+
+        For commands whose exact command line is the product (`vpatch serve --print` shows it, and
+        this runs that very argv); DockerError with the command, exit code and output on failure."""
+        import shlex
+
+        try:
+            result = process.run(argv, timeout=timeout, check=False)
+        except ProcessError as exc:
+            if exc.timed_out:
+                raise DockerError(f"{shlex.join(argv)} did not finish within {timeout:.0f}s") from exc
+            if isinstance(exc.__cause__, FileNotFoundError):
+                raise DockerError(f"the docker CLI ({argv[0]}) is not installed", hint="install docker.io") from exc
+            raise DockerError(exc.message, hint=exc.hint) from exc  # e.g. an argument list too long
+        if result.returncode != 0:
+            raise DockerError(
+                f"{shlex.join(argv)} failed with exit code {result.returncode}\n"
+                + output_tail((result.err or result.out).splitlines())
+            )
+        return result
