@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import process
-from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks
+from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks, scan_log
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
     Restored,
@@ -129,10 +129,11 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             prod_id, since = production.id, production.started_at
             # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
             run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress)
-            run_checks(run, fail_fast=False)
+            run_checks(run, fail_fast=False, log_scan=False)
             # The live checks on the baseline are shown beside the candidate's; they decide nothing.
             base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
-            baseline = Outcome(tuple(run.results) + tuple(o.as_check() for o in base_live), run.figures)
+            served = tuple(run.results) + tuple(o.as_check() for o in base_live)
+            baseline = Outcome((*served, scan_log(run)), run.figures)
             step("baseline")
         _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
     except BaseException as exc:
@@ -165,12 +166,15 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         if not any(c.failed for c in candidate):
             pool = kv_pool_from_log(docker.container_logs(production.id)) if production and baseline else None
             run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool)
-            run_checks(run, fail_fast=True)
+            run_checks(run, fail_fast=True, log_scan=False)
             candidate += run.results
             figures = run.figures
-        if live is not None and not any(c.failed for c in candidate):
-            cand_live = run_live(live, server, progress, fail_fast=True)
-            candidate += [o.as_check() for o in cand_live]
+            if live is not None and not any(c.failed for c in candidate):
+                cand_live = run_live(live, server, progress, fail_fast=True)
+                candidate += [o.as_check() for o in cand_live]
+            # Last, so that a Traceback or an allocation failure a live-check request caused is seen too.
+            if not any(c.failed for c in candidate):
+                candidate.append(scan_log(run))
         step("checks")
         passed = not any(c.failed for c in candidate)
         if passed:
