@@ -121,6 +121,24 @@ def test_a_first_status_on_a_partial_mirror_fetches_what_it_reads_in_one_request
     assert status(project.root) == partial
 
 
+def test_a_tree_a_probe_runs_in_comes_from_a_partial_mirror_in_one_request(
+        tmp_path: Path, toy_upstream: ToyUpstream) -> None:
+    grow(toy_upstream, 30)
+    path = mirror.fetch(cache_dir(), toy_upstream.url, blob_filter="blob:none")
+    served = tmp_path / "upload-pack.log"
+    counting_upload_pack(path, served)
+    files = git(path, "ls-tree", "-r", "--name-only", "main").split()
+    assert len(files) == 12 and len(vgit.missing_blobs(path, ["main"], None)) == 12
+
+    mirror.prefetch_tree(path, "main")  # what a command probe does before it extracts the tree to run in
+    assert vgit.missing_blobs(path, ["main"], None) == []
+    vgit.extract_tree(path, "main", tmp_path / "tree")
+    assert sorted(str(f.relative_to(tmp_path / "tree")) for f in (tmp_path / "tree").rglob("*") if f.is_file()) == \
+        sorted(files)
+    # one request where checkout-index alone asks once per file (12 here)
+    assert len(served.read_text().splitlines()) == 1
+
+
 def test_an_unknown_filter_is_refused_with_the_one_that_works(tmp_path: Path, toy_upstream: ToyUpstream) -> None:
     project = toy_project(tmp_path / "project", toy_upstream)
     code, out = vpatch(project.root, "fetch", "--filter=tree:0")

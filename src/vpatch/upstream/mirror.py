@@ -55,8 +55,21 @@ def fetch(cache: Path, url: str, *, blob_filter: str | None = None, report: Repo
 def prefetch(path: Path, blobs: Sequence[str], *, report: Reporter = silent) -> None:
     """Fetch `blobs` (ids a partial mirror lacks) from upstream in one request, before they are read: git would
     fetch each one alone, a round trip to upstream per blob, when something first reads it."""
+    blob_filter = git.partial_filter(path) if blobs else None
+    if blob_filter is not None:
+        _prefetch(path, blobs, blob_filter, report)
+
+
+def prefetch_tree(path: Path, tree: str, *, report: Reporter = silent) -> None:
+    """Every file of `tree` (a commit or tree id) a partial mirror lacks, in one request: a checkout of it (a probe
+    runs in one) would fetch them one by one."""
     blob_filter = git.partial_filter(path)
-    if not blobs or blob_filter is None:
+    if blob_filter is not None:
+        _prefetch(path, git.missing_blobs(path, [tree], None), blob_filter, report)
+
+
+def _prefetch(path: Path, blobs: Sequence[str], blob_filter: str, report: Reporter) -> None:
+    if not blobs:
         return
     subject = f"prefetching {len(blobs)} blob{'s' if len(blobs) != 1 else ''}"
     start = time.monotonic()
