@@ -66,7 +66,7 @@ from vpatch.probe_outcome import PLACEHOLDER, Place, Ran, argv, interpret
 from vpatch.probe_outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probe_outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.progress import Event, Reporter, silent
-from vpatch.upstream import cache_dir
+from vpatch.upstream import cache_dir, mirror
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -339,6 +339,8 @@ def _run_command(repo: Path, probe: Probe, tree: str, cache: Path, report: Repor
     # Timed from here: the venv build (once) is reported on its own.
     started = time.monotonic()
     report(Event(subject, "running"))
+    # a partial mirror: the tree's files in one request, where extracting it would fetch them one at a time
+    mirror.prefetch_tree(repo, tree, report=report)
     outcome, detail = _run_in_tree(repo, probe, tree, cache, python)
     report(Event(subject, outcome.value, final=True, seconds=time.monotonic() - started))
     return outcome, detail

@@ -14,10 +14,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from vpatch.errors import ProcessError
 
@@ -140,13 +142,15 @@ def stream(
     on_line: Callable[[str], None],
     *,
     cwd: Path | None = None,
+    input: bytes | None = None,
     env: Mapping[str, str] | None = None,
     check: bool = True,
     shown: Sequence[str] | None = None,
     hint: str | None = None,
     error: type[ProcessError] = ProcessError,
 ) -> Output:
-    """Run `argv`, handing each line of its merged stdout/stderr to `on_line` as it comes.
+    """Run `argv`, handing each line of its merged stdout/stderr to `on_line` as it comes (`input`: written to
+    its stdin meanwhile, then closed).
 
     The result's stdout holds only the output tail, so a chatty build never sits in memory whole.
     """
@@ -154,11 +158,15 @@ def stream(
     recent: deque[str] = deque()
     size = 0
     try:
-        proc = subprocess.Popen(command, cwd=cwd, env=child_env(env), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command, cwd=cwd, env=child_env(env),
+                                stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as exc:
         raise _not_started(command, shown, exc, error, hint) from exc
     assert proc.stdout is not None
+    writer = None if input is None else threading.Thread(target=_write_all, args=(proc.stdin, input), daemon=True)
+    if writer is not None:
+        writer.start()  # beside the reads: a child that writes before it has read all its input cannot block us
     try:
         pending = b""
         # A line ends at "\n" or at "\r" (how git and pip redraw a progress counter in place).
@@ -178,10 +186,27 @@ def stream(
         proc.kill()
         proc.wait()
         raise
+    finally:
+        if writer is not None:
+            writer.join()
     result = Output(proc.wait(), "\n".join(recent).encode(), b"")
     if check and result.returncode != 0:
         raise failure(command, result, shown=shown, hint=hint, error=error)
     return result
+
+
+def _write_all(pipe: IO[bytes] | None, data: bytes) -> None:
+    """Write `data` to a child's stdin and close it; a child that exits early (a broken pipe) just stops it."""
+    assert pipe is not None
+    try:
+        pipe.write(data)
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 def feed(

@@ -34,7 +34,7 @@ from vpatch import decision, git, landing, lineage
 from vpatch.errors import ExitCode, VpatchError
 from vpatch.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.progress import Reporter, silent
-from vpatch.upstream import commitcache
+from vpatch.upstream import commitcache, prefetch
 from vpatch.verdict import (
     ProbeCheck,
     ProbeFn,
@@ -187,6 +187,9 @@ def compute(
         commitcache.declare(repo, pin.commit, [t.commit for t in targets], path_sets=[p.paths for p in patches],
                             greps=greps)
         commitcache.diff_patch_ids(repo, [p.diff for p in patches])
+    # a partial mirror: what the verdicts below will read, in one fetch rather than one per blob
+    prefetch.for_status(repo, pin.commit, [t.commit for t in targets], paths, history=history and history_evidence,
+                        report=report)
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,

@@ -59,6 +59,18 @@ def cat_objects(repo: Path, names: Sequence[str]) -> list[tuple[str, bytes] | No
     return catfile.read(repo, command(["cat-file", "--batch"]), ["git", "cat-file", "--batch"], names)
 
 
+def missing_blobs(repo: Path, treeishes: Sequence[str], paths: Sequence[str] | None) -> list[str]:
+    """The blobs at `paths` (None: every file) in any of `treeishes` that a partial clone has not fetched yet, each
+    once: read from the trees alone (`rev-list --missing=print` fetches nothing). Empty in a full repository."""
+    if not treeishes or (paths is not None and not paths):
+        return []
+    # trees, not commits, as the walk's starts: a commit that leaves `paths` as its parent had them is not skipped
+    request = "".join(f"{c}^{{tree}}\n" for c in treeishes).encode()
+    out = run(repo, ["--literal-pathspecs", "rev-list", "--objects", "--missing=print", "--no-walk", "--stdin",
+                     "--", *(paths or ())], input=request).out
+    return sorted({line[1:].strip() for line in out.splitlines() if line.startswith("?")})
+
+
 def ls_tree(repo: Path, treeish: str, paths: Sequence[str]) -> list[tuple[str, str, str, str]]:
     """(mode, type, sha, path) entries for `paths` in `treeish`; absent paths are left out."""
     if not paths:

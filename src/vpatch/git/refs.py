@@ -151,6 +151,15 @@ def fetch_mirror(repo: Path, on_progress: Callable[[str], None], *, blob_filter:
                           error=GitError)
 
 
+def fetch_blobs(repo: Path, blobs: Sequence[str], on_progress: Callable[[str], None], *, blob_filter: str) -> Result:
+    """Fetch `blobs` (object ids a partial clone lacks) from its promisor remote in one request: what git's own
+    lazy fetch asks for one object at a time, with the same options; git's progress lines go to `on_progress`."""
+    args = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--progress", "origin", "--no-tags",
+            "--no-write-fetch-head", "--recurse-submodules=no", f"--filter={blob_filter}", "--stdin"]
+    return process.stream(command(args), on_progress, cwd=repo, check=False, shown=["git", *args[2:5]],
+                          input="".join(f"{b}\n" for b in blobs).encode(), error=GitError)
+
+
 def partial_filter(repo: Path) -> str | None:
     """The filter a partial clone was made with (None: a full repository)."""
     result = run(repo, ["config", "--get", "remote.origin.partialclonefilter"], check=False)

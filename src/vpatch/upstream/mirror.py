@@ -3,7 +3,8 @@
 A partial mirror (`blob_filter="blob:none"`) holds every commit and tree but fetches a file's content from
 upstream the first time something reads it (git's partial clone): status reads the patches' files at each
 target and bisection step and the diffs of the commits that touch them, a small part of vLLM's 1.1 GB. Reading
-a blob not yet fetched needs upstream reachable.
+a blob not yet fetched needs upstream reachable. `prefetch` fetches the blobs a status will read in one request
+before it reads them (upstream/prefetch.py says which).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vpatch import git
@@ -50,10 +52,42 @@ def fetch(cache: Path, url: str, *, blob_filter: str | None = None, report: Repo
     return path
 
 
-def _fetch(path: Path, url: str, blob_filter: str | None, report: Reporter) -> None:
-    subject = f"fetch {url.rstrip('/').rsplit('/', 1)[-1]}" + (f" ({blob_filter})" if blob_filter else "")
+def prefetch(path: Path, blobs: Sequence[str], *, report: Reporter = silent) -> None:
+    """Fetch `blobs` (ids a partial mirror lacks) from upstream in one request, before they are read: git would
+    fetch each one alone, a round trip to upstream per blob, when something first reads it."""
+    blob_filter = git.partial_filter(path) if blobs else None
+    if blob_filter is not None:
+        _prefetch(path, blobs, blob_filter, report)
+
+
+def prefetch_tree(path: Path, tree: str, *, report: Reporter = silent) -> None:
+    """Every file of `tree` (a commit or tree id) a partial mirror lacks, in one request: a checkout of it (a probe
+    runs in one) would fetch them one by one."""
+    blob_filter = git.partial_filter(path)
+    if blob_filter is not None:
+        _prefetch(path, git.missing_blobs(path, [tree], None), blob_filter, report)
+
+
+def _prefetch(path: Path, blobs: Sequence[str], blob_filter: str, report: Reporter) -> None:
+    if not blobs:
+        return
+    subject = f"prefetching {len(blobs)} blob{'s' if len(blobs) != 1 else ''}"
     start = time.monotonic()
     errors: list[str] = []
+    report(Event(subject, "fetching from upstream"))
+    result = git.fetch_blobs(path, blobs, _progress(subject, report, errors), blob_filter=blob_filter)
+    report(Event(subject, "done" if result.returncode == 0 else "failed", final=True, seconds=time.monotonic() - start))
+    if result.returncode != 0:
+        raise VpatchError(
+            f"cannot fetch {len(blobs)} file contents from upstream into the partial mirror {path.name}:\n"
+            f"{chr(10).join(errors[-20:]) or result.out.strip()}",
+            hint="a partial mirror (vpatch fetch --filter=blob:none) reads upstream for files it has not read "
+            "before: check the network, or make a full mirror (remove the mirror folder, then vpatch fetch)",
+        )
+
+
+def _progress(subject: str, report: Reporter, errors: list[str]) -> Callable[[str], None]:
+    """A reader of git's progress lines: each phase's counters become events, anything else is kept in `errors`."""
 
     def progress(line: str) -> None:
         found = _PHASE.match(line.strip())
@@ -65,7 +99,14 @@ def _fetch(path: Path, url: str, blob_filter: str | None, report: Reporter) -> N
         elif line.strip():
             errors.append(line)
 
-    result = git.fetch_mirror(path, progress, blob_filter=blob_filter)
+    return progress
+
+
+def _fetch(path: Path, url: str, blob_filter: str | None, report: Reporter) -> None:
+    subject = f"fetch {url.rstrip('/').rsplit('/', 1)[-1]}" + (f" ({blob_filter})" if blob_filter else "")
+    start = time.monotonic()
+    errors: list[str] = []
+    result = git.fetch_mirror(path, _progress(subject, report, errors), blob_filter=blob_filter)
     if result.returncode == 0:
         report(Event(subject, "writing the commit-graph"))
         git.write_commit_graph(path)

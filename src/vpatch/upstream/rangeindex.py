@@ -124,6 +124,12 @@ class _Declared:
 _declared: list[_Declared] = []
 
 
+def _read(d: _Declared) -> Range:
+    loaded = Range.read(d.repo, d.base, d.tips, sorted(d.paths), sorted(d.greps))
+    loaded.path_sets = d.path_sets
+    return loaded
+
+
 def declare(repo: Path, base: str, tips: Sequence[str], *, path_sets: Sequence[Sequence[str]],
             greps: Sequence[str]) -> None:
     """The range base..tips that questions will be asked about (read from git only when one needs it):
@@ -142,9 +148,18 @@ def find(repo: Path, base: str | None, tip: str, *, paths: Sequence[str] = (), g
         if d.repo != repo or d.base != base or not d.paths.issuperset(paths) or not d.greps.issuperset(greps):
             continue
         if d.loaded is None:
-            d.loaded = Range.read(repo, d.base, d.tips, sorted(d.paths), sorted(d.greps))
-            d.loaded.path_sets = d.path_sets
+            d.loaded = _read(d)
         if d.loaded.covers(base, tip, paths=paths, greps=greps):
+            return d.loaded
+    return None
+
+
+def read_declared(repo: Path, base: str) -> Range | None:
+    """The range declared from `base` (the first, when several were), read now if it was not yet; None: none was."""
+    for d in _declared:
+        if d.repo == repo and d.base == base:
+            if d.loaded is None:
+                d.loaded = _read(d)
             return d.loaded
     return None
 
