@@ -10,7 +10,9 @@ from pathlib import Path
 from vpatch import git
 from vpatch.fs import atomic_write
 from vpatch.probe_env import LOCK_NAME
-from vpatch.probes import ProbeError, ProbeKind, Validation, probe_for, validation
+from vpatch.probe_file import ProbeError, probe_for
+from vpatch.probe_outcome import ProbeKind
+from vpatch.probes import Validation, validation
 from vpatch.progress import Reporter, silent
 from vpatch.series import PROBE, Patch, Series
 
