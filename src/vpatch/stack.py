@@ -3,15 +3,14 @@ commits back to the files)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from vpatch import git, moves
+from vpatch import git, moves, records
 from vpatch.errors import ApplyError, VpatchError
-from vpatch.fs import atomic_write
 from vpatch.series import Patch, Series
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
@@ -41,21 +40,25 @@ class Stack:
     def tip(self) -> str:
         return self.applied[-1].commit if self.applied else self.base
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "worktree": str(self.worktree), "upstream": str(self.upstream), "ref": self.ref,
-                "base": self.base, "applied": [{"file": a.file, "commit": a.commit} for a in self.applied],
-            },
-            indent=2,
-        ) + "\n"
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worktree": str(self.worktree), "upstream": str(self.upstream), "ref": self.ref,
+            "base": self.base, "applied": [{"file": a.file, "commit": a.commit} for a in self.applied],
+        }
 
     @classmethod
-    def from_json(cls, text: str) -> Stack:
-        data = json.loads(text)
+    def from_dict(cls, data: dict[str, Any]) -> Stack:
+        for name in ("worktree", "upstream", "ref", "base"):
+            if not isinstance(data.get(name), str):
+                raise TypeError(f"its {name!r} is missing or not a string")
+        applied = data.get("applied")
+        if not isinstance(applied, list) or not all(
+                isinstance(a, dict) and isinstance(a.get("file"), str) and isinstance(a.get("commit"), str)
+                for a in applied):
+            raise TypeError("its 'applied' must be a list of {file, commit} strings")
         return cls(
             worktree=Path(data["worktree"]), upstream=Path(data["upstream"]), ref=data["ref"], base=data["base"],
-            applied=tuple(AppliedPatch(a["file"], a["commit"]) for a in data["applied"]),
+            applied=tuple(AppliedPatch(a["file"], a["commit"]) for a in applied),
         )
 
 
@@ -248,22 +251,20 @@ def _remove_tree(upstream: Path, tree: Path) -> None:
 
 
 def save_stack(state_dir: Path, stack: Stack) -> None:
-    atomic_write(state_dir / STATE_FILE, stack.to_json().encode())
+    """Write the record of the applied tree (a `records` journal: atomic, fsynced)."""
+    records.save(state_dir / STATE_FILE, stack)
 
 
 def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
+    """The record of the applied tree; None (or, when `required`, an error) when there is none, and a
+    JournalError naming the file when it is unreadable."""
     path = state_dir / STATE_FILE
-    if not path.is_file():
-        if required:
-            raise VpatchError("no applied tree to export from", hint="vpatch apply first, edit the commits there, then vpatch export")
-        return None
-    try:
-        return Stack.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise VpatchError(
-            f"{path} (the record of the applied tree) is unreadable: {exc}",
-            hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
-        ) from exc
+    stack = records.load(path, Stack.from_dict, what="the record of the applied tree",
+                         hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
+                         ) if path.is_file() else None
+    if stack is None and required:
+        raise VpatchError("no applied tree to export from", hint="vpatch apply first, edit the commits there, then vpatch export")
+    return stack
 
 
 def strip_marker(raw: bytes) -> tuple[str | None, bytes]:

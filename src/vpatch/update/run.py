@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from vpatch import git, lock, stack
 from vpatch.errors import ApplyError, VpatchError
 from vpatch.export import ExportResult, export_series
-from vpatch.fs import atomic_write
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
 from vpatch.update import guard, retarget
@@ -275,7 +274,7 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> 
 
 def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None:
     applied = (*recorded.applied, stack.AppliedPatch(patch.filename, git.head(project.tree)))
-    atomic_write(project.work / stack.STATE_FILE, replace(recorded, applied=applied).to_json().encode())
+    stack.save_stack(project.work, replace(recorded, applied=applied))
 
 
 def _mark_refreshed(plan: Plan, exported: ExportResult) -> Plan:
