@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, lock, stack
+from vpatch import export, git, lock, stack
 from vpatch.errors import ApplyError, VpatchError
-from vpatch.export import ExportResult, export_series
+from vpatch.export import ExportResult
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
 from vpatch.update import guard, retarget
@@ -222,7 +222,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
     guard.refuse_invalid_probes(plan)
-    exported = export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
+    exported = export.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True)
     plan = _mark_refreshed(plan, exported)
     return commit_update(project, series, state, plan, exported, probes)
