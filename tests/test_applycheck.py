@@ -9,7 +9,7 @@ from conftest import git as sh
 
 from vpatch import applycheck, git
 from vpatch.applycheck import Outcome
-from vpatch.series import parse_diff
+from vpatch.filediff import parse_diff
 
 
 def make_repo(tmp_path: Path) -> Path:

@@ -101,7 +101,7 @@ def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
 
 def test_duplicate_keys_in_a_probe_and_an_image_definition(tmp_path: Path) -> None:
     from vpatch.definition import ImageDefinition
-    from vpatch.probes import Probe
+    from vpatch.probe_file import Probe
 
     probe = tmp_path / "p.yaml"
     probe.write_text("kind: files\nkind: command\nrun: [x]\n")
@@ -112,7 +112,7 @@ def test_duplicate_keys_in_a_probe_and_an_image_definition(tmp_path: Path) -> No
 
 
 def test_a_nul_byte_in_a_probe_command_is_refused(tmp_path: Path) -> None:
-    from vpatch.probes import Probe
+    from vpatch.probe_file import Probe
 
     probe = tmp_path / "p.yaml"
     probe.write_text('kind: command\nrun: ["{python}", "-c", "print(1)\\0"]\n')

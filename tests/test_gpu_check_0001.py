@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import probe_env, probes
+from vpatch import probe_env, probe_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu-check-0001"
@@ -49,7 +49,7 @@ def test_the_bundle_carries_the_two_files_and_the_check_refuses_without_torch_or
     copied = bundle / "gpu-check-0001"
     no_torch = run(sys.executable, copied, "--files", str(bundle))
     assert no_torch.returncode == 2 and "torch is not importable" in no_torch.stderr, no_torch.stderr
-    python = probe_env.probe_venv(probes.Probe.load(ROOT / "patches" / "probes" / "0002-mamba-null-gap-free.yaml")
+    python = probe_env.probe_venv(probe_file.Probe.load(ROOT / "patches" / "probes" / "0002-mamba-null-gap-free.yaml")
                                   .environment(), cache=REAL_CACHE)
     cpu = run(str(python), copied, "--files", str(bundle))
     assert cpu.returncode == 2 and "no CUDA device" in cpu.stderr, cpu.stderr

@@ -544,8 +544,9 @@ def test_verify_probe_outcomes_are_a_trees(docker: Docker, bases: dict[str, str]
     v0.29.0 tree. The same rules give the same outcome: a traceback with exit 1 and a missing file are
     ERROR in both, never "the bug is there"."""
     from vpatch.image.verify import image_place
+    from vpatch.probe_file import Probe
     from vpatch.probe_outcome import ProbeOutcome, interpret
-    from vpatch.probes import Probe, run_probe
+    from vpatch.probes import run_probe
 
     (tmp_path / "crash.py").write_text("open('vllm/no_such_file.py')\n")  # FileNotFoundError: traceback, exit 1
     (tmp_path / "bug.py").write_text("import sys\nsys.exit(0 if 'VPATCH_NEVER' in open('vllm/__init__.py').read() else 1)\n")

@@ -86,18 +86,20 @@ class Killer:
 
 
 def _die_at_write(n: int) -> None:
-    """In a forked child only: SIGKILL this process right after its n-th atomic file write."""
-    from vpatch import stack
+    """In a forked child only: SIGKILL this process right after its n-th atomic file write (export's: the tree's
+    record, then the series files)."""
+    from vpatch import export, fs, records
 
-    real, count = stack.atomic_write, [0]
+    real, count = fs.atomic_write, [0]
 
-    def write(path: Path, data: bytes) -> None:
-        real(path, data)
+    def write(path: Path, data: bytes, **kwargs: bool) -> None:
+        real(path, data, **kwargs)
         count[0] += 1
         if count[0] == n:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    stack.atomic_write = write  # type: ignore[assignment]
+    records.atomic_write = write  # type: ignore[assignment]
+    export.atomic_write = write  # type: ignore[assignment]
 
 
 @pytest.fixture

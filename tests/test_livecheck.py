@@ -12,7 +12,8 @@ from conftest import Project
 
 from vpatch.deploy.live import CaseOutcome, PatchOutcome, Planned, Role, observed_stream, observed_whole
 from vpatch.errors import SeriesError
-from vpatch.livecheck import Api, LiveCheck, LiveCheckError, Observed, judge, regex_for
+from vpatch.livecheck import Api, LiveCheck, LiveCheckError, regex_for
+from vpatch.livejudge import Observed, forced_token_problems, judge
 from vpatch.retired import RetiredPatch, retired_entries, with_entries
 from vpatch.series import Series
 
@@ -288,17 +289,17 @@ def test_a_case_whose_model_spelled_a_tag_in_text_pieces_did_not_test_its_path()
     (case,) = case_5(force_tokens=["<tool_call>", "</tool_call>"]).cases
     text_tag = observed_stream(Api.CHAT, sse(CASE_5_TEXT_TAG, {}))
     assert text_tag.token_ids == tuple(CASE_5_TEXT_TAG)
-    assert case.request.forced_token_problems(TAG_IDS, text_tag) == [
+    assert forced_token_problems(case.request, TAG_IDS, text_tag) == [
         "the model spelled '</tool_call>' as its token 4088 0 time(s), not 1: the output did not take the path "
         "the case tests"]
     token_tag = observed_stream(Api.CHAT, sse(CASE_5_TOKEN_TAG, {len(CASE_5_TOKEN_TAG) - 3: "Done."}))
-    assert case.request.forced_token_problems(TAG_IDS, token_tag) == []
+    assert forced_token_problems(case.request, TAG_IDS, token_tag) == []
     assert token_tag.content == "Done." and judge(case.expect, token_tag) == ["0 tool call(s) (none), expected 2 "
                                                                              "('get_weather', 'get_time')"]
     no_ids = Observed("Done.", (), "tool_calls")
-    assert "carries no token ids" in case.request.forced_token_problems(TAG_IDS, no_ids)[0]
+    assert "carries no token ids" in forced_token_problems(case.request, TAG_IDS, no_ids)[0]
     whole = observed_whole(Api.CHAT, {"choices": [{"message": {"content": ""}, "token_ids": CASE_5_TOKEN_TAG}]})
-    assert case.request.forced_token_problems(TAG_IDS, whole) == []
+    assert forced_token_problems(case.request, TAG_IDS, whole) == []
 
 
 def test_the_shipped_check_forces_both_tags_as_tokens_in_every_case() -> None:

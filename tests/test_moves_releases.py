@@ -18,7 +18,7 @@ from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
-from vpatch import probes
+from vpatch import probe_file, probes
 from vpatch.cli import app
 from vpatch.image.build import expected_files
 from vpatch.series import Patch, Series
@@ -139,7 +139,7 @@ def test_status_follows_the_real_move_needed_landed_and_a_probe_that_follows_it(
 
 
 def test_a_files_probe_never_reads_the_moved_file_as_fixed(moved: Path, release_history: Path) -> None:
-    probe = probes.Probe.load(moved / "patches" / "probes" / "0003-params.yaml")
+    probe = probe_file.Probe.load(moved / "patches" / "probes" / "0003-params.yaml")
     pin = vgit.resolve_commit(release_history, "v0.29.0")
     followed = probes.run_probe(release_history, probe, "v0.32.0", moves_from=pin)
     assert followed.outcome is probes.ProbeOutcome.FAIL, followed

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from vpatch import git as vgit
 from vpatch.cli import app
-from vpatch.series import Patch, parse_diff
+from vpatch.filediff import parse_diff
+from vpatch.series import Patch
 
 pytestmark = pytest.mark.releases
 LOCAL_LINE = "# vpatch narrowing test: a local change upstream does not have\n"

@@ -11,7 +11,8 @@ import pytest
 from conftest import KV_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
 
-from vpatch.probes import Probe, ProbeKind
+from vpatch.probe_file import Probe
+from vpatch.probe_outcome import ProbeKind
 
 KV_FIX = KV_V1.replace("break", "continue")
 GOOD = "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [continue]\n    not_contains: [break]\n"

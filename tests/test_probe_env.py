@@ -18,7 +18,8 @@ from helpers.project import commit_all, release
 
 from vpatch import probe_env, probes
 from vpatch.probe_env import EnvError, Requirements
-from vpatch.probes import Probe, ProbeOutcome
+from vpatch.probe_file import Probe
+from vpatch.probes import ProbeOutcome
 from vpatch.progress import Event
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import git, probes
+from vpatch import git, probe_file, probes
 from vpatch.probes import ProbeOutcome
 from vpatch.series import Series
 
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.releases
 PATCHES = Path(__file__).resolve().parent.parent / "patches"
 
 
-def probe(name: str) -> probes.Probe:
-    found = probes.probe_for(next(p for p in Series.load(PATCHES) if p.name == name))
+def probe(name: str) -> probe_file.Probe:
+    found = probe_file.probe_for(next(p for p in Series.load(PATCHES) if p.name == name))
     assert found is not None
     return found
 

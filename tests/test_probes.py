@@ -9,7 +9,8 @@ from conftest import KV_FIXED, Project, ToyUpstream
 from helpers.probefiles import COMMAND_PROBE, SCRIPT, project_patch, write_probe
 
 from vpatch import probes
-from vpatch.probes import Probe, ProbeError, ProbeOutcome
+from vpatch.probe_file import Probe, ProbeError
+from vpatch.probes import ProbeOutcome
 from vpatch.upstream import cache_dir
 
 FILES_PROBE = """\
@@ -53,9 +54,9 @@ def test_a_missing_file_is_never_evidence_unless_the_probe_says_absence_is_the_f
 
 
 def test_a_file_check_that_checks_nothing_or_a_bad_absent_is_fix_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(probes.ProbeError, match=r"vllm/x\.py: checks nothing"):
+    with pytest.raises(ProbeError, match=r"vllm/x\.py: checks nothing"):
         write_probe(tmp_path / "a", "kind: files\nfiles:\n  vllm/x.py:\n    contains: []\n")
-    with pytest.raises(probes.ProbeError, match="absent_is_fix: must be true or false"):
+    with pytest.raises(ProbeError, match="absent_is_fix: must be true or false"):
         write_probe(tmp_path / "b", "kind: files\nfiles:\n  vllm/x.py:\n    absent_is_fix: 'yes'\n")
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import git, probe_env, probes
+from vpatch import git, probe_env, probe_file
 from vpatch.series import Series
 
 pytestmark = [pytest.mark.releases, pytest.mark.probe_venv]
@@ -67,7 +67,7 @@ def reports(release_history: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     for name, (old, new) in MUTANTS.items():
         trees[name] = mutate(materialise(release_history, "v0.29.0", base / name), old, new)
     trees["unpatched"] = materialise(release_history, "v0.29.0", base / "unpatched", patched=False)
-    python = probe_env.probe_venv(probes.Probe.load(VENV_PROBE).environment(), cache=REAL_CACHE)
+    python = probe_env.probe_venv(probe_file.Probe.load(VENV_PROBE).environment(), cache=REAL_CACHE)
     proc = subprocess.run([str(python), str(CHECK), *map(str, trees.values())], capture_output=True, text=True,
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}, timeout=600, check=False)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

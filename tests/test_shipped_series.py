@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import probes
+from vpatch import probe_file, probes
 from vpatch.probes import ProbeOutcome
 from vpatch.series import Patch, Series
 
@@ -53,7 +53,7 @@ BEFORE_THE_FILE = {"0001-qsa-fp8-kv": ("v0.28.0",)}
 @pytest.mark.parametrize("name", list(LANDS_IN))
 def test_probe_passes_exactly_on_the_releases_that_have_the_fix(release_history: Path, name: str) -> None:
     patch = next(p for p in shipped() if p.name == name)
-    probe = probes.probe_for(patch)
+    probe = probe_file.probe_for(patch)
     assert probe is not None
     got = {tag: probes.run_probe(release_history, probe, tag, cache=REAL_CACHE).outcome for tag in RELEASES}
     lands = LANDS_IN[name]
@@ -69,7 +69,7 @@ def test_probe_passes_exactly_on_the_releases_that_have_the_fix(release_history:
 
 
 def test_mamba_probe_prints_the_held_blocks_per_prefill_step(release_history: Path) -> None:
-    probe = probes.probe_for(next(p for p in shipped() if p.name == "0002-mamba-null-gap-free"))
+    probe = probe_file.probe_for(next(p for p in shipped() if p.name == "0002-mamba-null-gap-free"))
     assert probe is not None
 
     def held(tag: str) -> list[int]:
@@ -87,7 +87,7 @@ def test_tool_call_probe_shows_what_upstreams_own_fix_does_on_the_servers_path(r
     # v0.33.0 closes the call in all five cases (its transitions for issue 58227), so the content and the
     # arguments arrive; but the three calls ended before their name's ">" stream the name with its newline,
     # which the old probe, stripping names, never saw. v0.32.0 has the bug in every case.
-    probe = probes.probe_for(next(p for p in shipped() if p.name == "0003-qwen3-tool-call-unclosed-function"))
+    probe = probe_file.probe_for(next(p for p in shipped() if p.name == "0003-qwen3-tool-call-unclosed-function"))
     assert probe is not None
     upstream = probes.run_probe(release_history, probe, "v0.33.0", cache=REAL_CACHE)
     assert upstream.outcome is ProbeOutcome.FAIL, upstream.detail

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
+
+from vpatch import stack
+from vpatch.errors import JournalError
 
 
 def three_patches(project: Project) -> None:
@@ -141,12 +147,36 @@ def test_a_corrupt_tree_record_is_an_error_naming_it_and_apply_force_rebuilds(pr
     for command in (["export"], ["apply"], ["new", "x"]):
         code, out = run(project, *command)
         assert code == 1, (command, out)
-        assert "tree.json (the record of the applied tree) is unreadable" in out, (command, out)
-        assert "Traceback" not in out
+        assert "the record of the applied tree" in out and "tree.json is unreadable" in out, (command, out)
+        assert "vpatch apply --force" in out and "Traceback" not in out
     assert (project.root / ".vpatch" / "tree" / "vllm").is_dir()  # refused: the tree is still there
     code, out = run(project, "apply", "--force")
     assert code == 0, out
     assert run(project, "export")[0] == 0  # the new record is whole again
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("ref", 5, "its 'ref' is missing or not a string"),
+    ("applied", [{"file": "0001-kv-skip-null.patch"}], "its 'applied' must be a list of {file, commit} strings"),
+    ("base", None, "its 'base' is missing or not a string"),
+])
+def test_a_tree_record_with_a_wrong_field_is_a_journal_error_naming_the_file(project: Project, field: str,
+                                                                               value: object, why: str) -> None:
+    """Whole JSON with a wrong field is refused on load as a cut-short file is, not read into a half-typed tree."""
+    three_patches(project)
+    assert run(project, "apply")[0] == 0
+    record = project.root / ".vpatch" / "tree.json"
+    data = json.loads(record.read_text())
+    data[field] = value
+    broken = json.dumps(data)
+    record.write_text(broken)
+    with pytest.raises(JournalError) as caught:
+        stack.load_stack(project.root / ".vpatch")
+    assert caught.value.message == f"the record of the applied tree {record} is unreadable: {why}"
+    assert caught.value.hint is not None and "vpatch apply --force" in caught.value.hint
+    code, out = run(project, "export")
+    assert code == 1 and why in out and "Traceback" not in out, out
+    assert record.read_text() == broken  # refused before anything was written
 
 
 def test_new_patch_takes_next_free_number(project: Project) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from vpatch.series import FileDiff, Hunk
+from vpatch.filediff import FileDiff, Hunk
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _LINES = re.compile(rb"[^\n]*\n|[^\n]+\Z")

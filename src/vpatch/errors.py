@@ -77,4 +77,4 @@ class UpstreamError(VpatchError):
 
 class JournalError(VpatchError):
     """A journal vpatch keeps to finish or undo interrupted work (update's commit journal and stop state, the
-    deploy journal) is unreadable; the message names the file, the hint what to do."""
+    deploy journal, the record of the applied tree) is unreadable; the message names the file, the hint what to do."""

@@ -23,8 +23,9 @@ from typing import Any
 from vpatch import applycheck, git
 from vpatch.applycheck import Outcome
 from vpatch.errors import VpatchError
+from vpatch.filediff import Hunk
 from vpatch.retired import DroppedHunkRecord, NarrowedPatch
-from vpatch.series import LAST_UPDATE, Hunk, Patch
+from vpatch.series import LAST_UPDATE, Patch
 from vpatch.verdict import State, Verdict, hunk_name
 
 _HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")

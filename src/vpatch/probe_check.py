@@ -10,7 +10,9 @@ from pathlib import Path
 from vpatch import git
 from vpatch.fs import atomic_write
 from vpatch.probe_env import LOCK_NAME
-from vpatch.probes import ProbeError, ProbeKind, Validation, probe_for, validation
+from vpatch.probe_file import ProbeError, probe_for
+from vpatch.probe_outcome import ProbeKind
+from vpatch.probes import Validation, validation
 from vpatch.progress import Reporter, silent
 from vpatch.series import PROBE, Patch, Series
 
@@ -27,13 +29,13 @@ class Checked:
 def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | None, list[Patch]]:
     """The patch `key` names (its number or name): from the series, else the commit `vpatch new` started in the
     applied tree. Its name, the patch (None while that commit changes nothing), and the series with it in place."""
-    from vpatch import stack
+    from vpatch import export
 
     patches = list(series.patches)
     found = next((p for p in patches if key in (p.name, p.filename) or (key.isdigit() and int(key) == p.number)), None)
     if found is not None:
         return found.name, found, patches
-    name, found = stack.tree_patch(state_dir, key, series.directory)
+    name, found = export.tree_patch(state_dir, key, series.directory)
     return name, found, sorted([*patches, found], key=lambda p: p.number) if found is not None else patches
 
 

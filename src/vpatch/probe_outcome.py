@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from vpatch.moves import Move
-    from vpatch.probes import Probe
+    from vpatch.probe_file import Probe
 
 PASS_CODE, FAIL_CODE = 0, 1
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")

@@ -1,18 +1,17 @@
-"""Apply the series onto a ref as one commit per patch, and export those commits back to the files."""
+"""The applied tree: the series applied onto a ref as one commit per patch, and its record (export.py writes the
+commits back to the files)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from vpatch import git, moves
-from vpatch.errors import ApplyError, SeriesError, VpatchError
-from vpatch.fs import atomic_write
-from vpatch.series import PATCH_NAME, Patch, Series, slugify
-from vpatch.trailers import unfinished
+from vpatch import git, moves, records
+from vpatch.errors import ApplyError, VpatchError
+from vpatch.series import Patch, Series
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -41,21 +40,25 @@ class Stack:
     def tip(self) -> str:
         return self.applied[-1].commit if self.applied else self.base
 
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "worktree": str(self.worktree), "upstream": str(self.upstream), "ref": self.ref,
-                "base": self.base, "applied": [{"file": a.file, "commit": a.commit} for a in self.applied],
-            },
-            indent=2,
-        ) + "\n"
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worktree": str(self.worktree), "upstream": str(self.upstream), "ref": self.ref,
+            "base": self.base, "applied": [{"file": a.file, "commit": a.commit} for a in self.applied],
+        }
 
     @classmethod
-    def from_json(cls, text: str) -> Stack:
-        data = json.loads(text)
+    def from_dict(cls, data: dict[str, Any]) -> Stack:
+        for name in ("worktree", "upstream", "ref", "base"):
+            if not isinstance(data.get(name), str):
+                raise TypeError(f"its {name!r} is missing or not a string")
+        applied = data.get("applied")
+        if not isinstance(applied, list) or not all(
+                isinstance(a, dict) and isinstance(a.get("file"), str) and isinstance(a.get("commit"), str)
+                for a in applied):
+            raise TypeError("its 'applied' must be a list of {file, commit} strings")
         return cls(
             worktree=Path(data["worktree"]), upstream=Path(data["upstream"]), ref=data["ref"], base=data["base"],
-            applied=tuple(AppliedPatch(a["file"], a["commit"]) for a in data["applied"]),
+            applied=tuple(AppliedPatch(a["file"], a["commit"]) for a in applied),
         )
 
 
@@ -92,7 +95,7 @@ def apply_series(
             failure = _apply_one(tmp, patch)
             if failure is not None:
                 if keep:
-                    _record(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
+                    save_stack(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
                     git.move_worktree(upstream, tmp, out)
                 raise _apply_error(failure, ref=ref, kept=out if keep else None)
             applied.append(AppliedPatch(patch.filename, git.head(tmp)))
@@ -104,7 +107,7 @@ def apply_series(
     # The record first: a kill before the move leaves a record of a missing tree (apply makes it again),
     # never a tree without a record (which the next apply would refuse to replace).
     stack = Stack(out.resolve(), upstream, ref, base, tuple(applied))
-    _record(state_dir, stack)
+    save_stack(state_dir, stack)
     git.move_worktree(upstream, tmp, out)
     return stack
 
@@ -222,7 +225,7 @@ def _leftover_work(tree: Path, series: Series) -> str | None:
         return "uncommitted changes"
     files = {p.filename: p.raw for p in series}
     for commit in git.local_commits(tree):
-        name, raw = _strip_marker(git.format_patch(tree, commit))
+        name, raw = strip_marker(git.format_patch(tree, commit))
         if name is None or files.get(name) != raw:
             return f"commit {commit[:12]}, which is not in {series.directory.name}/ as it is"
     return None
@@ -247,169 +250,24 @@ def _remove_tree(upstream: Path, tree: Path) -> None:
     git.forget_worktrees(upstream, tree)
 
 
-def _record(state_dir: Path, stack: Stack) -> None:
-    atomic_write(state_dir / STATE_FILE, stack.to_json().encode())
+def save_stack(state_dir: Path, stack: Stack) -> None:
+    """Write the record of the applied tree (a `records` journal: atomic, fsynced)."""
+    records.save(state_dir / STATE_FILE, stack)
 
 
 def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
+    """The record of the applied tree; None (or, when `required`, an error) when there is none, and a
+    JournalError naming the file when it is unreadable."""
     path = state_dir / STATE_FILE
-    if not path.is_file():
-        if required:
-            raise VpatchError("no applied tree to export from", hint="vpatch apply first, edit the commits there, then vpatch export")
-        return None
-    try:
-        return Stack.from_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        raise VpatchError(
-            f"{path} (the record of the applied tree) is unreadable: {exc}",
-            hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
-        ) from exc
+    stack = records.load(path, Stack.from_dict, what="the record of the applied tree",
+                         hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
+                         ) if path.is_file() else None
+    if stack is None and required:
+        raise VpatchError("no applied tree to export from", hint="vpatch apply first, edit the commits there, then vpatch export")
+    return stack
 
 
-def tree_patch(state_dir: Path, key: str, directory: Path) -> tuple[str, Patch | None]:
-    """A patch not exported yet, by its number or name, from the commits of the applied tree (their Vpatch-File
-    lines; `vpatch new` made it there): its name (NNNN-slug) and the patch its commit exports as (None while
-    the commit changes nothing)."""
-    stack = load_stack(state_dir, required=False)
-    if stack is not None and git.is_repo(stack.worktree):
-        for record in git.log_records(stack.worktree, stack.base, "HEAD", grep=[f"{MARKER}: "]):
-            for file in re.findall(rf"^{MARKER}: (\S+)$", record.body, re.M):
-                m = PATCH_NAME.match(file)
-                if m is None or not (key in (file, file.removesuffix(".patch"))
-                                     or (key.isdigit() and int(key) == int(m["number"]))):
-                    continue
-                _, raw = _strip_marker(git.format_patch(stack.worktree, record.commit))
-                try:
-                    return file.removesuffix(".patch"), Patch.parse(raw, number=int(m["number"]), slug=m["slug"],
-                                                                    path=directory / file)
-                except SeriesError:
-                    return file.removesuffix(".patch"), None
-    raise SeriesError(f"no patch {key!r} in the series or in the applied tree",
-                      hint="vpatch status lists the patches by number; `vpatch new SLUG` starts a new one")
-
-
-@dataclass(frozen=True)
-class ExportResult:
-    unchanged: tuple[str, ...] = ()
-    changed: tuple[str, ...] = ()
-    added: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    writes: dict[str, bytes] = field(default_factory=dict, repr=False)
-    rewritten: tuple[str, ...] = ()  # files that did not parse (a hand-edited hunk), written afresh from their commit
-    unmarked: tuple[str, ...] = ()  # added from commits without a Vpatch-File line: a plain `git commit` in the tree
-
-
-def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> ExportResult:
-    """Write the commits of the applied tree back to numbered files; nothing is written on error."""
-    stack = load_stack(state_dir)
-    assert stack is not None
-    tree = stack.worktree
-    if not tree.is_dir() or not git.is_repo(tree):
-        raise VpatchError(f"the applied tree {tree} is missing", hint="vpatch apply to create it again")
-    dirty = git.dirty_paths(tree)
-    if dirty:
-        shown = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
-        raise VpatchError(f"the applied tree {tree} has uncommitted changes: {shown}",
-                          hint="commit them (git commit --amend, or a new commit for a new patch) or discard them, then export")
-    commits = git.commits_between(tree, stack.base)
-    for c in commits:
-        if len(git.parents(tree, c)) != 1:
-            raise VpatchError(f"commit {c[:12]} in {tree} is a merge", hint="the series must be a straight line of commits; rebase it")
-    if not git.is_ancestor(tree, stack.base, "HEAD"):
-        raise VpatchError(f"HEAD of {tree} no longer descends from the base {stack.base[:12]}",
-                          hint="rebase your commits onto the base, or vpatch apply afresh")
-
-    existing = {p.filename: p for p in series}
-    next_number = series.next_number()
-    # A commit without the marker keeps the name it was first exported under: by its SHA, or (amended since)
-    # by the slug of its subject among the names recorded for commits that are gone.
-    recorded = {a.commit: a.file for a in stack.applied}
-    gone = [a.file for a in stack.applied if a.commit not in commits]
-    outputs: dict[str, bytes] = {}
-    sources: dict[str, str] = {}
-    marked: set[str] = set()  # commits that carry their file's marker (applied by vpatch, or `vpatch new`)
-    for c in commits:
-        raw = git.format_patch(tree, c)
-        name, raw = _strip_marker(raw)
-        if name is not None:
-            marked.add(c)
-        if name is None:
-            subject = git.commit_subject(tree, c)
-            name = recorded.get(c) or next((f for f in gone if f[5:] == f"{slugify(subject)}.patch"), None)
-            if name in gone:
-                gone.remove(name)
-        if name is None or name in outputs or not (name in existing or _is_series_name(name)):
-            subject = git.commit_subject(tree, c)
-            name = f"{next_number:04d}-{slugify(subject)}.patch"
-            next_number += 1
-        outputs[name] = raw
-        sources[name] = c
-    _check_output(series, outputs, sources)
-    numbers: dict[int, str] = {}
-    for name in outputs:
-        n = int(name[:4])
-        if n in numbers:
-            raise SeriesError(f"two commits map to number {n:04d}: {numbers[n]} and {name}",
-                              hint="remove the Vpatch-File line from the copied commit's message so it gets a new number")
-        numbers[n] = name
-    broken = dict(series.unreadable)
-    for name, exc in broken.items():
-        if name not in outputs:  # nothing in the tree to rewrite it from
-            raise SeriesError(f"{exc.message} (and no commit of the applied tree {tree} is {name})", hint=exc.hint)
-    unchanged = tuple(n for n, raw in outputs.items() if n in existing and existing[n].raw == raw)
-    changed = tuple(n for n, raw in outputs.items() if (n in existing and existing[n].raw != raw) or n in broken)
-    added = tuple(n for n in outputs if n not in existing and n not in broken)
-    removed = tuple(n for n in existing if n not in outputs)
-    unmarked = tuple(n for n in added if sources[n] not in marked)
-    result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added},
-                          rewritten=tuple(broken), unmarked=unmarked)
-    if dry_run:
-        return result
-    # The record first: it fixes each new commit's number, so an export killed half-way and run again
-    # writes the same files under the same names. Each file is replaced atomically.
-    applied = tuple(AppliedPatch(n, c) for n, c in zip(outputs, commits))
-    _record(state_dir, Stack(stack.worktree, stack.upstream, stack.ref, stack.base, applied))
-    for name in changed + added:
-        atomic_write(series.directory / name, outputs[name])
-    for name in removed:
-        (series.directory / name).unlink()
-    return result
-
-
-def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, str]) -> None:
-    """Export writes only files that vpatch itself reads back: each one parses, with its checks."""
-    for name, raw in outputs.items():
-        m = PATCH_NAME.match(name)
-        assert m is not None
-        try:
-            patch = Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
-        except SeriesError as exc:
-            commit = sources[name][:12]
-            if _find_diff_start(raw) < 0:
-                raise SeriesError(f"commit {commit} ({name}) changes nothing: it would export as a patch without a diff; "
-                                  "nothing was written",
-                                  hint="make the change and `git commit --amend` it, or drop the empty commit "
-                                       "(git rebase -i), then vpatch export") from None
-            raise SeriesError(f"commit {commit} would export as {name}, which vpatch cannot read back: {exc.message}; "
-                              "nothing was written", hint=exc.hint) from None
-        problems = unfinished(patch)
-        if problems:
-            line, wrong, todo = problems[0]
-            more = f" (and {len(problems) - 1} more such line(s))" if len(problems) > 1 else ""
-            raise SeriesError(f"commit {sources[name][:12]} would export as {name} with the trailer '{line}': "
-                              f"{wrong}{more}; nothing was written",
-                              hint=f"{todo}: `git commit --amend` in the applied tree, then vpatch export")
-
-
-def _find_diff_start(raw: bytes) -> int:
-    return 0 if raw.startswith(b"diff --git ") else raw.find(b"\ndiff --git ")
-
-
-def _is_series_name(name: str) -> bool:
-    return PATCH_NAME.match(name) is not None
-
-
-def _strip_marker(raw: bytes) -> tuple[str | None, bytes]:
+def strip_marker(raw: bytes) -> tuple[str | None, bytes]:
     """Remove the marker trailer from the message part; return the file it names."""
     diff_at = raw.find(b"\ndiff --git ")
     head, diff = (raw[:diff_at + 1], raw[diff_at + 1:]) if diff_at >= 0 else (raw, b"")

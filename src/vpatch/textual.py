@@ -17,7 +17,8 @@ from typing import Self
 
 from vpatch import applycheck, git
 from vpatch.applycheck import Outcome
-from vpatch.series import FileDiff, Hunk, Patch
+from vpatch.filediff import FileDiff, Hunk
+from vpatch.series import Patch
 
 
 class Applies(str, Enum):

@@ -24,8 +24,8 @@ STEPS: dict[str, tuple[str, str, str]] = {
     "resolved": ("vpatch.update", "judge_with_status", "before"),  # target resolved, series loaded; nothing judged
     "judged": ("vpatch.update.guard", "refuse_unproven_drops", "before"),  # every patch has its action
     "applied": ("vpatch.stack", "apply_series", "after"),  # the update tree holds the patches that apply plainly
-    "validated": ("vpatch.stack", "export_series", "before"),  # their probes are validated on the new pin
-    "exported": ("vpatch.stack", "export_series", "after"),  # the refreshed patch files exist, in memory only
+    "validated": ("vpatch.export", "export_series", "before"),  # their probes are validated on the new pin
+    "exported": ("vpatch.export", "export_series", "after"),  # the refreshed patch files exist, in memory only
     "prepared": ("vpatch.git", "tree_with", "after"),  # the project's new tree is in git's objects
     "committed": ("vpatch.git", "update_refs", "after"),  # the commit point: the branch has moved
 }

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from conftest import KV_FIXED, Project
 
-from vpatch.probes import Probe
+from vpatch.probe_file import Probe
 from vpatch.series import Patch
 
 # Exit 0 when the tree skips null blocks, 1 when it stops at them; counts its runs next to itself.

@@ -9,14 +9,14 @@ from vpatch.errors import ExitCode
 
 
 def run(*, project: Path, dry_run: bool) -> ExitCode:
-    from vpatch import lock, stack
+    from vpatch import export, lock
     from vpatch.series import Series
 
     config = load_config(project)
     with lock.held(config.root, "export"):
         # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
         series = Series.load(config.patches_dir, unreadable_ok=True)
-        result = stack.export_series(series, config.state_dir, dry_run=dry_run)
+        result = export.export_series(series, config.state_dir, dry_run=dry_run)
     for planned, done, names in (("would change", "changed", result.changed), ("would add", "added", result.added),
                                  ("would remove", "removed", result.removed)):
         for name in names:

@@ -19,7 +19,8 @@ from vpatch.deploy.client import Server, ServerError
 from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.errors import VpatchError
 from vpatch.image.plan import LABEL_PREFIX
-from vpatch.livecheck import Api, Case, LiveCheck, LiveCheckError, Observed, judge
+from vpatch.livecheck import Api, Case, LiveCheck, LiveCheckError
+from vpatch.livejudge import Observed, forced_token_problems, judge
 from vpatch.progress import Progress
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ def run_case(case: Case, server: Server) -> CaseOutcome:
     except (ServerError, ValueError) as exc:
         message = exc.message if isinstance(exc, VpatchError) else f"unreadable answer: {exc}"
         return CaseOutcome(case.name, (message,), None, time.monotonic() - started)
-    problems = request.forced_token_problems(token_ids, seen) + judge(case.expect, seen)
+    problems = forced_token_problems(request, token_ids, seen) + judge(case.expect, seen)
     return CaseOutcome(case.name, tuple(problems), seen, time.monotonic() - started)
 
 

@@ -17,8 +17,8 @@ from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
 from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
+    from vpatch.probe_file import Probe
     from vpatch.probe_outcome import Place, Ran
-    from vpatch.probes import Probe
 
 
 class CheckKind(str, Enum):
@@ -138,8 +138,8 @@ def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: C
 def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
     """Each patch's landing probe, run against the image instead of a tree, read by the same rules as on a
     tree: it must pass (the fix is in); an error is an error, never "the bug is there"."""
+    from vpatch.probe_file import probe_for
     from vpatch.probe_outcome import ProbeKind, ProbeOutcome, interpret
-    from vpatch.probes import probe_for
 
     checks: list[Check] = []
     for patch in patches:

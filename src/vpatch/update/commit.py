@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from vpatch import git, stack
+from vpatch import git
 from vpatch.errors import GitError, VpatchError
+from vpatch.export import ExportResult
 from vpatch.fs import atomic_write
 from vpatch.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
 from vpatch.series import Series
@@ -21,7 +22,7 @@ from vpatch.update.journal import (
 from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
 
 
-def commit_update(project: Project, series: Series, state: State, plan: Plan, exported: stack.ExportResult,
+def commit_update(project: Project, series: Series, state: State, plan: Plan, exported: ExportResult,
             probes: tuple[ProbeCheck, ...]) -> Result:
     """Build the project commit as objects, then move the branch (the commit point), then check it out."""
     config, top = project.config, project.top

@@ -66,14 +66,15 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
 def probe_writes(repo: Path, root: Path, rel: str, series: Sequence[Patch], *, pin: str, target: str) -> dict[str, bytes]:
     """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved from
     `pin` to `target` (the patch's own files or any other the probe reads)."""
-    from vpatch import probes
+    from vpatch.probe_file import Probe
+    from vpatch.probe_outcome import ProbeKind
 
     out: dict[str, bytes] = {}
     for patch in series:
         if patch.probe_path is None:
             continue
-        probe = probes.Probe.load(patch.probe_path)
-        if probe.kind is not probes.ProbeKind.FILES:
+        probe = Probe.load(patch.probe_path)
+        if probe.kind is not ProbeKind.FILES:
             continue  # a behavioural probe enters through the code, wherever the file is
         named = [check.path for check in probe.files]
         found = moves.follow(repo, pin, target, moves.missing_paths(repo, pin, target, named), describe=False)

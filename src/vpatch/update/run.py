@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git, lock, stack
+from vpatch import export, git, lock, stack
 from vpatch.errors import ApplyError, VpatchError
-from vpatch.fs import atomic_write
+from vpatch.export import ExportResult
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
 from vpatch.update import guard, retarget
@@ -222,7 +222,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
     guard.refuse_invalid_probes(plan)
-    exported = stack.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
+    exported = export.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True)
     plan = _mark_refreshed(plan, exported)
     return commit_update(project, series, state, plan, exported, probes)
@@ -274,10 +274,10 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> 
 
 def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None:
     applied = (*recorded.applied, stack.AppliedPatch(patch.filename, git.head(project.tree)))
-    atomic_write(project.work / stack.STATE_FILE, replace(recorded, applied=applied).to_json().encode())
+    stack.save_stack(project.work, replace(recorded, applied=applied))
 
 
-def _mark_refreshed(plan: Plan, exported: stack.ExportResult) -> Plan:
+def _mark_refreshed(plan: Plan, exported: ExportResult) -> Plan:
     for file in exported.changed:
         plan = plan.with_action(file, Action.REFRESH)
     for file in exported.unchanged:

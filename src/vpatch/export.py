@@ -1,0 +1,158 @@
+"""Export the commits of the applied tree back to the series files: each commit to its numbered file (by its
+Vpatch-File line, or the number export gives it), nothing written unless every file reads back."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vpatch import git
+from vpatch.errors import SeriesError, VpatchError
+from vpatch.fs import atomic_write
+from vpatch.series import PATCH_NAME, Patch, Series, slugify
+from vpatch.stack import MARKER, AppliedPatch, Stack, load_stack, save_stack, strip_marker
+from vpatch.trailers import unfinished
+
+
+def tree_patch(state_dir: Path, key: str, directory: Path) -> tuple[str, Patch | None]:
+    """A patch not exported yet, by its number or name, from the commits of the applied tree (their Vpatch-File
+    lines; `vpatch new` made it there): its name (NNNN-slug) and the patch its commit exports as (None while
+    the commit changes nothing)."""
+    stack = load_stack(state_dir, required=False)
+    if stack is not None and git.is_repo(stack.worktree):
+        for record in git.log_records(stack.worktree, stack.base, "HEAD", grep=[f"{MARKER}: "]):
+            for file in re.findall(rf"^{MARKER}: (\S+)$", record.body, re.M):
+                m = PATCH_NAME.match(file)
+                if m is None or not (key in (file, file.removesuffix(".patch"))
+                                     or (key.isdigit() and int(key) == int(m["number"]))):
+                    continue
+                _, raw = strip_marker(git.format_patch(stack.worktree, record.commit))
+                try:
+                    return file.removesuffix(".patch"), Patch.parse(raw, number=int(m["number"]), slug=m["slug"],
+                                                                    path=directory / file)
+                except SeriesError:
+                    return file.removesuffix(".patch"), None
+    raise SeriesError(f"no patch {key!r} in the series or in the applied tree",
+                      hint="vpatch status lists the patches by number; `vpatch new SLUG` starts a new one")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    unchanged: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    writes: dict[str, bytes] = field(default_factory=dict, repr=False)
+    rewritten: tuple[str, ...] = ()  # files that did not parse (a hand-edited hunk), written afresh from their commit
+    unmarked: tuple[str, ...] = ()  # added from commits without a Vpatch-File line: a plain `git commit` in the tree
+
+
+def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> ExportResult:
+    """Write the commits of the applied tree back to numbered files; nothing is written on error."""
+    stack = load_stack(state_dir)
+    assert stack is not None
+    tree = stack.worktree
+    if not tree.is_dir() or not git.is_repo(tree):
+        raise VpatchError(f"the applied tree {tree} is missing", hint="vpatch apply to create it again")
+    dirty = git.dirty_paths(tree)
+    if dirty:
+        shown = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+        raise VpatchError(f"the applied tree {tree} has uncommitted changes: {shown}",
+                          hint="commit them (git commit --amend, or a new commit for a new patch) or discard them, then export")
+    commits = git.commits_between(tree, stack.base)
+    for c in commits:
+        if len(git.parents(tree, c)) != 1:
+            raise VpatchError(f"commit {c[:12]} in {tree} is a merge", hint="the series must be a straight line of commits; rebase it")
+    if not git.is_ancestor(tree, stack.base, "HEAD"):
+        raise VpatchError(f"HEAD of {tree} no longer descends from the base {stack.base[:12]}",
+                          hint="rebase your commits onto the base, or vpatch apply afresh")
+
+    existing = {p.filename: p for p in series}
+    next_number = series.next_number()
+    # A commit without the marker keeps the name it was first exported under: by its SHA, or (amended since)
+    # by the slug of its subject among the names recorded for commits that are gone.
+    recorded = {a.commit: a.file for a in stack.applied}
+    gone = [a.file for a in stack.applied if a.commit not in commits]
+    outputs: dict[str, bytes] = {}
+    sources: dict[str, str] = {}
+    marked: set[str] = set()  # commits that carry their file's marker (applied by vpatch, or `vpatch new`)
+    for c in commits:
+        raw = git.format_patch(tree, c)
+        name, raw = strip_marker(raw)
+        if name is not None:
+            marked.add(c)
+        if name is None:
+            subject = git.commit_subject(tree, c)
+            name = recorded.get(c) or next((f for f in gone if f[5:] == f"{slugify(subject)}.patch"), None)
+            if name in gone:
+                gone.remove(name)
+        if name is None or name in outputs or not (name in existing or _is_series_name(name)):
+            subject = git.commit_subject(tree, c)
+            name = f"{next_number:04d}-{slugify(subject)}.patch"
+            next_number += 1
+        outputs[name] = raw
+        sources[name] = c
+    _check_output(series, outputs, sources)
+    numbers: dict[int, str] = {}
+    for name in outputs:
+        n = int(name[:4])
+        if n in numbers:
+            raise SeriesError(f"two commits map to number {n:04d}: {numbers[n]} and {name}",
+                              hint="remove the Vpatch-File line from the copied commit's message so it gets a new number")
+        numbers[n] = name
+    broken = dict(series.unreadable)
+    for name, exc in broken.items():
+        if name not in outputs:  # nothing in the tree to rewrite it from
+            raise SeriesError(f"{exc.message} (and no commit of the applied tree {tree} is {name})", hint=exc.hint)
+    unchanged = tuple(n for n, raw in outputs.items() if n in existing and existing[n].raw == raw)
+    changed = tuple(n for n, raw in outputs.items() if (n in existing and existing[n].raw != raw) or n in broken)
+    added = tuple(n for n in outputs if n not in existing and n not in broken)
+    removed = tuple(n for n in existing if n not in outputs)
+    unmarked = tuple(n for n in added if sources[n] not in marked)
+    result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added},
+                          rewritten=tuple(broken), unmarked=unmarked)
+    if dry_run:
+        return result
+    # The record first: it fixes each new commit's number, so an export killed half-way and run again
+    # writes the same files under the same names. Each file is replaced atomically.
+    applied = tuple(AppliedPatch(n, c) for n, c in zip(outputs, commits))
+    save_stack(state_dir, Stack(stack.worktree, stack.upstream, stack.ref, stack.base, applied))
+    for name in changed + added:
+        atomic_write(series.directory / name, outputs[name])
+    for name in removed:
+        (series.directory / name).unlink()
+    return result
+
+
+def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, str]) -> None:
+    """Export writes only files that vpatch itself reads back: each one parses, with its checks."""
+    for name, raw in outputs.items():
+        m = PATCH_NAME.match(name)
+        assert m is not None
+        try:
+            patch = Patch.parse(raw, number=int(m["number"]), slug=m["slug"], path=series.directory / name)
+        except SeriesError as exc:
+            commit = sources[name][:12]
+            if _find_diff_start(raw) < 0:
+                raise SeriesError(f"commit {commit} ({name}) changes nothing: it would export as a patch without a diff; "
+                                  "nothing was written",
+                                  hint="make the change and `git commit --amend` it, or drop the empty commit "
+                                       "(git rebase -i), then vpatch export") from None
+            raise SeriesError(f"commit {commit} would export as {name}, which vpatch cannot read back: {exc.message}; "
+                              "nothing was written", hint=exc.hint) from None
+        problems = unfinished(patch)
+        if problems:
+            line, wrong, todo = problems[0]
+            more = f" (and {len(problems) - 1} more such line(s))" if len(problems) > 1 else ""
+            raise SeriesError(f"commit {sources[name][:12]} would export as {name} with the trailer '{line}': "
+                              f"{wrong}{more}; nothing was written",
+                              hint=f"{todo}: `git commit --amend` in the applied tree, then vpatch export")
+
+
+def _find_diff_start(raw: bytes) -> int:
+    return 0 if raw.startswith(b"diff --git ") else raw.find(b"\ndiff --git ")
+
+
+def _is_series_name(name: str) -> bool:
+    return PATCH_NAME.match(name) is not None
