@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from vpatch import git, lineage
+from vpatch.filediff import FileDiff, parse_diff
 from vpatch.progress import Event, Reporter, silent
-from vpatch.series import FileDiff, Patch, parse_diff
+from vpatch.series import Patch
 from vpatch.upstream import commitcache
 
 SIMILARITY = 50  # git's default rename score (-M, and what a 3-way merge uses)

@@ -35,8 +35,7 @@ from vpatch import git, process
 from vpatch.errors import ProcessError
 from vpatch.fs import atomic_write
 from vpatch.probe_env import EnvError, probe_venv, remove_stale_runs
-from vpatch.probe_file import Probe as Probe  # noqa: PLC0414 - re-exported: the probe a caller runs
-from vpatch.probe_file import ProbeError, probe_for
+from vpatch.probe_file import Probe, ProbeError, probe_for
 from vpatch.probe_outcome import Place, Ran, argv, interpret
 from vpatch.probe_outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probe_outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model

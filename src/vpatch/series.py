@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from vpatch.errors import SeriesError
-from vpatch.filediff import FileDiff as FileDiff  # noqa: PLC0414 - re-exported: a patch's files
-from vpatch.filediff import parse_diff as parse_diff  # noqa: PLC0414 - re-exported: a patch's diff parser
+from vpatch.filediff import FileDiff, parse_diff
 
 PATCH_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9._-]*)\.patch$")
 _TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*): ?(?P<value>.*)$")

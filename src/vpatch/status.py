@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import decision, git, landing, lineage
+from vpatch import decision, git, landing, lineage, probe_file
 from vpatch.errors import ExitCode, VpatchError
 from vpatch.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.progress import Reporter, silent
@@ -257,7 +257,7 @@ class _PinVettedProbe:
         why = ""
         try:
             patched: str | None = probe_check.stacked_tree(self.repo, self.patches, self.pin.commit, patch)
-            probe = probes.Probe.load(patch.probe_path) if patch.probe_path is not None else None
+            probe = probe_file.Probe.load(patch.probe_path) if patch.probe_path is not None else None
         except VpatchError as exc:
             patched, probe, why = None, None, exc.message
         absent = probes.absent_files(self.repo, probe, (self.pin.commit, patched)) if probe and patched else []
@@ -370,9 +370,9 @@ def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = N
 
         try:
             if patch.probe_path not in loaded:
-                loaded[patch.probe_path] = probes.Probe.load(patch.probe_path)
+                loaded[patch.probe_path] = probe_file.Probe.load(patch.probe_path)
             probe = loaded[patch.probe_path]
-            assert isinstance(probe, probes.Probe)
+            assert isinstance(probe, probe_file.Probe)
             label = f"{patch.name} on {(names or {}).get(commit, commit[:12])}"
             result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent,
                                       moves_from=base[0])
