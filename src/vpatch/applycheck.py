@@ -16,9 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from vpatch.filediff import FileDiff, Hunk
+from vpatch.filediff import HUNK_HEADER, FileDiff, Hunk
 
-_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _LINES = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 
 
@@ -100,7 +99,7 @@ def _split(blob: bytes) -> tuple[bytes, ...]:
 @functools.lru_cache(maxsize=1024)
 def _fragment(hunk: Hunk, reverse: bool) -> _Fragment | None:
     lines = _LINES.findall(hunk.text)
-    m = _HUNK.match(lines[0])
+    m = HUNK_HEADER.match(lines[0])
     if m is None:
         return None
     oldpos, newpos = int(m[1]), int(m[3])

@@ -9,7 +9,8 @@ from pathlib import PurePosixPath
 
 from vpatch.errors import SeriesError
 
-_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# a hunk header: old start, old count, new start, new count (a count left out is 1)
+HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _C_ESCAPES = {ord("a"): 7, ord("b"): 8, ord("t"): 9, ord("n"): 10, ord("v"): 11, ord("f"): 12, ord("r"): 13,
               ord('"'): ord('"'), ord("\\"): ord("\\")}
 
@@ -120,7 +121,7 @@ def parse_diff(diff: bytes, *, where: str) -> tuple[FileDiff, ...]:
 
 
 def _read_hunk(lines: list[bytes], i: int, where: str, path: str) -> tuple[Hunk, int]:
-    m = _HUNK.match(lines[i])
+    m = HUNK_HEADER.match(lines[i])
     if not m:
         raise SeriesError(f"{where}: broken hunk header in {path}: {lines[i].strip()[:60]!r}",
                           hint="a hunk header looks like '@@ -12,7 +12,8 @@'; regenerate the patch")
@@ -157,7 +158,7 @@ def _read_hunk(lines: list[bytes], i: int, where: str, path: str) -> tuple[Hunk,
 def _recount_hint(lines: list[bytes], start: int) -> str:
     """What the hunk header at `start` should say, counted from the hunk's lines (up to the next hunk or file),
     and the two ways to get there."""
-    m = _HUNK.match(lines[start])
+    m = HUNK_HEADER.match(lines[start])
     assert m is not None
     old = new = 0
     body = lines[start + 1:]
