@@ -210,6 +210,31 @@ def test_update_dropping_a_patch_keeps_its_live_check_in_retired_md_and_the_file
     assert check.is_file() and "checks/live/0001-kv-skip-null.yaml" in git(project.root, "ls-files")
 
 
+def test_update_refuses_a_drop_whose_live_check_names_no_file(project: Project) -> None:
+    """Caught when the pin moves, not at the next deploy: the dry run and the real run refuse, nothing changes."""
+    from conftest import KV_V1, git
+    from conftest import vpatch_cli as run
+
+    fixed = KV_V1.replace("break", "continue")
+    trailers = "Origin: vendor\nLive-Check: checks/live/0001-kv-skip-null.yaml\nLast-Update: 2026-09-01"
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": fixed}, "Skip null blocks", trailers=trailers)
+    git(project.root, "init", "-q", "-b", "main")
+    git(project.root, "add", "-A")
+    git(project.root, "commit", "-q", "-m", "project")
+    project.upstream.commit({"vllm/kv.py": fixed}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    before = {p.name: p.read_bytes() for p in project.root.rglob("*") if p.is_file() and ".git" not in p.parts}
+    for args in (("--dry-run",), ()):
+        code, out = run(project, "update", "--to", "v1.1", *args)
+        assert code != 0, out
+        assert "not dropping 0001-kv-skip-null.patch: its Live-Check: checks/live/0001-kv-skip-null.yaml names no " \
+               "file in the project" in out and "add the file" in out, out
+        assert "Traceback" not in out
+    after = {p.name: p.read_bytes() for p in project.root.rglob("*") if p.is_file() and ".git" not in p.parts}
+    assert after == before  # the patch, vpatch.yaml's pin and RETIRED.md (none) as they were
+    assert git(project.root, "status", "--porcelain") == ""
+
+
 def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -> None:
     from vpatch.deploy import report as deploy_report
     from vpatch.deploy.checks import Figures

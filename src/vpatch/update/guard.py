@@ -58,6 +58,22 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
             raise vetoed(row.file, dropping=True, pin_ref=plan.from_ref, detail=result.detail)
 
 
+def refuse_missing_live_checks(config: Config, series: Series, plan: Plan) -> None:
+    """A dropped patch's Live-Check: goes into RETIRED.md, and the next deploy runs it against the new server
+    to show the drop was right: a drop whose check names no file would only fail there, after the pin moved."""
+    by_file = {p.filename: p for p in series}
+    for row in plan.patches:
+        patch = by_file[row.file]
+        if row.action is not Action.DROP or patch.live_check is None:
+            continue
+        path = patch.live_check_path(config.root)
+        if path is not None and not path.is_file():
+            raise VpatchError(
+                f"not dropping {row.file}: its Live-Check: {patch.live_check} names no file in the project",
+                hint="a deploy runs that check against the new server to show the drop is right: add the file "
+                     "(docs/live-checks.md) or remove the trailer, then update again")
+
+
 def refuse_invalid_probes(plan: Plan) -> None:
     """The last word on a patch whose probe status found INVALID (Case.INVALID_PROBE, Action.REFUSE): its row went
     on as its text said so that the checks above refuse it with what the probe does, and if none of them did

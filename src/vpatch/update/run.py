@@ -92,6 +92,7 @@ def _update(
     try:
         guard.refuse_unproven_drops(repo, config, series, plan,
                                     lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
+        guard.refuse_missing_live_checks(config, series, plan)
         if dry_run:
             # ... and the kept patches' probes on the new pin, as the real run does last: no "would re-apply"
             # for what the real run would refuse.
