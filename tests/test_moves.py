@@ -261,6 +261,21 @@ def test_apply_onto_a_ref_follows_the_move_and_export_writes_the_new_path(tmp_pa
     assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in (root / "patches" / "0001-sched.patch").read_text()
 
 
+@pytest.mark.parametrize(("name", "said"), [
+    ("misc", "vllm/misc.py was deleted in {misc-delete} \"[Cleanup] Remove misc helpers (#203)\""),
+    ("kv", "vllm/kv.py was split in {kv-split} \"[Refactor] Split the kv module (#204)\""),
+])
+def test_apply_onto_a_ref_where_the_file_was_deleted_or_split_says_so(
+        tmp_path: Path, history: History, name: str, said: str) -> None:
+    root = make_project(tmp_path, history, [name])
+    ref = history.commits["kv-split"]
+    code, out = vpatch(root, "apply", "--ref", ref)
+    assert code != 0 and f"patch 0001-{name}.patch does not apply to {ref}" in out, out
+    expected = said.format(**{k: v[:12] for k, v in history.commits.items()})
+    assert f"a file it changes is not on {ref}: {expected}" in out, out
+    assert "not guessed" in out and not (root / ".vpatch" / "tree").exists()
+
+
 def test_files_probes_on_deleted_and_split_files_count_only_where_absence_is_said_to_be_the_fix(
         tmp_path: Path, history: History) -> None:
     root = make_project(tmp_path, history, ["misc", "kv"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,9 @@ def apply_series(
     `moves_from`: the commit the patches were written on (the pin); a file they read that is missing on `base`
     is followed where upstream moved it (moves.py), so the commit, and what `export` writes, names the new path."""
     original = series
+    found: dict[str, moves.Move] = {}
     if moves_from is not None and moves_from != base:
-        series = _following_moves(upstream, series, moves_from, base)
+        series, found = _following_moves(upstream, series, moves_from, base)
     _prepare_out(upstream, original, out, state_dir, force=force)
     tmp = out.parent / f".{out.name}.partial"
     # a killed apply, or a state folder deleted by hand, leaves registrations (maybe locked) of both paths
@@ -97,7 +99,8 @@ def apply_series(
                 if keep:
                     save_stack(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
                     git.move_worktree(upstream, tmp, out)
-                raise _apply_error(failure, ref=ref, kept=out if keep else None)
+                raise _apply_error(failure, ref=ref, kept=out if keep else None,
+                                   unfollowed=[m for m in moves.touched(patch, found) if not m.followed])
             applied.append(AppliedPatch(patch.filename, git.head(tmp)))
     except BaseException:
         if git.is_repo(tmp):
@@ -112,10 +115,14 @@ def apply_series(
     return stack
 
 
-def _following_moves(upstream: Path, series: Series, pin: str, base: str) -> Series:
+def _following_moves(upstream: Path, series: Series, pin: str, base: str) -> tuple[Series, dict[str, moves.Move]]:
+    """The series at the paths its files moved to on `base`, and every move found (deleted and split files
+    too: they are not followed, and a patch failing on one is told why)."""
     reads = sorted({fd.old_path for patch in series for fd in patch.files if fd.old_path})
-    found = moves.follow(upstream, pin, base, moves.missing_paths(upstream, pin, base, reads))
-    return replace(series, patches=tuple(moves.retarget(p, found) for p in series)) if found else series
+    found = dict(moves.follow(upstream, pin, base, moves.missing_paths(upstream, pin, base, reads)))
+    if not found:
+        return series, found
+    return replace(series, patches=tuple(moves.retarget(p, found) for p in series)), found
 
 
 def commit_patch(worktree: Path, patch: Patch) -> None:
@@ -164,9 +171,11 @@ def describe_failure(patch: Patch, stderr: str, three_way_ok: bool) -> Failure:
     return Failure(patch, tuple(files), tuple(dict.fromkeys(hunks)), three_way_ok, stderr.strip())
 
 
-def _apply_error(failure: Failure, *, ref: str, kept: Path | None) -> ApplyError:
+def _apply_error(failure: Failure, *, ref: str, kept: Path | None, unfollowed: Sequence[moves.Move] = ()) -> ApplyError:
     where = "; ".join(failure.hunks) or ", ".join(failure.files) or "see git's output below"
     msg = f"patch {failure.patch.filename} does not apply to {ref}: {where}"
+    # a file it changes is gone from ref and was not followed: say where it went, or that nobody can tell
+    msg += "".join(f"\na file it changes is not on {ref}: {move}" for move in unfollowed)
     msg += "\n" + ("a 3-way apply would succeed (the change merges with upstream's edits)"
                    if failure.three_way_ok else "a 3-way apply would not succeed either")
     msg += "\n" + failure.output
