@@ -93,6 +93,10 @@ def test_the_mamba_leak_fails_the_block_cost_check_and_the_fixed_build_passes() 
     unseen = judge_block_cost(block_cost(84_495, [], geometry), check)
     assert unseen[0] is Status.ERROR and "measurement error" in unseen[2]
     assert CheckResult("block cost", unseen[0], unseen[1], unseen[2]).failed
+    # A stream cut short carries no usage: blocks seen for 0 tokens is no leak (seen when the docker daemon
+    # stopped mid-request: "6 blocks for 0 tokens ... infx ... holds more KV blocks than ... assumes").
+    cut = judge_block_cost(block_cost(0, [6 / 1356], geometry), check)
+    assert cut[0] is Status.ERROR and "ended without its usage" in cut[2] and "inf" not in cut[1]
 
 
 def _stream(*deltas: dict[str, object]) -> list[str]:

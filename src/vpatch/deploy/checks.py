@@ -87,6 +87,11 @@ def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | No
 
 
 def judge_block_cost(cost: BlockCost, check: BlockCostCheck) -> tuple[Status, str, str]:
+    if cost.tokens == 0:
+        # the answer carried no usage: it was cut short (the server or its daemon went away), nothing to judge
+        return Status.ERROR, f"{cost.held} blocks seen, no token count in the answer", (
+            "measurement error: the request's stream ended without its usage (prompt and completion tokens): "
+            "the server cut the answer short or went away, so the blocks it holds cannot be judged")
     figure = (f"{cost.held} blocks for {cost.tokens:,} tokens = 1 per {cost.tokens_per_block:.0f} tokens; "
               f"geometry predicts {cost.predicted} ({cost.ratio:.2f}x, limit {check.max_ratio:.2f}x)")
     if cost.held == 0:
