@@ -151,6 +151,28 @@ def test_an_unhealthy_container_is_drift(image: str, container: str, tmp_path: P
     assert docker.container(container).status == "running"  # type: ignore[union-attr]
 
 
+def test_a_health_check_not_the_rendered_one_is_drift(image: str, container: str, tmp_path: Path) -> None:
+    """Started by hand with another health check (or an older vpatch's): --diff names the command and timings."""
+    serve = tiny_serve(8000, container)
+    create(image, tmp_path, serve, options=("--health-cmd", "curl -f localhost:8000/health", "--health-interval", "1s",
+                                             "--health-retries", "1"))
+    report = drift.diff(Docker.connect(), definition(tmp_path, image, serve))
+    found = {d.what: (d.yaml, d.running) for d in report.drifts if d.what.startswith("health")}
+    assert found["health check"] == ("vpatch's liveness check (serve/alive.py of this vpatch)",
+                                     "another command: CMD-SHELL curl -f localhost:8000/health")
+    assert found["health interval (s)"] == ("10", "1") and found["health retries"] == ("3", "1")
+    # the timeout and start period were left out by hand: docker's defaults (0, "not set") differ too
+    assert found["health timeout (s)"] == ("30", "0") and found["health start period (s)"][1] == "0"
+
+
+def test_the_same_liveness_check_with_another_port_is_named_as_such(image: str, container: str, tmp_path: Path) -> None:
+    ran = tiny_serve(8000, container)
+    create(image, tmp_path, ran)
+    report = drift.diff(Docker.connect(), definition(tmp_path, image, tiny_serve(8001, container)))
+    found = {d.what: d.running for d in report.drifts}
+    assert found["health check"] == "vpatch's liveness check, with other arguments (port, host or timeouts)"
+
+
 def test_serve_diff_on_a_stopped_container_exits_7_and_says_so(image: str, container: str, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -41,6 +41,8 @@ class ContainerInfo:
     health: str = ""  # starting | healthy | unhealthy; "" without a health check
     health_log: tuple[str, ...] = ()  # the health check's latest outputs, oldest first
     health_test: tuple[str, ...] = ()  # Config.Healthcheck.Test, e.g. ("CMD-SHELL", "python3 -c ...")
+    # Config.Healthcheck's interval, timeout, retries and start period (seconds; docker keeps nanoseconds)
+    health_timing: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -84,7 +86,14 @@ class ContainerInfo:
             health=str((state.get("Health") or {}).get("Status") or ""),
             health_log=tuple(str(e.get("Output", "")).strip() for e in (state.get("Health") or {}).get("Log") or ()),
             health_test=tuple((config.get("Healthcheck") or {}).get("Test") or ()),
+            health_timing=_health_timing(config.get("Healthcheck") or {}),
         )
+
+
+def _health_timing(check: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    def seconds(key: str) -> int:
+        return int(check.get(key) or 0) // 1_000_000_000
+    return seconds("Interval"), seconds("Timeout"), int(check.get("Retries") or 0), seconds("StartPeriod")
 
 
 class Containers(Daemon):

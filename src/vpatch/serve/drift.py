@@ -89,6 +89,7 @@ def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = Non
         drifts += _field("published port", f"{serve.port}/tcp->{serve.port}", published)
     drifts += _field("gpus", options.gpus or ABSENT, ", ".join(running.gpus) or ABSENT)
     drifts += _field("volumes", " ".join(sorted(options.volumes)) or ABSENT, " ".join(sorted(running.binds)) or ABSENT)
+    drifts += _health(render.health_check(serve), running)
     return DriftReport(running, command.image, _describe(running.image_ref, have), tuple(drifts))
 
 
@@ -151,6 +152,31 @@ def _env_map(lines: tuple[str, ...]) -> dict[str, str]:
         key, _, value = line.partition("=")
         out[key] = value
     return out
+
+
+def _health(wanted: render.HealthCheck, running: ContainerInfo) -> list[Drift]:
+    """The container's health check against the one `vpatch serve` gives now: the liveness rule it runs (an
+    older vpatch's, another command, none) and docker's timings."""
+    test = running.health_test
+    command = test[1] if len(test) == 2 and test[0] == "CMD-SHELL" else None
+    drifts: list[Drift] = []
+    if command != wanted.command:
+        ours = "vpatch's liveness check (serve/alive.py of this vpatch)"
+        if not test or test[0] == "NONE":
+            seen = ABSENT
+        elif command is not None and render.health_source(command) is not None:
+            seen = "vpatch's liveness check, " + (
+                "another vpatch's serve/alive.py" if render.health_source(command) != render.health_source(wanted.command)
+                else "with other arguments (port, host or timeouts)")
+        else:
+            seen = f"another command: {' '.join(test)[:120]}"
+        drifts.append(Drift("health check", ours, seen))
+    names = ("health interval (s)", "health timeout (s)", "health retries", "health start period (s)")
+    wanted_timing = (wanted.interval_s, wanted.timeout_s, wanted.retries, wanted.start_period_s)
+    if test and test[0] != "NONE":
+        for what, want, have in zip(names, wanted_timing, running.health_timing, strict=True):
+            drifts += _field(what, str(want), str(have))
+    return drifts
 
 
 def _network(mode: str) -> str:

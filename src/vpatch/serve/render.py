@@ -44,6 +44,28 @@ def health_command(port: int, host: str | None = None) -> str:
 _UNPACK = "import base64,zlib;exec(zlib.decompress(base64.b64decode("
 
 
+@dataclass(frozen=True)
+class HealthCheck:
+    """The container health check `vpatch serve` gives a server: the command and docker's four timings."""
+
+    command: str
+    interval_s: int
+    timeout_s: int
+    retries: int
+    start_period_s: int
+
+    def docker_options(self) -> list[str]:
+        return ["--health-cmd", self.command, "--health-interval", f"{self.interval_s}s",
+                "--health-timeout", f"{self.timeout_s}s", "--health-retries", str(self.retries),
+                "--health-start-period", f"{self.start_period_s}s"]
+
+
+def health_check(serve: ServeConfig) -> HealthCheck:
+    # The start period is the time the server may take to load; failures before its first success do not count.
+    return HealthCheck(health_command(serve.port, serve.host), HEALTH_INTERVAL_S, PROBE_TIMEOUT_S + 15,
+                       HEALTH_RETRIES, int(serve.health_timeout))
+
+
 def health_source(command: str) -> str | None:
     """The liveness script a rendered health check runs (None when `command` is not one of vpatch's)."""
     words = shlex.split(command)
@@ -103,10 +125,7 @@ def render(
         argv += ["--volume", volume]
     for key, value in serve.env:
         argv += ["--env", f"{key}={value}"]
-    # The start period is the time the server may take to load; failures before its first success do not count.
-    argv += ["--health-cmd", health_command(serve.port, serve.host), "--health-interval", f"{HEALTH_INTERVAL_S}s",
-             "--health-timeout", f"{PROBE_TIMEOUT_S + 15}s", "--health-retries", str(HEALTH_RETRIES),
-             "--health-start-period", f"{serve.health_timeout}s"]
+    argv += health_check(serve).docker_options()
     args = serve.vllm_args()
     argv += [image, *args]
     return RunCommand(argv=tuple(argv), image=image, name=options.name, args=args)
