@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from vpatch import git as vgit
 from vpatch import probe_file, probes
 from vpatch.cli import app
-from vpatch.image.build import expected_files
+from vpatch.image.base import expected_files
 from vpatch.series import Patch, Series
 
 pytestmark = pytest.mark.releases

@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +16,8 @@ from vpatch import git
 from vpatch.config import Config
 from vpatch.definition import Base, ImageDefinition, Strategy, image_reference_ok
 from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
-from vpatch.errors import ApplyError, ConfigError, VpatchError
+from vpatch.errors import ConfigError, VpatchError
+from vpatch.image import base as image_base
 from vpatch.image.plan import (
     LABEL_PREFIX,
     PACKAGE,
@@ -32,20 +33,10 @@ from vpatch.image.plan import (
     vllm_buildargs,
 )
 from vpatch.progress import Progress
-from vpatch.series import Patch, Series
+from vpatch.series import Series
 
 OVERLAY_DOCKERFILE = "Dockerfile"
-# Asks the base's own python where vllm/ is installed without importing it (importing pulls in torch).
-_DISCOVER = (
-    "python3",
-    "-c",
-    "import importlib.util as u; s = u.find_spec('vllm'); "
-    "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')",
-)
 
-
-class BaseMismatchError(VpatchError):
-    """The base image's copy of a touched file is not the pin's: patching it would ship a wrong image."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +148,7 @@ def _overlay_recipe(
 ) -> _Recipe:
     reference = base.reference()
     assert reference is not None
-    facts = _base_facts(docker, reference, inputs.definition, base, notes, require=require_base)
+    facts = image_base.base_facts(docker, reference, inputs.definition, base, notes, require=require_base)
     package_dir = facts.package_dir if facts else (inputs.definition.package_dir or "<discovered in the base>")
     recipe_path = inputs.config.root / OVERLAY_DOCKERFILE
     if not recipe_path.is_file():
@@ -247,65 +238,11 @@ def build(
 SYMLINK_MODE, EXECUTABLE_MODE = "120000", "100755"
 
 
-def expected_files(
-    upstream: Path, pin_commit: str, patches: Sequence[Patch], paths: Sequence[str]
-) -> tuple[dict[str, bytes | None], dict[str, bytes | None]]:
-    """The pin's copies of `paths` and their copies after the series (None: absent), from git alone."""
-    pre, post, _modes = expected_entries(upstream, pin_commit, patches, paths)
-    return pre, post
-
-
-def expected_entries(
-    upstream: Path, pin_commit: str, patches: Sequence[Patch], paths: Sequence[str]
-) -> tuple[dict[str, bytes | None], dict[str, bytes | None], dict[str, str]]:
-    """As expected_files, plus the git mode of each file after the series (100644, 100755, or 120000 for a
-    symlink, whose "content" is its target): the overlay must carry exec bits and links, not just bytes."""
-    pre = git.read_blobs(upstream, pin_commit, list(paths))
-    with git.temp_index(upstream) as env:
-        git.load_index(upstream, env, pin_commit, list(paths))
-        for patch in patches:
-            result = git.apply_cached(upstream, env, patch.diff, check=False)
-            if result.returncode != 0:
-                raise ApplyError(
-                    f"patch {patch.name} does not apply to the pin ({pin_commit[:12]}): {result.err.strip()}",
-                    hint="vpatch apply --keep to see the conflict",
-                )
-        tree = git.write_tree(upstream, env)
-    post = git.read_blobs(upstream, tree, list(paths))
-    modes = {path: mode for mode, _kind, _sha, path in git.ls_tree(upstream, tree, list(paths))}
-    return pre, post, modes
-
-
-def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> None:
-    """Refuse a base whose copies of the touched files are not the pin's (before any layer is written)."""
-    assert plan.base_facts is not None
-    facts = plan.base_facts
-    in_image = {p: f"{facts.package_dir}/{in_package(p)}" for p in pre}
-    found = docker.read_files(facts.image_id, list(in_image.values()))
-    wrong: list[str] = []
-    for path, pinned in pre.items():
-        actual = found[in_image[path]]
-        if actual == pinned:
-            continue
-        if pinned is None:
-            wrong.append(f"{path} exists in the base but not at the pin")
-        elif actual is None:
-            wrong.append(f"{path} is missing from the base")
-        else:
-            wrong.append(f"{path} differs")
-    if wrong:
-        raise BaseMismatchError(
-            f"base image {plan.base} is not the pinned vLLM {plan.pin_ref}: " + "; ".join(wrong[:5])
-            + (f" (and {len(wrong) - 5} more)" if len(wrong) > 5 else ""),
-            hint=f"use the official image of {plan.pin_ref} as the base (base.image / --base), or move the pin to the base's vLLM",
-        )
-
-
 def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
     if plan.base_facts is None:
         raise DockerError(f"base image {plan.base} is not on the docker daemon", hint=f"docker pull {plan.base}")
-    pre, post, modes = expected_entries(inputs.upstream, inputs.pin_commit, plan.patches, plan.changes.paths)
-    verify_base(docker, plan, pre)
+    pre, post, modes = image_base.expected_entries(inputs.upstream, inputs.pin_commit, plan.patches, plan.changes.paths)
+    image_base.verify_base(docker, plan, pre)
     with tempfile.TemporaryDirectory(prefix="vpatch-overlay-") as tmp:
         context = Path(tmp)
         # One LABEL instruction, appended to the recipe: the builder's own labels option costs a step per label.
@@ -390,51 +327,6 @@ def label_instruction(labels: Mapping[str, str]) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _base_facts(
-    docker: Docker | None, reference: str, definition: ImageDefinition, base: Base, notes: list[str], *, require: bool
-) -> BaseFacts | None:
-    if docker is None:
-        if require:
-            raise DockerError("the docker daemon is not reachable")
-        notes.append("no docker daemon: the base was not inspected")
-        return None
-    if not docker.has_image(reference):
-        if require:
-            docker.image(  # raises the missing-image error
-                reference,
-                missing_hint=f"pull it first (`docker pull {reference}`), or name a local copy with --base or base.image",
-            )
-        notes.append(f"base image {reference} is not on the daemon")
-        return None
-    info = docker.image(reference)
-    if base.digest and info.digest and info.digest != base.digest:
-        raise VpatchError(
-            f"base image {base.image} has digest {info.digest}, not the recorded {base.digest}",
-            hint="the tag moved; pull the recorded digest or update base.digest in the image definition",
-        )
-    package_dir = definition.package_dir or discover_package_dir(docker, info.id, reference)
-    return BaseFacts(reference=reference, image_id=info.id, digest=info.digest, package_dir=package_dir)
-
-
-def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
-    """Where `image_id` installs vllm/: asked of the image's own python once per image id (ids are content
-    hashes, so the answer never goes stale)."""
-    from vpatch.fs import atomic_write
-    from vpatch.upstream import cache_dir
-
-    memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"
-    if memo.is_file():
-        return memo.read_text(encoding="utf-8").strip()
-    found = docker.run(image_id, _DISCOVER).decode().strip()
-    if not found.startswith("/"):
-        raise VpatchError(
-            f"base image {reference} has no importable vllm package",
-            hint="is it a vLLM image? set package_dir in the image definition if python3 cannot find it",
-        )
-    atomic_write(memo, found.encode() + b"\n")
-    return found
 
 
 def _pin_dockerfile(inputs: Inputs) -> str:

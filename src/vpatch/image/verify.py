@@ -12,7 +12,7 @@ from vpatch.config import Config
 from vpatch.definition import Strategy
 from vpatch.docker import Docker
 from vpatch.errors import VpatchError
-from vpatch.image.build import discover_package_dir, expected_entries
+from vpatch.image.base import discover_package_dir, expected_entries
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
 from vpatch.series import Patch, Series
 
