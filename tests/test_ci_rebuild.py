@@ -53,18 +53,72 @@ def test_nothing_landed_means_nothing_to_do(ci_project: Project) -> None:
     assert state_of(ci_project) == before
 
 
-def test_a_conflict_on_the_target_needs_a_person_and_changes_nothing(ci_project: Project) -> None:
+def test_a_conflict_on_the_only_step_needs_a_person_and_changes_nothing(ci_project: Project) -> None:
     ci_project.upstream.commit({"vllm/kv.py": KV_FIXED, "vllm/parser.py": PARSER_V1.replace("line 20\n", "line XX\n")},
                                "v1.1", tag="v1.1")
     before = state_of(ci_project)
     code, summary, err = ci_rebuild(ci_project, "--no-build")
-    # 0001 landed, so the update runs; 0002 conflicts there, so it stops and is aborted
+    # 0001 landed, but 0002 conflicts in the same release: there is no step short of it, so nothing moves
+    assert code == 4, err
+    assert summary["landed"] == ["0001-kv-skip-null.patch"] and summary["update"] == "blocked"
+    [entry] = summary["attention"]
+    assert entry["file"] == "0002-parser-fix.patch" and [(r["ref"], r["state"]) for r in entry["reasons"]] == [
+        ("v1.1", "conflict")]
+    assert entry["runs"] == ["vpatch update --to v1.1: it stops at 0002-parser-fix.patch; resolve it in "
+                             ".git/vpatch-update/tree, `git add`, vpatch update --continue"]
+    assert "Nothing was changed" in summary["message"]
+    assert state_of(ci_project) == before
+    # all or nothing, as before --furthest: the update stops at 0002 and is aborted
+    code, summary, err = ci_rebuild(ci_project, "--no-build", "--no-furthest")
     assert code == 5, err
-    assert summary["landed"] == ["0001-kv-skip-null.patch"]
-    assert summary["attention"][0]["file"] == "0002-parser-fix.patch"
+    assert summary["attention"][0]["file"] == "0002-parser-fix.patch" and len(summary["attention"]) == 1
     assert "stopped at 0002-parser-fix.patch" in summary["message"] and "Nothing was changed" in summary["message"]
     assert state_of(ci_project) == before
     assert not (ci_project.root / ".git" / "vpatch-update").exists()
+
+
+def test_drops_what_landed_before_the_release_that_conflicts(ci_project: Project) -> None:
+    ci_project.upstream.commit({"vllm/kv.py": KV_FIXED}, "v1.1", tag="v1.1")
+    ci_project.upstream.commit({"vllm/parser.py": PARSER_V1.replace("line 20\n", "line XX\n")}, "v1.2", tag="v1.2")
+    code, summary, err = ci_rebuild(ci_project, "--no-build")
+    assert code == 9, err
+    assert summary["target"] == "v1.2" and summary["step"] == "v1.1"
+    assert summary["pin"] == {"before": "v1.0", "after": "v1.1"}
+    assert summary["dropped"] == ["0001-kv-skip-null.patch"] and summary["kept"] == ["0002-parser-fix.patch"]
+    assert summary["commit"] == git(ci_project.root, "rev-parse", "HEAD").strip()
+    assert summary["build"]["needed"] and "the update to v1.1 committed" in summary["build"]["reason"]
+    # 0002 once, with its conflict on v1.2 once (status on the target and the update's blocker say it alike)
+    [entry] = summary["attention"]
+    assert entry["file"] == "0002-parser-fix.patch"
+    assert [(r["ref"], r["state"]) for r in entry["reasons"]] == [("v1.2", "conflict")]
+    [blocker] = summary["blockers"]
+    assert (blocker["file"], blocker["case"], blocker["ref"]) == ("0002-parser-fix.patch", "conflict", "v1.2")
+    assert "short of v1.2" in summary["message"] and "0002-parser-fix.patch needs a person at v1.2" in summary["message"]
+    # the PR body (the commit's body) says where the pin went, what was dropped and what blocks
+    body = git(ci_project.root, "log", "-1", "--format=%b")
+    assert "Pin: v1.0" in body and "-> v1.1" in body and "- 0001-kv-skip-null.patch: Skip null blocks" in body
+    assert "Not further: v1.2 needs a person (the target was v1.2):\n- 0002-parser-fix.patch: conflict from v1.2" in body
+
+
+def test_a_kill_at_the_commit_point_is_finished_by_the_next_run(ci_project: Project) -> None:
+    """The update killed (kill -9) just after the branch moved, before the files were checked out: the next
+    run finishes the committed step (every check had passed) and reports it."""
+    from helpers import killat
+
+    ci_project.upstream.commit({"vllm/kv.py": KV_FIXED}, "v1.1", tag="v1.1")
+    ci_project.upstream.commit({"vllm/parser.py": PARSER_V1.replace("line 20\n", "line XX\n")}, "v1.2", tag="v1.2")
+    assert subprocess.run([sys.executable, "-m", "vpatch", "--project", str(ci_project.root), "fetch"],
+                          capture_output=True).returncode == 0
+    killed = subprocess.run([sys.executable, str(killat.HERE), "committed", "--project", str(ci_project.root), "update",
+                             "--to", "v1.2", "--furthest"], capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    code, summary, err = ci_rebuild(ci_project, "--no-build", "--no-fetch")
+    assert code == 9, err
+    assert summary["recovered"]["outcome"] == "committed"
+    assert summary["pin"] == {"before": "v1.0", "after": "v1.1"} and summary["build"]["needed"]
+    assert git(ci_project.root, "status", "--porcelain") == ""
+    assert Config.load(ci_project.root).pin.ref == "v1.1"
+    assert [a["file"] for a in summary["attention"]] == ["0002-parser-fix.patch"]
 
 
 def test_landed_patch_is_dropped_and_build_is_reported_without_docker(ci_project: Project) -> None:
