@@ -7,12 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KV_FIXED, PARSER_V1, Project, git
+from conftest import KV_FIXED, PARSER_V1, REAL_CACHE, Project, git
 from helpers.project import commit_all, state_of
+from helpers.shipped import committed_copy, shipped_files
 
 from vpatch import git as vgit
 from vpatch.config import Config
@@ -21,8 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "ci-rebuild"
 
 
-def ci_rebuild(project: Project, *args: str) -> tuple[int, dict, str]:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--project", str(project.root), *args],
+def ci_rebuild(project: Project | Path, *args: str) -> tuple[int, dict, str]:
+    root = project.root if isinstance(project, Project) else project
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--project", str(root), *args],
                           capture_output=True, text=True, env=dict(os.environ))
     return proc.returncode, json.loads(proc.stdout), proc.stderr
 
@@ -153,6 +156,47 @@ def test_error_gives_exit_1_and_names_the_step(ci_project: Project) -> None:
     assert code == 1
     assert summary["error"]["step"].startswith("vpatch status --json --against v9.9")
     assert "unknown upstream ref 'v9.9'" in summary["error"]["stderr"]
+
+
+@pytest.mark.releases
+def test_the_shipped_project_moves_to_v0_32_0_past_what_landed_and_names_0003_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    """The CI job on the real release history, from a fresh copy of the shipped project (pin v0.29.0): 0001 and
+    0002 landed long ago, 0003 conflicts on the newest release, v0.33.0. Its probes run on the trees the other
+    release tests judge too (the pin, the releases, the pin with the series, v0.32.0 with 0003): with their cache
+    warm this runs no probe."""
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    root = committed_copy(tmp_path / "project", shipped_files())
+    started = time.monotonic()
+    code, summary, err = ci_rebuild(root, "--no-build", "--no-fetch")
+    seconds = time.monotonic() - started
+    assert code == 9, err
+    assert summary["target"] == "v0.33.0" and summary["step"] == "v0.32.0"
+    assert summary["pin"] == {"before": "v0.29.0", "after": "v0.32.0"}
+    assert summary["dropped"] == ["0001-qsa-fp8-kv.patch", "0002-mamba-null-gap-free.patch"]
+    assert summary["refreshed"] + summary["kept"] == ["0003-qwen3-tool-call-unclosed-function.patch"]
+    assert sorted(p.name for p in (root / "patches").glob("*.patch")) == ["0003-qwen3-tool-call-unclosed-function.patch"]
+    assert Config.load(root).pin.ref == "v0.32.0" and git(root, "status", "--porcelain") == ""
+    # 0003 once, its conflict on v0.33.0 once, with what a person runs
+    [entry] = summary["attention"]
+    assert entry["file"] == "0003-qwen3-tool-call-unclosed-function.patch"
+    assert [(r["ref"], r["state"]) for r in entry["reasons"]] == [("v0.33.0", "conflict")]
+    assert entry["runs"][0].startswith("vpatch update --to v0.33.0: it stops at 0003-")
+    [blocker] = summary["blockers"]
+    assert (blocker["case"], blocker["ref"]) == ("conflict", "v0.33.0")
+    assert summary["furthest"]["checks"] <= summary["furthest"]["bound"]
+    # the evidence and the first releases, in RETIRED.md and in the commit (the PR's body)
+    retired = (root / "patches" / "RETIRED.md").read_text()
+    message = git(root, "log", "-1", "--format=%B")
+    assert message.startswith("Update upstream pin v0.29.0 -> v0.32.0: drop 0001, 0002")
+    for name, release in (("0001-qsa-fp8-kv", "v0.31.0"), ("0002-mamba-null-gap-free", "v0.30.0")):
+        section = retired.split(f"## {name}\n")[1].split("\n## ")[0]
+        assert f"release {release}" in section.split("Applied-Upstream:")[1].splitlines()[0], section
+        assert "- Evidence: " in section
+        assert f"- {name}.patch: " in message
+        assert f"release {release}" in message.split(f"- {name}.patch: ")[1].split("Evidence:")[0]
+    assert "Not further: v0.33.0 needs a person (the target was v0.33.0):\n- 0003-" in message
+    print(f"ci-rebuild on the real history, shipped project: {seconds:.1f}s")
 
 
 @pytest.mark.docker

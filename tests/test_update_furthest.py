@@ -162,6 +162,7 @@ def test_a_blocker_at_the_first_commit_moves_nothing(two: Project) -> None:
     code, done = run_json(two, "update", "--to", "main", "--furthest")
     assert code == 4, done
     assert done["outcome"] == "blocked" and done["furthest"]["step"] is None
+    assert done["no_local_patch_remains"] is False and done["dropped"] == []
     assert [b["file"] for b in done["blockers"]] == ["0002-parser-fix.patch"]
     assert state_of(two) == before
 

@@ -161,7 +161,8 @@ class Result:
             "commit": self.commit,
             "message": self.message or None,
             "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
-            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE),
+            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE,
+                                                                               Outcome.BLOCKED),
         }
 
 
