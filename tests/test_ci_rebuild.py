@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -167,10 +168,22 @@ def test_the_shipped_project_moves_to_v0_32_0_past_what_landed_and_names_0003_on
     warm this runs no probe."""
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
     root = committed_copy(tmp_path / "project", shipped_files())
+    head = git(root, "rev-parse", "HEAD")
+    # the dry run makes the same choice and changes nothing
+    dry = subprocess.run([sys.executable, "-m", "vpatch", "--project", str(root), "update", "--to", "v0.33.0",
+                          "--furthest", "--dry-run", "--json"], capture_output=True, text=True)
+    assert dry.returncode == 9, dry.stderr
+    planned = json.loads(dry.stdout)
+    assert git(root, "rev-parse", "HEAD") == head and git(root, "status", "--porcelain") == ""
     started = time.monotonic()
     code, summary, err = ci_rebuild(root, "--no-build", "--no-fetch")
     seconds = time.monotonic() - started
     assert code == 9, err
+    assert planned["furthest"]["step"]["ref"] == summary["step"] and planned["dropped"] == summary["dropped"]
+    assert planned["blockers"] == summary["blockers"]
+    # status's verdicts are re-used: no probe ran twice on one tree in the dry run, the status and the update
+    ran = re.findall(r"^(probe \S+ on .+): (?:pass|fail|error) \(", dry.stderr + err, re.MULTILINE)
+    assert len(ran) == len(set(ran)), sorted(ran)
     assert summary["target"] == "v0.33.0" and summary["step"] == "v0.32.0"
     assert summary["pin"] == {"before": "v0.29.0", "after": "v0.32.0"}
     assert summary["dropped"] == ["0001-qsa-fp8-kv.patch", "0002-mamba-null-gap-free.patch"]

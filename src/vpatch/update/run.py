@@ -121,7 +121,10 @@ def _furthest(
         return furthest.Check(cand, not blockers, False, blockers)
 
     planned: dict[str, Result] = {}
-    memo: Judge = lambda _r, _c, _s, _cur, ref, commit: judge_at(furthest.Candidate(ref, commit), landing=True)  # noqa: E731
+
+    def memo(_repo: Path, _config: Config, _series: Series, _current: str, ref: str,
+             commit: str) -> tuple[list[PatchPlan], Status | None]:
+        return judge_at(furthest.Candidate(ref, commit), landing=True)
 
     def in_full(cand: furthest.Candidate) -> furthest.Check:
         try:
