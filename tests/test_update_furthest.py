@@ -199,3 +199,29 @@ def test_kill_at_the_commit_point_finishes_as_the_committed_step_or_undoes(two: 
     assert git(two.root, "status", "--porcelain") == ""
     assert Config.load(two.root).pin.ref == "v1.1"
     assert "Not further: v1.2 needs a person" in git(two.root, "log", "-1", "--format=%B")
+
+
+def test_a_step_whose_probe_no_longer_validates_is_blocked_and_the_search_goes_below(two: Project) -> None:
+    """0002's probe needs the patch's line and upstream's `line 1`: v1.2 renames that line, so the probe fails with
+    the patch too. The judging passes there (the probe fails without the patch: needed), the full check does not."""
+    text = (two.patches / "0002-parser-fix.patch").read_text()
+    (two.patches / "0002-parser-fix.patch").write_text(
+        text.replace("Last-Update:", "Probe: probes/0002-parser-fix.yaml\nLast-Update:"))
+    (two.patches / "probes").mkdir()
+    (two.patches / "probes" / "0002-parser-fix.yaml").write_text(
+        'kind: files\nfiles:\n  vllm/parser.py:\n    contains: ["line 20 fixed", "line 1\\n"]\n')
+    commit_all(two, "a probe for 0002")
+    release(two, {"vllm/kv.py": KV_FIXED}, "v1.1")
+    release(two, {"vllm/parser.py": PARSER_V1.replace("line 1\n", "line one\n")}, "v1.2")
+    release(two, {"README": "toy vllm 1.3\n"}, "v1.3")
+    code, done = run_json(two, "update", "--to", "v1.3", "--furthest")
+    assert code == 9, done
+    assert done["pin"]["to"]["ref"] == "v1.1" and done["dropped"] == ["0001-kv-skip-null.patch"]
+    [blocker] = done["blockers"]
+    assert (blocker["file"], blocker["case"], blocker["ref"]) == ("0002-parser-fix.patch", "probe", "v1.2")
+    assert "does not discriminate for 0002-parser-fix.patch" in blocker["reasons"][0]
+    assert blocker["run"].startswith("vpatch probe check 0002")
+    # the refusal after a passing judging costs checks beyond the bound: v1.3 and v1.2 in full, then v1.1
+    checked = [(c["ref"], c["ok"], c["full"]) for c in done["furthest"]["checked"]]
+    assert checked == [("v1.3", False, True), ("v1.2", True, False), ("v1.2", False, True), ("v1.1", True, False),
+                       ("v1.1", True, True)]
