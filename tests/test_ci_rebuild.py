@@ -104,6 +104,21 @@ def test_drops_what_landed_before_the_release_that_conflicts(ci_project: Project
     assert "Not further: v1.2 needs a person (the target was v1.2):\n- 0002-parser-fix.patch: conflict from v1.2" in body
 
 
+def test_tracking_the_branch_moves_to_the_last_commit_before_the_blocker(ci_project: Project) -> None:
+    shas = ci_project.upstream.grow(
+        (f"upstream commit {i}", {"vllm/kv.py": KV_FIXED} if i == 2 else
+         {"vllm/parser.py": PARSER_V1.replace("line 20\n", "line XX\n")} if i == 6 else {"notes.txt": f"{i}\n"})
+        for i in range(1, 11))
+    code, summary, err = ci_rebuild(ci_project, "--no-build", "--track", "branch")
+    assert code == 9, err
+    assert summary["target"] == "main" and summary["step"] == shas[4][:12]
+    assert Config.load(ci_project.root).pin.commit == shas[4]
+    assert summary["dropped"] == ["0001-kv-skip-null.patch"]
+    [blocker] = summary["blockers"]
+    assert (blocker["file"], blocker["commit"]) == ("0002-parser-fix.patch", shas[5])
+    assert summary["furthest"]["mode"] == "commits" and summary["furthest"]["checks"] <= 4 + 2  # ceil(log2 10) + 2
+
+
 def test_a_kill_at_the_commit_point_is_finished_by_the_next_run(ci_project: Project) -> None:
     """The update killed (kill -9) just after the branch moved, before the files were checked out: the next
     run finishes the committed step (every check had passed) and reports it."""
