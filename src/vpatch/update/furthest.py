@@ -39,7 +39,8 @@ class Blocker:
     """One patch that needs a person at the first candidate past the step, with every reason found there."""
 
     file: str
-    case: str  # conflict, partial, disputed, contradiction, invalid-probe; `probe`: its probe no longer validates
+    case: str  # conflict, partial, disputed, contradiction, invalid-probe; `probe`: its probe does not validate
+    # there; `refused`: another check of the real run refuses the move (a Live-Check: naming no file, ...)
     ref: str  # the first release (or commit) where it stops
     commit: str
     reasons: tuple[str, ...]
@@ -209,11 +210,15 @@ def blockers_of(rows: Sequence[PatchPlan], at: Candidate) -> tuple[Blocker, ...]
 
 
 def refused(error: VpatchError, at: Candidate, files: Sequence[str]) -> tuple[Blocker, ...]:
-    """A full check's refusal (a drop's or a kept patch's probe that does not validate) as blockers: each patch
-    the message names, else the whole series."""
+    """A full check's refusal as blockers, one per patch the message names (else the whole series): `probe` for
+    a drop's or a kept patch's probe that does not validate there, `refused` for the rest (a drop whose
+    Live-Check: names no file, a re-targeted patch whose proof fails), with the error's hint to run."""
     named = [f for f in files if f in error.message] or ["(the series)"]
     reasons = tuple(line for line in error.message.splitlines() if line)
-    return tuple(Blocker(f, "probe", at.ref, at.commit, reasons, person_runs(f, "probe", at.ref)) for f in named)
+    case = "probe" if "probe" in error.message else "refused"
+    return tuple(Blocker(f, case, at.ref, at.commit, reasons,
+                         person_runs(f, case, at.ref) if case == "probe" else error.hint or person_runs(f, case, at.ref))
+                 for f in named)
 
 
 def person_runs(file: str, case: str, ref: str) -> str:

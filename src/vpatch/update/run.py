@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import export, git, lock, stack
-from vpatch.errors import ApplyError, VpatchError
+from vpatch.errors import ApplyError, ProcessError, VpatchError
 from vpatch.export import ExportResult
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
@@ -130,6 +130,8 @@ def _furthest(
         try:
             result = _update(project, cand.ref, dry_run=True, no_commit=False, allow_downgrade=False, judge=memo,
                              validator=validator, narrow=narrow)
+        except ProcessError:
+            raise  # a command that failed is an error, not a patch that needs a person
         except VpatchError as exc:
             return furthest.Check(cand, False, True, furthest.refused(exc, cand, files))
         planned[cand.commit] = result
