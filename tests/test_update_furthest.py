@@ -156,6 +156,24 @@ def test_branch_bisection_finds_the_last_good_commit_in_log2_plus_2_checks(two: 
         assert reach.exit_code() == 0 and choice.blockers == () and config.pin.ref == "main"
 
 
+def test_the_search_keeps_its_bound_for_every_blocker_position() -> None:
+    """The search alone (furthest.choose) over K candidates with the first blocker at each position N (none: N = K):
+    the step is N - 1 and it takes at most ceil(log2 K) + 2 checks. No git here: the candidates are names."""
+    from vpatch.update import furthest
+
+    for k in range(1, 65):
+        line = [furthest.Candidate(f"c{i}", f"{i:040x}") for i in range(k)]
+        for first_bad in range(k + 1):
+            def check(c: furthest.Candidate, *, full: bool, n: int = first_bad) -> furthest.Check:
+                return furthest.Check(c, int(c.ref[1:]) < n, full)
+
+            choice = furthest.choose(line[-1], "commits", line, judged=lambda c: check(c, full=False),
+                                     full=lambda c: check(c, full=True))
+            assert choice.step == (line[first_bad - 1] if first_bad else None), (k, first_bad)
+            assert len(choice.checks) <= math.ceil(math.log2(k)) + 2 == choice.bound, (k, first_bad, choice.checks)
+            assert choice.step is None or any(c.candidate == choice.step and c.full and c.ok for c in choice.checks)
+
+
 def test_a_blocker_at_the_first_commit_moves_nothing(two: Project) -> None:
     branch_with_blocker(two, 9, blocker=1, lands=1)
     before = state_of(two)
@@ -221,7 +239,6 @@ def test_a_step_whose_probe_no_longer_validates_is_blocked_and_the_search_goes_b
     assert (blocker["file"], blocker["case"], blocker["ref"]) == ("0002-parser-fix.patch", "probe", "v1.2")
     assert "does not discriminate for 0002-parser-fix.patch" in blocker["reasons"][0]
     assert blocker["run"].startswith("vpatch probe check 0002")
-    # the refusal after a passing judging costs checks beyond the bound: v1.3 and v1.2 in full, then v1.1
+    # v1.3 in full, v1.2 by its judging (passes), v1.2 in full (refused), then below it in full
     checked = [(c["ref"], c["ok"], c["full"]) for c in done["furthest"]["checked"]]
-    assert checked == [("v1.3", False, True), ("v1.2", True, False), ("v1.2", False, True), ("v1.1", True, False),
-                       ("v1.1", True, True)]
+    assert checked == [("v1.3", False, True), ("v1.2", True, False), ("v1.2", False, True), ("v1.1", True, True)]

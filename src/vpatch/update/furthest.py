@@ -6,8 +6,8 @@ other target (a tracked branch). The search assumes what a person must resolve s
 does not heal by itself upstream), so it bisects: the target itself first, with every check the real run makes
 (judging, narrowing, the probes re-validated); when that fails, the first candidate that needs a person, by the
 judging and narrowing alone, in ceil(log2 K) checks; then the candidate before it once more with every check.
-That is at most ceil(log2 K) + 2 checks for K candidates; a step the full check refuses although its judging
-passed (a probe that no longer validates) is searched below again. Each check is status's verdict on that
+That is at most ceil(log2 K) + 2 checks for K candidates; when the full check refuses a step its judging passed
+(a probe that no longer validates), the candidates below it are bisected again, in full. Each check is status's verdict on that
 commit (probe results come from the probe cache, so no probe runs twice on one tree).
 """
 
@@ -182,18 +182,25 @@ def choose(target: Candidate, mode: str, line: Sequence[Candidate], *, judged: C
     bad = len(line) - 1
     if run(bad, full):
         return chosen(bad)
-    while True:
-        lo = 0  # every candidate below `lo` passed its judging; `bad` needs a person
-        while lo < bad:
-            mid = (lo + bad) // 2
-            if run(mid, judged):
-                lo = mid + 1
-            else:
-                bad = mid
-        if bad == 0 or run(bad - 1, full):
-            return chosen(bad - 1)
-        bad -= 1  # the full check refused what the judging passed: it needs a person too
-
+    lo = 0  # every candidate below `lo` passes its judging; `bad` needs a person
+    while lo < bad:
+        mid = (lo + bad) // 2
+        if run(mid, judged):
+            lo = mid + 1
+        else:
+            bad = mid
+    if bad == 0 or run(bad - 1, full):
+        return chosen(bad - 1)
+    # the full check refused what the judging passed (a probe that no longer validates): bisect again below it,
+    # each check in full
+    lo, bad = 0, bad - 1
+    while lo < bad:
+        mid = (lo + bad) // 2
+        if run(mid, full):
+            lo = mid + 1
+        else:
+            bad = mid
+    return chosen(bad - 1)
 
 def blockers_of(rows: Sequence[PatchPlan], at: Candidate) -> tuple[Blocker, ...]:
     """The patches a person must resolve at `at`: those the update would stop at (after narrowing) and those
