@@ -7,8 +7,8 @@ does not heal by itself upstream), so it bisects: the target itself first, with 
 (judging, narrowing, the probes re-validated); when that fails, the first candidate that needs a person, by the
 judging and narrowing alone, in ceil(log2 K) checks; then the candidate before it once more with every check.
 That is at most ceil(log2 K) + 2 checks for K candidates; when the full check refuses a step its judging passed
-(a probe that no longer validates), the candidates below it are bisected again, in full. Each check is status's verdict on that
-commit (probe results come from the probe cache, so no probe runs twice on one tree).
+(a probe that no longer validates), the candidates below it are bisected again, in full. Each check is status's
+verdict on that commit (probe results come from the probe cache, so no probe runs twice on one tree).
 """
 
 from __future__ import annotations
