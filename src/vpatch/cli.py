@@ -238,6 +238,10 @@ def update(
     no_commit: Annotated[bool, typer.Option("--no-commit", help="Stage the change in the project; do not commit it.")] = False,
     allow_downgrade: Annotated[bool, typer.Option("--allow-downgrade", help="Allow a REF that does not descend from the pin.")] = False,
     no_narrow: Annotated[bool, typer.Option("--no-narrow", help="Stop at a partly-landed patch instead of narrowing it.")] = False,
+    furthest: Annotated[bool, typer.Option(
+        "--furthest", help="With --to: go only as far as the series allows without a person (the newest release, or "
+                           "first-parent commit, at or before it where the update succeeds); name what blocks the "
+                           "next step. Exit 9: moved, a patch blocks going further.")] = False,
     continue_: Annotated[bool, typer.Option("--continue", help="Go on after resolving the conflict in the update tree.")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Throw the stopped update away; the project is as before it.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document (for CI).")] = False,
@@ -246,8 +250,8 @@ def update(
     from vpatch.commands import update
 
     _exit(update.run(project=state.project, to=to, dry_run=dry_run, no_commit=no_commit,
-                     allow_downgrade=allow_downgrade, no_narrow=no_narrow, continue_=continue_, abort=abort,
-                     json_out=json_out))
+                     allow_downgrade=allow_downgrade, no_narrow=no_narrow, furthest=furthest, continue_=continue_,
+                     abort=abort, json_out=json_out))
 
 
 @app.command()

@@ -17,6 +17,7 @@ class ExitCode(IntEnum):
     ROLLED_BACK = 6  # deploy: a check failed; the old production container is back and healthy
     DRIFT = 7  # serve --diff: the running container differs from the yaml
     UNFINISHED = 8  # deploy --status: a deploy did not finish (production may be parked); --rollback restores it
+    PARTWAY = 9  # update --furthest: the pin moved (or would), but a patch needs a person before it can go further
     INTERRUPTED = 130
 
 

@@ -9,12 +9,18 @@ from vpatch.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
-        continue_: bool, abort: bool, json_out: bool) -> ExitCode:
+        continue_: bool, abort: bool, json_out: bool, furthest: bool = False) -> ExitCode:
     from vpatch import update as core
 
     if sum(bool(x) for x in (to, continue_, abort)) != 1:
         raise VpatchError("give exactly one of --to REF, --continue, --abort", exit_code=ExitCode.USAGE,
                           hint="vpatch update --to v0.31.0 [--dry-run]")
+    if furthest and (to is None or allow_downgrade):
+        raise VpatchError("--furthest goes forward toward --to REF: it needs --to and takes no --allow-downgrade",
+                          exit_code=ExitCode.USAGE, hint="vpatch update --to v0.33.0 --furthest [--dry-run]")
+    if furthest:
+        assert to is not None
+        return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, narrow=not no_narrow, json_out=json_out)
     import functools
 
     from vpatch.console import ProgressView
@@ -54,3 +60,27 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
         for line in update_report.update_lines(result):
             echo(line)
     return ExitCode.CONFLICT if result.outcome is core.Outcome.STOPPED else ExitCode.OK
+
+
+def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow: bool, json_out: bool) -> ExitCode:
+    import functools
+
+    from vpatch import update as core
+    from vpatch.console import ProgressView
+    from vpatch.report import update as update_report
+
+    config = load_config(project)
+    with ProgressView() as view:
+        reach = core.update_furthest(config, to, dry_run=dry_run, no_commit=no_commit, narrow=narrow, progress=view,
+                                     validator=functools.partial(core.validate_with_probes, report=view))
+    if json_out:
+        import json
+
+        echo(json.dumps(reach.to_json(), indent=2))
+    else:
+        table = update_report.plan_table(reach.result)
+        if table is not None:
+            console().print(table)
+        for line in [*update_report.update_lines(reach.result), *update_report.furthest_lines(reach)]:
+            echo(line)
+    return reach.exit_code()

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from vpatch.update import Result
+    from vpatch.update import Reach, Result
 
 
 def plan_table(result: Result) -> RenderableType | None:
@@ -33,6 +33,8 @@ def update_lines(result: Result) -> list[str]:
         return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})"]
     if result.outcome is Outcome.UP_TO_DATE:
         return [f"already there: the pin {plan.from_ref} is {plan.to_ref} ({plan.to_commit[:12]}); nothing changed"]
+    if result.outcome is Outcome.BLOCKED:
+        return [f"the pin {plan.from_ref} stays: the first step toward the target needs a person; nothing changed"]
     head = "plan" if result.outcome is Outcome.PLANNED else "update"
     lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
     for row in plan.patches:
@@ -67,4 +69,28 @@ def update_lines(result: Result) -> list[str]:
         lines.append("or `vpatch update --abort` to leave the project as it was")
     if plan.all_landed and result.outcome is not Outcome.STOPPED:
         lines.append(f"no local patch remains: the official vLLM {plan.to_ref} image now suffices")
+    return lines
+
+
+def furthest_lines(reach: Reach) -> list[str]:
+    """`update --furthest`: where the pin went among the candidates, and what blocks the step after it."""
+    choice = reach.choice
+    if not choice.candidates:
+        return []
+    what = "releases" if choice.mode == "releases" else "first-parent commits"
+    planned = reach.result.outcome.value == "planned"
+    if choice.step is None:
+        where = f"furthest: no step toward {choice.target.ref} goes without a person"
+    else:
+        verb = "would go" if planned else "went"
+        where = (f"furthest: the pin {verb} to {choice.step.ref}" +
+                 (" (the target)" if choice.step == choice.target else f", short of the target {choice.target.ref}"))
+    lines = [f"{where}: {len(choice.checks)} checks over {len(choice.candidates)} {what} (at most {choice.bound})"]
+    blocked = choice.blocked
+    if blocked is not None:
+        lines.append(f"blocked at {blocked.candidate.ref} ({blocked.candidate.commit[:12]}):")
+        for b in blocked.blockers:
+            lines.append(f"  {b.file}  [{b.case}] from {b.ref}: {b.reasons[0]}")
+            lines += [f"  {'':<4}{r}" for r in b.reasons[1:]]
+            lines.append(f"  {'':<4}a person runs: {b.run}")
     return lines

@@ -5,6 +5,7 @@ the state that makes a stop or a kill resumable; commit.py builds and moves the 
 """
 
 from vpatch.errors import ExitCode, VpatchError
+from vpatch.update.furthest import Blocker, Choice, Reach
 from vpatch.update.guard import Refused
 from vpatch.update.plan import (
     Action,
@@ -17,15 +18,18 @@ from vpatch.update.plan import (
     commit_message,
     judge_with_status,
 )
-from vpatch.update.run import abort, resume, update, validate_with_probes
+from vpatch.update.run import abort, resume, update, update_furthest, validate_with_probes
 
 __all__ = [
     "Action",
+    "Blocker",
+    "Choice",
     "ExitCode",
     "Outcome",
     "PatchPlan",
     "Plan",
     "ProbeCheck",
+    "Reach",
     "Refused",
     "Result",
     "Stop",
@@ -35,5 +39,6 @@ __all__ = [
     "judge_with_status",
     "resume",
     "update",
+    "update_furthest",
     "validate_with_probes",
 ]

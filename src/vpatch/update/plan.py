@@ -34,6 +34,7 @@ class Outcome(str, Enum):
     STOPPED = "stopped"  # on a conflict; state kept for --continue / --abort
     ABORTED = "aborted"
     UP_TO_DATE = "up-to-date"  # --to names the pinned commit: nothing to do, nothing changed
+    BLOCKED = "blocked"  # --furthest: the first step toward the target already needs a person; nothing changed
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Plan:
     to_commit: str
     patches: tuple[PatchPlan, ...]
     report: Status | None = field(default=None, compare=False, repr=False)  # the judging, for display
+    ahead: tuple[str, ...] = ()  # --furthest short of its target: what blocks going further (commit message lines)
 
     def with_action(self, file: str, action: Action) -> Plan:
         return replace(self, patches=tuple(replace(p, action=action) if p.file == file else p for p in self.patches))
@@ -91,7 +93,8 @@ class Plan:
         return {"from_ref": self.from_ref, "from_commit": self.from_commit, "to_ref": self.to_ref,
                 "to_commit": self.to_commit,
                 "patches": [{**asdict(p), "case": p.case.value, "state": p.state, "action": p.action.value}
-                            for p in self.patches]}
+                            for p in self.patches],
+                "ahead": list(self.ahead)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -107,7 +110,8 @@ class Plan:
                                      "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "narrowing": Narrowing.from_dict(r["narrowing"]) if r.get("narrowing") else None})
                         for r in rows)
-        return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches)
+        return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches,
+                   ahead=tuple(str(line) for line in data.get("ahead", ())))
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,8 @@ class Result:
             "commit": self.commit,
             "message": self.message or None,
             "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
-            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE),
+            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE,
+                                                                               Outcome.BLOCKED),
         }
 
 
@@ -174,8 +179,10 @@ Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
 def judge_with_status(
     repo: Path, config: Config, series: Series, current: str, to: str, target: str, *, progress: Reporter | None = None,
+    landing: bool = True,
 ) -> tuple[list[PatchPlan], Status | None]:
-    """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides."""
+    """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
+    `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
     from vpatch import status
     from vpatch.progress import silent
 
@@ -184,7 +191,7 @@ def judge_with_status(
     report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
                             branch=config.upstream.branch,
                             probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}),
-                            report=progress or silent)
+                            landing=landing, report=progress or silent)
     rows = []
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
@@ -305,6 +312,8 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
         lines += [f"- {p.file}: {p.probe}" + (f" ({p.detail})" if p.detail else "") for p in checked]
     if plan.all_landed:
         lines += ["", f"No local patch remains: the official vLLM {plan.to_ref} image now suffices."]
+    if plan.ahead:
+        lines += ["", *plan.ahead]
     return "\n".join(lines) + "\n"
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import export, git, lock, stack
-from vpatch.errors import ApplyError, VpatchError
+from vpatch.errors import ApplyError, ProcessError, VpatchError
 from vpatch.export import ExportResult
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch, Series
-from vpatch.update import guard, retarget
+from vpatch.update import furthest, guard, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
     JOURNAL_FILE,
@@ -50,6 +50,7 @@ from vpatch.update.plan import (
 
 if TYPE_CHECKING:
     from vpatch.config import Config
+    from vpatch.status import Status
 
 
 def update(
@@ -64,9 +65,94 @@ def update(
                        judge=judge, validator=validator, narrow=narrow)
 
 
+def update_furthest(
+    config: Config, to: str, *, dry_run: bool = False, no_commit: bool = False, judge: Judge | None = None,
+    validator: Validator | None = None, narrow: bool = True, progress: Reporter | None = None,
+) -> furthest.Reach:
+    """`update --to TARGET --furthest`: choose the newest step toward `to` where the update succeeds without a
+    person (furthest.py), then one update to it, atomic like any other; the lock is held for both. `judge`, when
+    given, judges every check (tests); by default the bisection's checks skip the landing search."""
+    project = Project.open(config)
+    with lock.held(project.top, "update"):
+        return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, judge=judge, validator=validator,
+                         narrow=narrow, progress=progress)
+
+
+def _furthest(
+    project: Project, to: str, *, dry_run: bool, no_commit: bool, judge: Judge | None, validator: Validator | None,
+    narrow: bool, progress: Reporter | None,
+) -> furthest.Reach:
+    from vpatch import upstream
+
+    config = project.config
+    refuse_in_progress(project)
+    if not dry_run:
+        refuse_dirty(project)
+    repo = upstream.open_upstream(config)
+    target = upstream.resolve(repo, to)
+    current = upstream.pin_commit(repo, config)
+    goal = furthest.Candidate(to, target)
+    if target == current:
+        return furthest.Reach(furthest.Choice(goal, "releases", (), goal, ()),
+                              Result(Outcome.UP_TO_DATE, Plan(config.pin.ref, current, to, target, ())))
+    guard.refuse_downgrade(repo, config, current, to, target)
+    mode, line = furthest.candidates(repo, config, current=current, to=to, target=target)
+    series = Series.load(config.patches_dir)
+    files = [p.filename for p in series]
+    judged: dict[tuple[str, bool], tuple[list[PatchPlan], Status | None]] = {}
+
+    def judge_at(cand: furthest.Candidate, *, landing: bool) -> tuple[list[PatchPlan], Status | None]:
+        # each commit is judged once per kind; the full check and the real run share the judging
+        key = (cand.commit, landing)
+        if key in judged:
+            return judged[key]
+        if judge is not None:
+            judged[key] = judge(repo, config, series, current, cand.ref, cand.commit)
+        else:
+            judged[key] = judge_with_status(repo, config, series, current, cand.ref, cand.commit, progress=progress,
+                                            landing=landing)
+        return judged[key]
+
+    def by_judging(cand: furthest.Candidate) -> furthest.Check:
+        rows, report = judge_at(cand, landing=False)
+        if narrow:
+            rows = narrow_rows(repo, config, series, rows, report, current, cand.ref, cand.commit, None)
+        blockers = furthest.blockers_of(rows, cand)
+        return furthest.Check(cand, not blockers, False, blockers)
+
+    planned: dict[str, Result] = {}
+
+    def memo(_repo: Path, _config: Config, _series: Series, _current: str, ref: str,
+             commit: str) -> tuple[list[PatchPlan], Status | None]:
+        return judge_at(furthest.Candidate(ref, commit), landing=True)
+
+    def in_full(cand: furthest.Candidate) -> furthest.Check:
+        try:
+            result = _update(project, cand.ref, dry_run=True, no_commit=False, allow_downgrade=False, judge=memo,
+                             validator=validator, narrow=narrow)
+        except ProcessError:
+            raise  # a command that failed is an error, not a patch that needs a person
+        except VpatchError as exc:
+            return furthest.Check(cand, False, True, furthest.refused(exc, cand, files))
+        planned[cand.commit] = result
+        blockers = furthest.blockers_of(result.plan.patches, cand)
+        return furthest.Check(cand, not blockers, True, blockers)
+
+    choice = furthest.choose(goal, mode, line, judged=by_judging, full=in_full, report=progress or silent)
+    if choice.step is None:
+        return furthest.Reach(choice, Result(Outcome.BLOCKED, Plan(config.pin.ref, current, config.pin.ref, current, ())))
+    ahead = choice.ahead_lines()
+    if dry_run:
+        result = planned[choice.step.commit]
+        return furthest.Reach(choice, replace(result, plan=replace(result.plan, ahead=ahead)))
+    return furthest.Reach(choice, _update(project, choice.step.ref, dry_run=False, no_commit=no_commit,
+                                          allow_downgrade=False, judge=memo, validator=validator, narrow=narrow,
+                                          ahead=ahead))
+
+
 def _update(
     project: Project, to: str, *, dry_run: bool, no_commit: bool, allow_downgrade: bool, judge: Judge | None,
-    validator: Validator | None, narrow: bool,
+    validator: Validator | None, narrow: bool, ahead: tuple[str, ...] = (),
 ) -> Result:
     from vpatch import upstream
 
@@ -86,7 +172,7 @@ def _update(
     if narrow:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target,
                            lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
-    plan = Plan(config.pin.ref, current, to, target, tuple(rows), report)
+    plan = Plan(config.pin.ref, current, to, target, tuple(rows), report, ahead)
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
     try:
