@@ -296,8 +296,13 @@ def test_export_rewrites_a_file_whose_hunk_count_was_broken_by_hand(project: Pro
     path = kv_patch(project, GOOD)
     good = path.read_text()
     assert run(project, "apply")[0] == 0
-    path.write_text(good.replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,4 @@"))
+    broken = good.replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,4 @@")
+    path.write_text(broken)
+    # a hand edit, even a broken one, is not overwritten unasked
     code, out = run(project, "export")
+    assert code == 1 and "patches/0001-kv.patch was changed since vpatch last wrote it" in out, out
+    assert path.read_text() == broken
+    code, out = run(project, "export", "--force")
     assert code == 0, out
     assert "changed: 0001-kv.patch" in out and "written afresh from its commit in the applied tree" in out
     assert path.read_text() == good

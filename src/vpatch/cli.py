@@ -144,11 +144,13 @@ def apply(
 @app.command()
 def export(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Overwrite patch files changed since vpatch last wrote them (hand edits are lost).")] = False,
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
     from vpatch.commands import export
 
-    _exit(export.run(project=state.project, dry_run=dry_run))
+    _exit(export.run(project=state.project, dry_run=dry_run, force=force))
 
 
 @app.command()

@@ -3,8 +3,9 @@ Vpatch-File line, or the number export gives it), nothing written unless every f
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vpatch import git
@@ -48,8 +49,13 @@ class ExportResult:
     unmarked: tuple[str, ...] = ()  # added from commits without a Vpatch-File line: a plain `git commit` in the tree
 
 
-def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> ExportResult:
-    """Write the commits of the applied tree back to numbered files; nothing is written on error."""
+def export_series(series: Series, state_dir: Path, *, dry_run: bool = False, force: bool = False,
+                  check_edits: bool = True) -> ExportResult:
+    """Write the commits of the applied tree back to numbered files; nothing is written on error.
+
+    A file export would overwrite, remove or bring back that changed since vpatch last read or wrote it is
+    refused (`force` overwrites it). `check_edits=False`: the caller's tree was built from the files as they
+    are (update's own tree), so there is nothing to compare with."""
     stack = load_stack(state_dir)
     assert stack is not None
     tree = stack.worktree
@@ -110,19 +116,70 @@ def export_series(series: Series, state_dir: Path, *, dry_run: bool = False) -> 
     added = tuple(n for n in outputs if n not in existing and n not in broken)
     removed = tuple(n for n in existing if n not in outputs)
     unmarked = tuple(n for n in added if sources[n] not in marked)
+    if check_edits and not force:
+        refuse_hand_edits(series.directory, stack, changed + removed, added)
     result = ExportResult(unchanged, changed, added, removed, {n: outputs[n] for n in changed + added},
                           rewritten=tuple(broken), unmarked=unmarked)
     if dry_run:
         return result
     # The record first: it fixes each new commit's number, so an export killed half-way and run again
     # writes the same files under the same names. Each file is replaced atomically.
-    applied = tuple(AppliedPatch(n, c) for n, c in zip(outputs, commits))
-    save_stack(state_dir, Stack(stack.worktree, stack.upstream, stack.ref, stack.base, applied))
+    # The old digests stay in the record until every file is written: the files an export killed half-way
+    # did not reach are still vpatch's, not hand edits.
+    applied = tuple(AppliedPatch(n, c, digest(outputs[n])) for n, c in zip(outputs, commits))
+    done = Stack(stack.worktree, stack.upstream, stack.ref, stack.base, applied)
+    save_stack(state_dir, replace(done, pending=stack.pending or stack.applied))
     for name in changed + added:
         atomic_write(series.directory / name, outputs[name])
     for name in removed:
         (series.directory / name).unlink()
+    save_stack(state_dir, done)
     return result
+
+
+def digest(data: bytes) -> str:
+    """What the record keeps of a patch file's content (Patch.sha256 for a file that parses)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def hand_edits(directory: Path, stack: Stack, replaced: tuple[str, ...], recreated: tuple[str, ...]) -> list[str]:
+    """Of the files an export would overwrite or remove (`replaced`) or write again (`recreated`), those vpatch
+    did not leave as they are: what is wrong with each, in words. A record of an older vpatch (no digests)
+    knows nothing, so nothing is said of the files it holds."""
+    # an export killed half-way left each file as it was before (`pending`) or as it wrote it (`applied`)
+    known: dict[str, set[str | None]] = {}
+    for a in (*stack.applied, *stack.pending):
+        known.setdefault(a.file, set()).add(a.digest)
+    if known and all(d == {None} for d in known.values()):
+        return []
+    before = {a.file: a.digest for a in (stack.pending or stack.applied)}
+    found = []
+    for name in replaced:
+        path = directory / name
+        if not path.is_file():
+            continue
+        if name not in known:
+            found.append(f"{directory.name}/{name} is not a patch of the applied tree (added, or not applied, "
+                         "after vpatch applied it)")
+        elif None not in known[name] and digest(path.read_bytes()) not in known[name]:
+            found.append(f"{directory.name}/{name} was changed since vpatch last wrote it")
+    for name in recreated:
+        if before.get(name) is not None and not (directory / name).exists():
+            found.append(f"{directory.name}/{name} was removed since vpatch last wrote it")
+    return found
+
+
+def refuse_hand_edits(directory: Path, stack: Stack, replaced: tuple[str, ...], recreated: tuple[str, ...]) -> None:
+    """The error for `hand_edits`: nothing written, the files named, the two ways on."""
+    found = hand_edits(directory, stack, replaced, recreated)
+    if not found:
+        return
+    more = f" (and {len(found) - 3} more)" if len(found) > 3 else ""
+    raise VpatchError("; ".join(found[:3]) + more + ": export would replace that with the applied tree's version; "
+                      "nothing was written",
+                      hint="to keep the file, `vpatch apply --force` reads the series into a new applied tree (the "
+                           "tree's own unexported commits are thrown away); to keep the tree's version, "
+                           "`vpatch export --force`")
 
 
 def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, str]) -> None:
