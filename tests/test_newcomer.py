@@ -378,3 +378,48 @@ def test_probe_check_before_export_reads_the_commit_in_the_applied_tree(project:
     assert run(project, "probe", "new", "1")[0] == 0  # prefilled from the commit's diff
     code, out = run(project, "probe", "check", "1")
     assert code == 0 and "on v1.0 + the series up to 0001-kv: PASS" in out, out
+
+
+# --- which version of the patch a check reads ------------------------------------------------------
+
+
+def test_probe_check_reads_an_unexported_amend_in_the_tree_and_says_so(project: Project) -> None:
+    kv_patch(project, GOOD)
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    # exported, nothing changed since: patches/ is read, nothing said about the tree
+    code, out = run(project, "probe", "check", "1")
+    assert code == 0 and "from the applied tree" not in out, out
+    # the commit amended so the fix the probe requires is gone, not exported
+    (tree / "vllm/kv.py").write_text(KV_V1.replace("break", "pass"))
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    for args in (("probe", "check", "1"), ("probe", "check", "1", "--no-cache")):
+        code, out = run(project, *args)
+        assert code == 1, out
+        assert f"reading 0001-kv.patch from the applied tree {tree.resolve()}" in out and "`vpatch export`" in out
+        assert "does not discriminate" in out and "on v1.0 + the series up to 0001-kv: FAIL" in out
+    # uncommitted edits are named as not checked
+    (tree / "vllm/kv.py").write_text(KV_FIX)
+    code, out = run(project, "probe", "check", "1")
+    assert "uncommitted changes in the applied tree are not checked: vllm/kv.py" in out, out
+
+
+def test_status_update_dry_run_and_build_warn_in_one_line_about_unexported_tree_work(project: Project) -> None:
+    kv_patch(project, GOOD)
+    commit_all(project)
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    commands = (("status",), ("update", "--to", "v1.1", "--dry-run"), ("build", "no-such-image", "--plan"))
+    for args in commands:  # nothing in the tree that patches/ lacks: no warning
+        assert "not the applied tree's work" not in run(project, *args)[1]
+    (tree / "vllm/kv.py").write_text(KV_FIX + "# amended\n")
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    (tree / "vllm/parser.py").write_text("edited\n")
+    for args in commands:
+        out = run(project, *args)[1]
+        [line] = [line for line in out.splitlines() if "not the applied tree's work" in line]
+        assert line == (f"warning: {' '.join(args[:1]) if args[0] != 'update' else 'update --dry-run'} reads "
+                        "patches/, not the applied tree's work not exported yet: 0001-kv.patch and uncommitted "
+                        "changes (vllm/parser.py); `vpatch export` first to include it"), out
