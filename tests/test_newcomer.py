@@ -423,3 +423,42 @@ def test_status_update_dry_run_and_build_warn_in_one_line_about_unexported_tree_
         assert line == (f"warning: {' '.join(args[:1]) if args[0] != 'update' else 'update --dry-run'} reads "
                         "patches/, not the applied tree's work not exported yet: 0001-kv.patch and uncommitted "
                         "changes (vllm/parser.py); `vpatch export` first to include it"), out
+
+
+# --- vpatch new ----------------------------------------------------------------------------------
+
+
+def test_new_refuses_a_name_in_the_series_or_the_tree_naming_the_file(project: Project) -> None:
+    kv_patch(project, GOOD)
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    before = git(tree, "rev-parse", "HEAD")
+    code, out = run(project, "new", "kv")
+    assert code == 1 and "a patch named 'kv' exists already: 0001-kv.patch, in patches/" in out, out
+    assert run(project, "new", "sched-fix")[0] == 0
+    started = git(tree, "rev-parse", "HEAD")
+    code, out = run(project, "new", "sched-fix")
+    assert code == 1, out
+    assert f"a patch named 'sched-fix' exists already: 0002-sched-fix.patch, in the applied tree {tree.resolve()}" in out
+    assert git(tree, "rev-parse", "HEAD") == started != before  # no second commit
+    # another name gets the next number, not the one the unexported commit holds
+    code, out = run(project, "new", "other")
+    assert code == 0 and "started 0003-other.patch" in out, out
+
+
+def test_new_without_a_git_identity_says_what_to_configure(project: Project, hermetic_git: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(project, "apply")[0] == 0  # apply needs no identity: it commits as each patch's author
+    for var in ("AUTHOR", "COMMITTER"):
+        for part in ("NAME", "EMAIL"):
+            monkeypatch.delenv(f"GIT_{var}_{part}")
+    monkeypatch.delenv("EMAIL", raising=False)
+    # a fresh HOME: no user.name/user.email; useConfigOnly so git does not guess one from this machine's name
+    (hermetic_git / ".gitconfig").write_text("[user]\n\tuseConfigOnly = true\n")
+    tree = project.root / ".vpatch" / "tree"
+    before = git(tree, "rev-parse", "HEAD")
+    code, out = run(project, "new", "sched-fix")
+    assert code == 1, out
+    assert "git does not know who you are" in out and "exit code 128" not in out
+    assert 'git config --global user.name "Your Name"' in out and "git config --global user.email" in out
+    assert git(tree, "rev-parse", "HEAD") == before
