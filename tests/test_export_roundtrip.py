@@ -171,3 +171,24 @@ def test_a_record_of_an_older_vpatch_without_digests_exports_as_before(project: 
     code, out = run(project, "export")
     assert code == 0 and "changed: 0001-kv-skip-null.patch" in out, out
     assert all("sha256" in a for a in json.loads(record.read_text())["applied"])
+
+
+def test_export_refuses_the_template_body_left_in_like_template_trailers(project: Project, applied: Path) -> None:
+    assert run(project, "new", "log-ids")[0] == 0
+    (applied / "vllm/log.py").write_text("IDS = True\n")
+    git(applied, "add", "-A")
+    message = git(applied, "log", "-1", "--format=%B")
+    # the trailers finished (the <...> ones deleted, the Probe: line too), the body as the template wrote it
+    finished = "\n".join(line for line in message.splitlines() if not line.startswith(("Bug:", "Upstream-PR:", "Probe:")))
+    git(applied, "commit", "-q", "--amend", "-F", "-", input=finished.encode())
+    before = snapshot(project.root)
+    code, out = run(project, "export")
+    assert code == 1, out
+    assert ("would export as 0002-log-ids.patch with the body line 'Describe the problem, the change, and how it "
+            "was verified.': template text left in; nothing was written") in out
+    assert snapshot(project.root) == before
+    described = finished.replace("Describe the problem, the change, and how it was verified.",
+                                 "Log the request ids; checked by reading the log.")
+    git(applied, "commit", "-q", "--amend", "-F", "-", input=described.encode())
+    code, out = run(project, "export")
+    assert code == 0 and "added: 0002-log-ids.patch" in out, out

@@ -364,7 +364,7 @@ def test_a_filled_in_mail_address_is_not_template_text(project: Project) -> None
     path = project.make_patch(1, "kv", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
                               trailers="Origin: vendor\nCo-authored-by: A Person <a.person@example.invalid>\n"
                                        "Bug: <upstream issue URL, or delete>")
-    assert [line for line, _, _ in unfinished(Patch.load(path))] == ["Bug: <upstream issue URL, or delete>"]
+    assert [line for line, _, _ in unfinished(Patch.load(path))] == ["trailer 'Bug: <upstream issue URL, or delete>'"]
 
 
 def test_probe_check_before_export_reads_the_commit_in_the_applied_tree(project: Project) -> None:

@@ -275,7 +275,7 @@ def _check_output(series: Series, outputs: dict[str, bytes], sources: dict[str, 
         if problems:
             line, wrong, todo = problems[0]
             more = f" (and {len(problems) - 1} more such line(s))" if len(problems) > 1 else ""
-            raise SeriesError(f"commit {sources[name][:12]} would export as {name} with the trailer '{line}': "
+            raise SeriesError(f"commit {sources[name][:12]} would export as {name} with the {line}: "
                               f"{wrong}{more}; nothing was written",
                               hint=f"{todo}: `git commit --amend` in the applied tree, then vpatch export")
 

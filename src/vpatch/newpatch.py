@@ -10,6 +10,7 @@ from vpatch import git
 from vpatch.errors import GitError, VpatchError
 from vpatch.series import Series
 from vpatch.stack import MARKER, load_stack
+from vpatch.trailers import TEMPLATE_BODY
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -18,7 +19,7 @@ def template(subject: str, filename: str, today: str) -> str:
     """The message of a new patch: DEP-3 style trailers for the user to fill in or delete."""
     return (
         f"{subject}\n\n"
-        "Describe the problem, the change, and how it was verified.\n\n"
+        f"{TEMPLATE_BODY}\n\n"
         "Origin: vendor\n"
         "Bug: <upstream issue URL, or delete>\n"
         "Forwarded: no\n"
