@@ -462,3 +462,72 @@ def test_new_without_a_git_identity_says_what_to_configure(project: Project, her
     assert "git does not know who you are" in out and "exit code 128" not in out
     assert 'git config --global user.name "Your Name"' in out and "git config --global user.email" in out
     assert git(tree, "rev-parse", "HEAD") == before
+
+
+# --- one table, one number, one message, one name ---------------------------------------------------
+
+
+def test_exit_codes_in_the_readme_and_in_status_help_come_from_one_table(project: Project) -> None:
+    import re
+
+    from vpatch.errors import MEANINGS
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme.split("## Exit codes")[1].split("\n## ")[0], re.M))
+    assert {int(k): v for k, v in rows.items()} == {int(k): v for k, v in MEANINGS.items()}
+    code, out = run(project, "status", "--help")
+    text = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "exit 3: some patch has landed upstream and can be dropped" in text, text
+    assert "exit 4: some patch needs a person: it conflicts, is only partly upstream, is disputed" in text
+    assert "its probe is invalid (passes on the pin)" in text
+
+
+def test_probe_new_with_a_wrong_kind_hints_with_the_number_given(project: Project) -> None:
+    kv_patch(project, None)
+    code, out = run(project, "probe", "new", "5", "--kind", "cmd")
+    assert code == 2 and "hint: vpatch probe new 5 --kind files" in out, out
+
+
+def test_a_missing_probe_file_gets_one_message_from_status_and_probe_check(project: Project) -> None:
+    kv_patch(project, None)
+    said = ("0001-kv.patch: trailer 'Probe: probes/0001-kv.yaml': names no file "
+            f"({project.patches / 'probes/0001-kv.yaml'} does not exist)")
+    for args in (("status",), ("probe", "check", "1")):
+        code, out = run(project, *args)
+        assert code == 1 and f"error: {said}" in out, out
+        assert "hint: `vpatch probe new 0001 --kind files` (or command) writes probes/0001-kv.yaml" in out
+        assert "Errno" not in out
+
+
+def test_a_command_probe_shows_the_line_that_decided_before_the_log_lines(project: Project) -> None:
+    (project.patches / "probes").mkdir()
+    (project.patches / "probes" / "0001-kv.py").write_text(
+        "import sys\n"
+        "print('INFO 12-01 21:03:04 [config.py:12] Resolved architecture: ToyForCausalLM')\n"
+        "print('(EngineCore pid=7) WARNING 12-01 21:03:05 [cpu.py:40] no GPU, using the CPU')\n"
+        "print('scenario reached the free loop')\n"
+        "fixed = 'continue' in open('vllm/kv.py').read()\n"
+        "print('PASS: null blocks are skipped' if fixed else 'FAIL: the loop stops at a null block')\n"
+        "sys.exit(0 if fixed else 1)\n")
+    kv_patch(project, 'kind: command\nrun: ["{python}", "{probe_dir}/0001-kv.py"]\nrequirements: []\ntimeout: 60\n')
+    code, out = run(project, "probe", "check", "1")
+    assert code == 0, out
+    for header, verdict in ((": FAIL", "FAIL: the loop stops at a null block"), (": PASS", "PASS: null blocks are skipped")):
+        lines = out.split(header, 1)[1].splitlines()[1:5]
+        assert [line.strip() for line in lines] == [
+            verdict, "scenario reached the free loop",
+            "INFO 12-01 21:03:04 [config.py:12] Resolved architecture: ToyForCausalLM",
+            "(EngineCore pid=7) WARNING 12-01 21:03:05 [cpu.py:40] no GPU, using the CPU"], out
+
+
+def test_a_target_is_named_by_its_ref_in_the_update_refusal(project: Project) -> None:
+    import re
+
+    kv_patch(project, NEVER_PASSES)
+    commit_all(project)
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    for args in (("update", "--to", "v1.1", "--dry-run"), ("update", "--to", "v1.1")):
+        code, out = run(project, *args)
+        assert code == 1 and "it fails on v1.1 without the patch and fails with it" in out, out
+        assert not re.search(r"\b[0-9a-f]{40}\b", out), out

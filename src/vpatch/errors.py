@@ -21,6 +21,31 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+# What each exit code means: the README's table and the commands' --help are made from this one table.
+MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success; for `status --exit-code`: nothing to do",
+    ExitCode.ERROR: "error (bad input, failed command); the message says what is wrong, `hint:` what to do; "
+                    "`serve --check`: the server is not alive",
+    ExitCode.USAGE: "bad command line",
+    ExitCode.LANDED: "`status --exit-code`: some patch has landed upstream and can be dropped",
+    ExitCode.ATTENTION: "`status --exit-code`: some patch needs a person: it conflicts, is only partly upstream, is "
+                        "*disputed* (identity evidence says landed, the content says not), or its probe is *invalid* "
+                        "(passes on the pin)",
+    ExitCode.CONFLICT: "a patch does not apply (`apply`, `update`): the message names patch, file and hunk",
+    ExitCode.ROLLED_BACK: "`deploy`: a check failed and vpatch rolled back; the old production container is running "
+                          "again, verified healthy",
+    ExitCode.DRIFT: "`serve --diff`: the running container differs from the yaml (each difference is listed)",
+    ExitCode.UNFINISHED: "`deploy --status`: a deploy did not finish (production may be parked); `deploy --rollback` "
+                         "restores it",
+    ExitCode.INTERRUPTED: "interrupted (`deploy`: after rolling back by itself)",
+}
+
+
+def exit_code_help(*codes: ExitCode, scope: str) -> str:
+    """A --exit-code option's help: each code with its meaning, from MEANINGS (`scope`: the prefix to leave out)."""
+    return "; ".join(f"exit {int(c)}: {MEANINGS[c].removeprefix(scope).replace('*', '')}" for c in codes) + "."
+
+
 class VpatchError(Exception):
     """An error the user can act on: a message, an optional hint, an exit code."""
 

@@ -70,16 +70,16 @@ def target(series: Series, state_dir: Path, key: str) -> Target:
     return Target(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
 
 
-def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch) -> str:
+def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None) -> str:
     """The tree of `base` with the series applied in order up to and including `upto`: the tree `vpatch apply`
     commits for it. Raises ProbeError naming the patch that does not apply."""
     tree = base
     for patch in patches:
         applied = git.tree_with_patch(repo, tree, patch.raw)
         if applied is None:
-            raise ProbeError(f"{patch.filename} does not apply on {base[:12]} after the patches before it, so the "
-                             f"probe of {upto.filename} cannot be checked with its patch",
-                             hint=f"vpatch apply --ref {base[:12]} names the failing hunk")
+            raise ProbeError(f"{patch.filename} does not apply on {name or base[:12]} after the patches before it, "
+                             f"so the probe of {upto.filename} cannot be checked with its patch",
+                             hint=f"vpatch apply --ref {name or base[:12]} names the failing hunk")
         tree = applied
         if patch.filename == upto.filename:
             return tree
@@ -94,7 +94,7 @@ def check(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref:
         raise ProbeError(f"{patch.filename} names no probe",
                          hint=f"vpatch probe new {patch.number:04d} --kind files (or command) writes one; then add "
                               f"'{PROBE}: {probe_name(patch.name)}' to the patch's trailers")
-    patched = stacked_tree(repo, patches, base, patch)
+    patched = stacked_tree(repo, patches, base, patch, name=ref)
     found = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=ref, cache=cache,
                        report=report, use_cache=use_cache)
     return Checked(patch.filename, probe.name, ref, base, found)

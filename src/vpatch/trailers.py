@@ -26,10 +26,16 @@ def unfinished(patch: Patch) -> list[tuple[str, str, str]]:
         if _TEMPLATE_TEXT.search(value):
             found.append((line, "template text left in", "fill it in, or delete the line"))
         elif key.lower() == PROBE.lower() and not (patch.path.parent / value).is_file():
-            found.append((line, f"names no file ({patch.path.parent / value} does not exist)",
-                          f"`vpatch probe new {patch.number:04d} --kind files` (or command) writes "
-                          f"probes/{patch.name}.yaml; or fix the path, or delete the line"))
+            found.append(missing_probe(patch, value))
     return found
+
+
+def missing_probe(patch: Patch, value: str) -> tuple[str, str, str]:
+    """(the line, what is wrong, what to do) for a Probe: trailer naming a file that does not exist: the one
+    message status, export and probe check give."""
+    return (f"trailer '{PROBE}: {value}'", f"names no file ({patch.path.parent / value} does not exist)",
+            f"`vpatch probe new {patch.number:04d} --kind files` (or command) writes "
+            f"probes/{patch.name}.yaml; or fix the path, or delete the line")
 
 
 def refuse_unfinished(patches: Sequence[Patch], *, where: str = "") -> None:

@@ -50,7 +50,7 @@ def new(*, project: Path, patch: str, kind: str) -> ExitCode:
 
     if kind not in ("files", "command"):
         raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,
-                          hint="vpatch probe new 4 --kind files")
+                          hint=f"vpatch probe new {patch} --kind files (or --kind command)")
     config = load_config(project)
     name, found, _ = core.find_patch(load_series(config), config.state_dir, patch)
     written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
