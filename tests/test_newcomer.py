@@ -470,16 +470,16 @@ def test_new_without_a_git_identity_says_what_to_configure(project: Project, her
 def test_exit_codes_in_the_readme_and_in_status_help_come_from_one_table(project: Project) -> None:
     import re
 
-    from vpatch.errors import MEANINGS
+    from vpatch.errors import ExitCode, meaning
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme.split("## Exit codes")[1].split("\n## ")[0], re.M))
-    assert {int(k): v for k, v in rows.items()} == {int(k): v for k, v in MEANINGS.items()}
+    assert {int(k): v for k, v in rows.items()} == {int(c): meaning(c) for c in ExitCode}
     code, out = run(project, "status", "--help")
     text = " ".join(out.replace("│", " ").split())
     assert code == 0 and "exit 3: some patch has landed upstream and can be dropped" in text, text
     assert "exit 4: some patch needs a person: it conflicts, is only partly upstream, is disputed" in text
-    assert "its probe is invalid (passes on the pin)" in text
+    assert "its probe is invalid (passes on the pin)." in text and "furthest" not in text
 
 
 def test_probe_new_with_a_wrong_kind_hints_with_the_number_given(project: Project) -> None:
