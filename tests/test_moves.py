@@ -261,6 +261,21 @@ def test_apply_onto_a_ref_follows_the_move_and_export_writes_the_new_path(tmp_pa
     assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in (root / "patches" / "0001-sched.patch").read_text()
 
 
+def test_a_hand_edit_after_apply_onto_a_ref_is_not_overwritten_by_the_retargeting_export(
+        tmp_path: Path, history: History) -> None:
+    root = make_project(tmp_path, history, ["sched"])
+    assert vpatch(root, "apply", "--ref", "v1.1.0")[0] == 0
+    path = root / "patches" / "0001-sched.patch"
+    edited = path.read_text().replace("Why this change exists.", "Why this change exists, said by hand.")
+    path.write_text(edited)
+    code, out = vpatch(root, "export")
+    assert code == 1 and "patches/0001-sched.patch was changed since vpatch last wrote it" in out, out
+    assert path.read_text() == edited
+    code, out = vpatch(root, "export", "--force")
+    assert code == 0, out
+    assert "diff --git a/vllm/core/sched.py b/vllm/core/sched.py" in path.read_text()
+
+
 @pytest.mark.parametrize(("name", "said"), [
     ("misc", "vllm/misc.py was deleted in {misc-delete} \"[Cleanup] Remove misc helpers (#203)\""),
     ("kv", "vllm/kv.py was split in {kv-split} \"[Refactor] Split the kv module (#204)\""),

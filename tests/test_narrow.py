@@ -237,3 +237,20 @@ def test_a_file_whose_every_hunk_landed_leaves_the_narrowed_patch(project: Proje
     assert run(project, "apply")[0] == 0
     tree = project.root / ".vpatch" / "tree" / "vllm"
     assert (tree / "parser.py").read_text() == THREE and (tree / "kv.py").read_text() == kv_fixed
+
+
+def test_a_hand_edit_of_a_patch_file_survives_narrowing_and_the_stale_tree_cannot_export_over_it(
+        project: Project) -> None:
+    path = three_hunks(project)
+    assert run(project, "apply")[0] == 0
+    path.write_text(path.read_text().replace("+line 35 fixed\n", "+line 35 fixed by hand\n"))
+    (project.patches / "probes" / "parser.yaml").write_text(PROBE.replace("line 35 fixed", "line 35 fixed by hand"))
+    commit_all(project, "0001 edited by hand")
+    release(project, {"vllm/parser.py": HUNK_2_ONLY}, "v1.1")
+    code, out = run(project, "update", "--to", "v1.1")
+    assert code == 0 and "drops 1 of 3 hunks" in out, out
+    narrowed = path.read_text()
+    assert "+line 35 fixed by hand\n" in narrowed and "line 20a" not in narrowed
+    code, out = run(project, "export")
+    assert code == 1 and "patches/0001-parser-three.patch was changed since vpatch last wrote it" in out, out
+    assert path.read_text() == narrowed

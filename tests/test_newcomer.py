@@ -296,8 +296,13 @@ def test_export_rewrites_a_file_whose_hunk_count_was_broken_by_hand(project: Pro
     path = kv_patch(project, GOOD)
     good = path.read_text()
     assert run(project, "apply")[0] == 0
-    path.write_text(good.replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,4 @@"))
+    broken = good.replace("@@ -1,5 +1,5 @@", "@@ -1,5 +1,4 @@")
+    path.write_text(broken)
+    # a hand edit, even a broken one, is not overwritten unasked
     code, out = run(project, "export")
+    assert code == 1 and "patches/0001-kv.patch was changed since vpatch last wrote it" in out, out
+    assert path.read_text() == broken
+    code, out = run(project, "export", "--force")
     assert code == 0, out
     assert "changed: 0001-kv.patch" in out and "written afresh from its commit in the applied tree" in out
     assert path.read_text() == good
@@ -359,7 +364,7 @@ def test_a_filled_in_mail_address_is_not_template_text(project: Project) -> None
     path = project.make_patch(1, "kv", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
                               trailers="Origin: vendor\nCo-authored-by: A Person <a.person@example.invalid>\n"
                                        "Bug: <upstream issue URL, or delete>")
-    assert [line for line, _, _ in unfinished(Patch.load(path))] == ["Bug: <upstream issue URL, or delete>"]
+    assert [line for line, _, _ in unfinished(Patch.load(path))] == ["trailer 'Bug: <upstream issue URL, or delete>'"]
 
 
 def test_probe_check_before_export_reads_the_commit_in_the_applied_tree(project: Project) -> None:
@@ -373,3 +378,156 @@ def test_probe_check_before_export_reads_the_commit_in_the_applied_tree(project:
     assert run(project, "probe", "new", "1")[0] == 0  # prefilled from the commit's diff
     code, out = run(project, "probe", "check", "1")
     assert code == 0 and "on v1.0 + the series up to 0001-kv: PASS" in out, out
+
+
+# --- which version of the patch a check reads ------------------------------------------------------
+
+
+def test_probe_check_reads_an_unexported_amend_in_the_tree_and_says_so(project: Project) -> None:
+    kv_patch(project, GOOD)
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    # exported, nothing changed since: patches/ is read, nothing said about the tree
+    code, out = run(project, "probe", "check", "1")
+    assert code == 0 and "from the applied tree" not in out, out
+    # the commit amended so the fix the probe requires is gone, not exported
+    (tree / "vllm/kv.py").write_text(KV_V1.replace("break", "pass"))
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    for args in (("probe", "check", "1"), ("probe", "check", "1", "--no-cache")):
+        code, out = run(project, *args)
+        assert code == 1, out
+        assert f"reading 0001-kv.patch from the applied tree {tree.resolve()}" in out and "`vpatch export`" in out
+        assert "does not discriminate" in out and "on v1.0 + the series up to 0001-kv: FAIL" in out
+    # uncommitted edits are named as not checked
+    (tree / "vllm/kv.py").write_text(KV_FIX)
+    code, out = run(project, "probe", "check", "1")
+    assert "uncommitted changes in the applied tree are not checked: vllm/kv.py" in out, out
+
+
+def test_status_update_dry_run_and_build_warn_in_one_line_about_unexported_tree_work(project: Project) -> None:
+    kv_patch(project, GOOD)
+    commit_all(project)
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    commands = (("status",), ("update", "--to", "v1.1", "--dry-run"), ("build", "no-such-image", "--plan"))
+    for args in commands:  # nothing in the tree that patches/ lacks: no warning
+        assert "not the applied tree's work" not in run(project, *args)[1]
+    (tree / "vllm/kv.py").write_text(KV_FIX + "# amended\n")
+    git(tree, "commit", "-q", "-a", "--amend", "--no-edit")
+    (tree / "vllm/parser.py").write_text("edited\n")
+    for args in commands:
+        out = run(project, *args)[1]
+        [line] = [line for line in out.splitlines() if "not the applied tree's work" in line]
+        assert line == (f"warning: {' '.join(args[:1]) if args[0] != 'update' else 'update --dry-run'} reads "
+                        "patches/, not the applied tree's work not exported yet: 0001-kv.patch and uncommitted "
+                        "changes (vllm/parser.py); `vpatch export` first to include it"), out
+
+
+# --- vpatch new ----------------------------------------------------------------------------------
+
+
+def test_new_refuses_a_name_in_the_series_or_the_tree_naming_the_file(project: Project) -> None:
+    kv_patch(project, GOOD)
+    assert run(project, "apply")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    before = git(tree, "rev-parse", "HEAD")
+    code, out = run(project, "new", "kv")
+    assert code == 1 and "a patch named 'kv' exists already: 0001-kv.patch, in patches/" in out, out
+    assert run(project, "new", "sched-fix")[0] == 0
+    started = git(tree, "rev-parse", "HEAD")
+    code, out = run(project, "new", "sched-fix")
+    assert code == 1, out
+    assert f"a patch named 'sched-fix' exists already: 0002-sched-fix.patch, in the applied tree {tree.resolve()}" in out
+    assert git(tree, "rev-parse", "HEAD") == started != before  # no second commit
+    # another name gets the next number, not the one the unexported commit holds
+    code, out = run(project, "new", "other")
+    assert code == 0 and "started 0003-other.patch" in out, out
+
+
+def test_new_without_a_git_identity_says_what_to_configure(project: Project, hermetic_git: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(project, "apply")[0] == 0  # apply needs no identity: it commits as each patch's author
+    for var in ("AUTHOR", "COMMITTER"):
+        for part in ("NAME", "EMAIL"):
+            monkeypatch.delenv(f"GIT_{var}_{part}")
+    monkeypatch.delenv("EMAIL", raising=False)
+    # a fresh HOME: no user.name/user.email; useConfigOnly so git does not guess one from this machine's name
+    (hermetic_git / ".gitconfig").write_text("[user]\n\tuseConfigOnly = true\n")
+    tree = project.root / ".vpatch" / "tree"
+    before = git(tree, "rev-parse", "HEAD")
+    code, out = run(project, "new", "sched-fix")
+    assert code == 1, out
+    assert "git does not know who you are" in out and "exit code 128" not in out
+    assert 'git config --global user.name "Your Name"' in out and "git config --global user.email" in out
+    assert git(tree, "rev-parse", "HEAD") == before
+
+
+# --- one table, one number, one message, one name ---------------------------------------------------
+
+
+def test_exit_codes_in_the_readme_and_in_status_help_come_from_one_table(project: Project) -> None:
+    import re
+
+    from vpatch.errors import ExitCode, meaning
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme.split("## Exit codes")[1].split("\n## ")[0], re.M))
+    assert {int(k): v for k, v in rows.items()} == {int(c): meaning(c) for c in ExitCode}
+    code, out = run(project, "status", "--help")
+    text = " ".join(out.replace("│", " ").split())
+    assert code == 0 and "exit 3: some patch has landed upstream and can be dropped" in text, text
+    assert "exit 4: some patch needs a person: it conflicts, is only partly upstream, is disputed" in text
+    assert "its probe is invalid (passes on the pin)." in text and "furthest" not in text
+
+
+def test_probe_new_with_a_wrong_kind_hints_with_the_number_given(project: Project) -> None:
+    kv_patch(project, None)
+    code, out = run(project, "probe", "new", "5", "--kind", "cmd")
+    assert code == 2 and "hint: vpatch probe new 5 --kind files" in out, out
+
+
+def test_a_missing_probe_file_gets_one_message_from_status_and_probe_check(project: Project) -> None:
+    kv_patch(project, None)
+    said = ("0001-kv.patch: trailer 'Probe: probes/0001-kv.yaml': names no file "
+            f"({project.patches / 'probes/0001-kv.yaml'} does not exist)")
+    for args in (("status",), ("probe", "check", "1")):
+        code, out = run(project, *args)
+        assert code == 1 and f"error: {said}" in out, out
+        assert "hint: `vpatch probe new 0001 --kind files` (or command) writes probes/0001-kv.yaml" in out
+        assert "Errno" not in out
+
+
+def test_a_command_probe_shows_the_line_that_decided_before_the_log_lines(project: Project) -> None:
+    (project.patches / "probes").mkdir()
+    (project.patches / "probes" / "0001-kv.py").write_text(
+        "import sys\n"
+        "print('INFO 12-01 21:03:04 [config.py:12] Resolved architecture: ToyForCausalLM')\n"
+        "print('(EngineCore pid=7) WARNING 12-01 21:03:05 [cpu.py:40] no GPU, using the CPU')\n"
+        "print('scenario reached the free loop')\n"
+        "fixed = 'continue' in open('vllm/kv.py').read()\n"
+        "print('PASS: null blocks are skipped' if fixed else 'FAIL: the loop stops at a null block')\n"
+        "sys.exit(0 if fixed else 1)\n")
+    kv_patch(project, 'kind: command\nrun: ["{python}", "{probe_dir}/0001-kv.py"]\nrequirements: []\ntimeout: 60\n')
+    code, out = run(project, "probe", "check", "1")
+    assert code == 0, out
+    for header, verdict in ((": FAIL", "FAIL: the loop stops at a null block"), (": PASS", "PASS: null blocks are skipped")):
+        lines = out.split(header, 1)[1].splitlines()[1:5]
+        assert [line.strip() for line in lines] == [
+            verdict, "scenario reached the free loop",
+            "INFO 12-01 21:03:04 [config.py:12] Resolved architecture: ToyForCausalLM",
+            "(EngineCore pid=7) WARNING 12-01 21:03:05 [cpu.py:40] no GPU, using the CPU"], out
+
+
+def test_a_target_is_named_by_its_ref_in_the_update_refusal(project: Project) -> None:
+    import re
+
+    kv_patch(project, NEVER_PASSES)
+    commit_all(project)
+    project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
+    assert run(project, "fetch")[0] == 0
+    for args in (("update", "--to", "v1.1", "--dry-run"), ("update", "--to", "v1.1")):
+        code, out = run(project, *args)
+        assert code == 1 and "it fails on v1.1 without the patch and fails with it" in out, out
+        assert not re.search(r"\b[0-9a-f]{40}\b", out), out

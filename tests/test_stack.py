@@ -191,8 +191,13 @@ def test_new_patch_takes_next_free_number(project: Project) -> None:
     git(tree, "commit", "-q", "--amend", "--no-edit")
     # the template's lines to fill in are refused by name until filled in or deleted (issue 22)
     code, out = run(project, "export")
+    assert code == 1 and "with the body line 'Describe the problem, the change, and how it was verified.': " \
+        "template text left in (and 3 more such line(s))" in out, out
+    message = git(tree, "log", "-1", "--format=%B").replace("Describe the problem, the change, and how it was "
+                                                             "verified.", "Add the thing module.")
+    git(tree, "commit", "-q", "--amend", "--cleanup=verbatim", "-F", "-", input=message.encode())
+    code, out = run(project, "export")
     assert code == 1 and "with the trailer 'Bug: <upstream issue URL, or delete>': template text left in" in out, out
-    message = git(tree, "log", "-1", "--format=%B")
     kept = [line for line in message.splitlines() if not line.startswith(("Bug:", "Upstream-PR:", "Probe:"))]
     git(tree, "commit", "-q", "--amend", "--cleanup=verbatim", "-F", "-", input="\n".join(kept).encode() + b"\n")
     code, out = run(project, "export")

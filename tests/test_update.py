@@ -110,6 +110,32 @@ def test_refuses_uncommitted_changes_in_the_series(three: Project) -> None:
     assert state_of(three) == before
 
 
+def test_a_hand_edit_of_a_patch_file_survives_update_and_the_stale_tree_cannot_export_over_it(three: Project) -> None:
+    tree = three.root / ".vpatch" / "tree"
+    assert run(three, "apply")[0] == 0  # the applied tree on v1.0, before the edit
+    path = three.patches / "0002-parser-fix.patch"
+    path.write_text(path.read_text().replace("+line 20 fixed\n", "+line 20 fixed by hand\n"))
+    v11_lands_kv_and_shifts_parser(three)
+    # uncommitted, the edit stops the update by name
+    code, out = run(three, "update", "--to", "v1.1")
+    assert code == 1 and "patches/0002-parser-fix.patch" in out, out
+    commit_all(three, "0002 edited by hand")
+    code, out = run(three, "update", "--to", "v1.1")
+    assert code == 0, out
+    refreshed = path.read_text()
+    assert "+line 20 fixed by hand\n" in refreshed and "@@ -22," in refreshed  # the edit, at its new offset
+    # the applied tree is still the v1.0 one, with the old 0002: export must not put that back
+    assert "line 20 fixed by hand" not in (tree / "vllm/parser.py").read_text()
+    code, out = run(three, "export")
+    assert code == 1 and "patches/0002-parser-fix.patch was changed since vpatch last wrote it" in out, out
+    assert "patches/0001-kv-skip-null.patch was removed since vpatch last wrote it" in out
+    assert path.read_text() == refreshed and not (three.patches / "0001-kv-skip-null.patch").exists()
+    assert git(three.root, "status", "--porcelain") == ""
+    # apply --force is the way on: the tree of the new pin with the edit
+    assert run(three, "apply", "--force")[0] == 0
+    assert "line 20 fixed by hand" in (tree / "vllm/parser.py").read_text()
+
+
 def test_refuses_to_move_backwards_unless_allowed(three: Project) -> None:
     v11_lands_kv_and_shifts_parser(three)
     assert run(three, "update", "--to", "v1.1")[0] == 0

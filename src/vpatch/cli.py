@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 
 from vpatch.commands import echo
 from vpatch.definition import Strategy
-from vpatch.errors import ExitCode, VpatchError
+from vpatch.errors import ExitCode, VpatchError, exit_code_help
 
 
 class _Group(TyperGroup):
@@ -144,11 +144,13 @@ def apply(
 @app.command()
 def export(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; write nothing.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Overwrite patch files changed since vpatch last wrote them (hand edits are lost).")] = False,
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
     from vpatch.commands import export
 
-    _exit(export.run(project=state.project, dry_run=dry_run))
+    _exit(export.run(project=state.project, dry_run=dry_run, force=force))
 
 
 @app.command()
@@ -221,7 +223,7 @@ def status(
         "with a git upstream, the branch tip. The pin is always a column.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document (for CI) instead of the table.")] = False,
     exit_code: Annotated[bool, typer.Option(
-        "--exit-code", help="Exit 3 when some patch landed (can be dropped), 4 when some patch conflicts or is partial.")] = False,
+        "--exit-code", help=exit_code_help(ExitCode.LANDED, ExitCode.ATTENTION, scope="`status --exit-code`: "))] = False,
     no_probes: Annotated[bool, typer.Option("--no-probes", help="Textual evidence only: run no probe.")] = False,
 ) -> None:
     """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""

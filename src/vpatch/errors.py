@@ -21,6 +21,44 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
+# What each exit code means, clause by clause: the README's table ("; "-joined) and the --exit-code help (the
+# clauses of one command) are made from this one table.
+MEANINGS: dict[ExitCode, tuple[str, ...]] = {
+    ExitCode.OK: ("success", "for `status --exit-code`: nothing to do"),
+    ExitCode.ERROR: ("error (bad input, failed command)", "the message says what is wrong, `hint:` what to do",
+                     "`serve --check`: the server is not alive"),
+    ExitCode.USAGE: ("bad command line",),
+    ExitCode.LANDED: ("`status --exit-code`: some patch has landed upstream and can be dropped",),
+    ExitCode.ATTENTION: ("`status --exit-code`: some patch needs a person: it conflicts, is only partly upstream, is "
+                         "*disputed* (identity evidence says landed, the content says not), or its probe is *invalid* "
+                         "(passes on the pin)",
+                         "`update --furthest`: such a patch blocks the first step toward the target, nothing changed"),
+    ExitCode.CONFLICT: ("a patch does not apply (`apply`, `update`): the message names patch, file and hunk",),
+    ExitCode.ROLLED_BACK: ("`deploy`: a check failed and vpatch rolled back",
+                           "the old production container is running again, verified healthy"),
+    ExitCode.DRIFT: ("`serve --diff`: the running container differs from the yaml (each difference is listed)",),
+    ExitCode.UNFINISHED: ("`deploy --status`: a deploy did not finish (production may be parked)",
+                          "`deploy --rollback` restores it"),
+    ExitCode.PARTWAY: ("`update --furthest` (and `scripts/ci-rebuild`): the pin moved (or, `--dry-run`, would move) "
+                       "short of the target", "a patch needs a person to go further, and is named"),
+    ExitCode.INTERRUPTED: ("interrupted (`deploy`: after rolling back by itself)",),
+}
+
+
+def meaning(code: ExitCode) -> str:
+    """The README's words for an exit code."""
+    return "; ".join(MEANINGS[code])
+
+
+def exit_code_help(*codes: ExitCode, scope: str) -> str:
+    """An --exit-code option's help: each code with what it means for the command `scope` names, from MEANINGS."""
+    said = []
+    for code in codes:
+        clauses = [c.removeprefix(scope) for c in MEANINGS[code] if c.startswith(scope)]
+        said.append(f"exit {int(code)}: " + "; ".join(clauses).replace("*", ""))
+    return "; ".join(said) + "."
+
+
 class VpatchError(Exception):
     """An error the user can act on: a message, an optional hint, an exit code."""
 

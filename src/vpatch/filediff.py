@@ -172,7 +172,7 @@ def _recount_hint(lines: list[bytes], start: int) -> str:
         new += tag in (b" ", b"\n", b"+")
     fixed = f"@@ -{m[1].decode()},{old} +{m[3].decode()},{new} @@"
     return (f"counted from its lines, the header is {fixed} ({old} old, {new} new lines): put that in the file; "
-            "or, if the applied tree holds this patch, `vpatch export` rewrites the file from its commit")
+            "or, if the applied tree holds this patch, `vpatch export --force` rewrites the file from its commit")
 
 
 def _strip_prefix(path: str, prefix: str) -> str:

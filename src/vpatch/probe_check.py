@@ -39,16 +39,47 @@ def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | 
     return name, found, sorted([*patches, found], key=lambda p: p.number) if found is not None else patches
 
 
-def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch) -> str:
+@dataclass(frozen=True)
+class Target:
+    """The patch `probe check` checks and the series it stacks it on: from `patches/`, or from the applied tree
+    where that holds commits not exported yet among the patch and those before it (what the user works on)."""
+
+    name: str
+    patch: Patch | None  # None while the commit `vpatch new` started changes nothing
+    patches: tuple[Patch, ...]
+    from_tree: tuple[str, ...] = ()  # the files read from the applied tree's commits instead of patches/
+    tree: Path | None = None
+    dirty: tuple[str, ...] = ()  # uncommitted paths of the applied tree (never checked)
+
+
+def target(series: Series, state_dir: Path, key: str) -> Target:
+    """`find_patch`, reading the applied tree's version of the patches it has not exported (see Target)."""
+    from vpatch import export
+
+    name, found, patches = find_patch(series, state_dir, key)
+    work = export.tree_work(series, state_dir)
+    if work is None:
+        return Target(name, found, tuple(patches))
+    in_tree = next((p for p in work.patches if p.name == name), None)
+    if in_tree is None:
+        return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
+    upto = [p for p in work.patches if p.number <= in_tree.number]
+    from_tree = tuple(n for n in work.unexported if n in {p.filename for p in upto})
+    if not from_tree:
+        return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
+    return Target(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
+
+
+def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None) -> str:
     """The tree of `base` with the series applied in order up to and including `upto`: the tree `vpatch apply`
     commits for it. Raises ProbeError naming the patch that does not apply."""
     tree = base
     for patch in patches:
         applied = git.tree_with_patch(repo, tree, patch.raw)
         if applied is None:
-            raise ProbeError(f"{patch.filename} does not apply on {base[:12]} after the patches before it, so the "
-                             f"probe of {upto.filename} cannot be checked with its patch",
-                             hint=f"vpatch apply --ref {base[:12]} names the failing hunk")
+            raise ProbeError(f"{patch.filename} does not apply on {name or base[:12]} after the patches before it, "
+                             f"so the probe of {upto.filename} cannot be checked with its patch",
+                             hint=f"vpatch apply --ref {name or base[:12]} names the failing hunk")
         tree = applied
         if patch.filename == upto.filename:
             return tree
@@ -63,7 +94,7 @@ def check(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref:
         raise ProbeError(f"{patch.filename} names no probe",
                          hint=f"vpatch probe new {patch.number:04d} --kind files (or command) writes one; then add "
                               f"'{PROBE}: {probe_name(patch.name)}' to the patch's trailers")
-    patched = stacked_tree(repo, patches, base, patch)
+    patched = stacked_tree(repo, patches, base, patch, name=ref)
     found = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=ref, cache=cache,
                        report=report, use_cache=use_cache)
     return Checked(patch.filename, probe.name, ref, base, found)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from vpatch.errors import VpatchError
 from vpatch.probe_env import LOCK_NAME, Requirements
 from vpatch.probe_outcome import PLACEHOLDER, ProbeKind
+from vpatch.trailers import missing_probe
 
 if TYPE_CHECKING:
     from vpatch.series import Patch
@@ -215,4 +216,7 @@ def _parse_timeout(path: Path, value: object) -> float:
 def probe_for(patch: Patch) -> Probe | None:
     """The probe a patch names in its Probe: trailer (None when it names none)."""
     path = patch.probe_path
+    if path is not None and not path.exists():
+        line, wrong, todo = missing_probe(patch, str(patch.trailer("Probe")))
+        raise ProbeError(f"{patch.filename}: {line}: {wrong}", hint=todo)
     return None if path is None else Probe.load(path)

@@ -121,5 +121,17 @@ def judge_command(probe: Probe, ran: Ran) -> tuple[ProbeOutcome, str]:
 
 
 def tail(output: bytes | str) -> str:
+    """The end of a command's output, the line that decided first: the last line the probe printed itself
+    goes before the rest, and the log lines of what it drove (vLLM's INFO/WARNING ...) after its own."""
     text = output.decode("utf-8", "replace") if isinstance(output, bytes) else output
-    return text[-OUTPUT_CHARS:].strip()
+    text = text[-OUTPUT_CHARS:].strip()
+    lines = text.splitlines()
+    noise = [line for line in lines if _LOG_LINE.match(line)]
+    own = [line for line in lines if not _LOG_LINE.match(line)]
+    if not noise or not own:
+        return text
+    return "\n".join([own[-1], *own[:-1], *noise])
+
+
+# vLLM's log format: "INFO 12-01 21:03:04 [file.py:12] ...", maybe behind a process prefix "(EngineCore pid=7) "
+_LOG_LINE = re.compile(r"^(\([^)]*\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")

@@ -229,14 +229,16 @@ def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str
     """
     probe = probe_for(patch)
     pin = moves_base(repo, config)
+    # a target is named one way everywhere: its ref name where it has one, else its short id
+    name = (config.pin.ref if config is not None and base == pin else None) or git.tag_at(repo, base) or base[:12]
     if probe is None:
         raise ProbeError(f"{patch.filename} names no probe", hint="add a Probe: trailer naming a file under probes/")
     if patched is None:
         patched = git.tree_with_patch(repo, base, patch.raw)
         if patched is None:
-            raise ProbeError(f"{patch.filename} does not apply to {base}, so its probe cannot be validated there",
-                             hint=f"vpatch apply --ref {base} to see the conflict")
-    checked = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=base, cache=cache,
+            raise ProbeError(f"{patch.filename} does not apply to {name}, so its probe cannot be validated there",
+                             hint=f"vpatch apply --ref {name} to see the conflict")
+    checked = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=name, cache=cache,
                          report=report, moves_from=pin)
     if not checked.ok:
         raise ProbeError(checked.detail, hint=checked.hint)

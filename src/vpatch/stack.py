@@ -25,6 +25,10 @@ STATE_FILE = "tree.json"
 class AppliedPatch:
     file: str
     commit: str
+    # sha256 of the patch file as vpatch last read it (apply) or wrote it (export): a file in patches/ that no
+    # longer has it was changed by someone else since, and export must not overwrite it. None in a record of
+    # an older vpatch. The update tree's record is not compared: that tree is built from the files as they are.
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class Stack:
     ref: str
     base: str
     applied: tuple[AppliedPatch, ...]
+    # while an export writes the files: the record it replaces, whose digests the files not written yet still
+    # have (an export killed half-way and run again must not take them for hand edits); () once it is done
+    pending: tuple[AppliedPatch, ...] = ()
 
     @property
     def tip(self) -> str:
@@ -44,7 +51,8 @@ class Stack:
     def to_dict(self) -> dict[str, Any]:
         return {
             "worktree": str(self.worktree), "upstream": str(self.upstream), "ref": self.ref,
-            "base": self.base, "applied": [{"file": a.file, "commit": a.commit} for a in self.applied],
+            "base": self.base, "applied": [_applied_dict(a) for a in self.applied],
+            **({"pending": [_applied_dict(a) for a in self.pending]} if self.pending else {}),
         }
 
     @classmethod
@@ -52,15 +60,22 @@ class Stack:
         for name in ("worktree", "upstream", "ref", "base"):
             if not isinstance(data.get(name), str):
                 raise TypeError(f"its {name!r} is missing or not a string")
-        applied = data.get("applied")
-        if not isinstance(applied, list) or not all(
-                isinstance(a, dict) and isinstance(a.get("file"), str) and isinstance(a.get("commit"), str)
-                for a in applied):
-            raise TypeError("its 'applied' must be a list of {file, commit} strings")
+        applied, pending = data.get("applied"), data.get("pending", [])
+        for name, entries in (("applied", applied), ("pending", pending)):
+            if not isinstance(entries, list) or not all(
+                    isinstance(a, dict) and isinstance(a.get("file"), str) and isinstance(a.get("commit"), str)
+                    and isinstance(a.get("sha256", ""), str) for a in entries):
+                raise TypeError(f"its {name!r} must be a list of {{file, commit}} strings")
+        assert isinstance(applied, list) and isinstance(pending, list)
         return cls(
             worktree=Path(data["worktree"]), upstream=Path(data["upstream"]), ref=data["ref"], base=data["base"],
-            applied=tuple(AppliedPatch(a["file"], a["commit"]) for a in applied),
+            applied=tuple(AppliedPatch(a["file"], a["commit"], a.get("sha256")) for a in applied),
+            pending=tuple(AppliedPatch(a["file"], a["commit"], a.get("sha256")) for a in pending),
         )
+
+
+def _applied_dict(a: AppliedPatch) -> dict[str, str]:
+    return {"file": a.file, "commit": a.commit, **({"sha256": a.digest} if a.digest else {})}
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,7 @@ def apply_series(
     `moves_from`: the commit the patches were written on (the pin); a file they read that is missing on `base`
     is followed where upstream moved it (moves.py), so the commit, and what `export` writes, names the new path."""
     original = series
+    digests = {p.filename: p.sha256 for p in original}
     found: dict[str, moves.Move] = {}
     if moves_from is not None and moves_from != base:
         series, found = _following_moves(upstream, series, moves_from, base)
@@ -101,7 +117,8 @@ def apply_series(
                     git.move_worktree(upstream, tmp, out)
                 raise _apply_error(failure, ref=ref, kept=out if keep else None,
                                    unfollowed=[m for m in moves.touched(patch, found) if not m.followed])
-            applied.append(AppliedPatch(patch.filename, git.head(tmp)))
+            # the digest of the file as read, not of the patch as applied (which may follow a move)
+            applied.append(AppliedPatch(patch.filename, git.head(tmp), digests.get(patch.filename)))
     except BaseException:
         if git.is_repo(tmp):
             git.remove_worktree(upstream, tmp)

@@ -49,3 +49,19 @@ def load_series(config: Config) -> Series:
     from vpatch.series import Series
 
     return Series.load(config.patches_dir)
+
+
+def warn_tree_work(config: Config, what: str) -> None:
+    """One line on stderr when the applied tree holds work `patches/` lacks: `what` (a check that reads the
+    files) does not see it. Nothing when there is no tree, or the series does not load (the check says why)."""
+    from vpatch import export
+    from vpatch.errors import VpatchError
+    from vpatch.series import Series
+
+    try:
+        work = export.tree_work(Series.load(config.patches_dir), config.state_dir)
+    except VpatchError:
+        return
+    if work is not None:
+        echo(f"warning: {what} reads {config.patches}/, not the applied tree's work not exported yet: "
+             f"{work.describe()}; `vpatch export` first to include it", err=True)

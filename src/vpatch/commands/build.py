@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import echo, load_config, progress
+from vpatch.commands import echo, load_config, progress, warn_tree_work
 from vpatch.definition import Strategy
 from vpatch.errors import ExitCode
 
@@ -14,6 +14,7 @@ def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy 
     from vpatch.image.plan import describe
 
     config = load_config(project)
+    warn_tree_work(config, "build")
     if plan:
         result = image_build.plan_build(config, name, strategy=strategy, base=base)
         for line in describe(result, image_build.plan_command(result)):

@@ -8,7 +8,7 @@ from vpatch.commands import echo, load_config
 from vpatch.errors import ExitCode
 
 
-def run(*, project: Path, dry_run: bool) -> ExitCode:
+def run(*, project: Path, dry_run: bool, force: bool = False) -> ExitCode:
     from vpatch import export, lock
     from vpatch.series import Series
 
@@ -16,7 +16,7 @@ def run(*, project: Path, dry_run: bool) -> ExitCode:
     with lock.held(config.root, "export"):
         # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
         series = Series.load(config.patches_dir, unreadable_ok=True)
-        result = export.export_series(series, config.state_dir, dry_run=dry_run)
+        result = export.export_series(series, config.state_dir, dry_run=dry_run, force=force)
     for planned, done, names in (("would change", "changed", result.changed), ("would add", "added", result.added),
                                  ("would remove", "removed", result.removed)):
         for name in names:

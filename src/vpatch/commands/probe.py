@@ -14,7 +14,14 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool) -> Exit
     from vpatch.console import ProgressView
 
     config = load_config(project)
-    name, target, patches = core.find_patch(load_series(config), config.state_dir, patch)
+    found = core.target(load_series(config), config.state_dir, patch)
+    name, target, patches = found.name, found.patch, found.patches
+    if found.from_tree:
+        echo(f"reading {', '.join(found.from_tree)} from the applied tree {found.tree} (its commits differ from "
+             f"{config.patches}/: not exported yet; `vpatch export` writes them)")
+    if found.dirty:
+        echo(f"warning: uncommitted changes in the applied tree are not checked: {', '.join(found.dirty[:5])}"
+             " (commit them: git commit --amend -a)", err=True)
     if target is None:
         raise VpatchError(f"{name} changes nothing yet",
                           hint="make the change in the applied tree and `git commit --amend -a` it first")
@@ -23,16 +30,16 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool) -> Exit
     with ProgressView() as view:
         checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
                              use_cache=not no_cache, report=view)
-    found = checked.validation
-    for side, result in ((f"on {checked.ref} ({base[:12]})", found.base),
-                         (f"on {checked.ref} + the series up to {target.name}", found.patched)):
+    result_of = checked.validation
+    for side, result in ((f"on {checked.ref} ({base[:12]})", result_of.base),
+                         (f"on {checked.ref} + the series up to {target.name}", result_of.patched)):
         echo(f"{checked.probe} {side}: {result.outcome.value.upper()}"
              + (" (from the cache)" if result.cached else f" in {result.seconds:.1f}s"))
         for line in (result.detail or "(no output)").splitlines():
             echo(f"    {line}")
-    if not found.ok:
-        raise VpatchError(found.detail, hint=found.hint or None)
-    echo(f"ok: {found.detail}")
+    if not result_of.ok:
+        raise VpatchError(result_of.detail, hint=result_of.hint or None)
+    echo(f"ok: {result_of.detail}")
     return ExitCode.OK
 
 
@@ -43,7 +50,7 @@ def new(*, project: Path, patch: str, kind: str) -> ExitCode:
 
     if kind not in ("files", "command"):
         raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,
-                          hint="vpatch probe new 4 --kind files")
+                          hint=f"vpatch probe new {patch} --kind files (or --kind command)")
     config = load_config(project)
     name, found, _ = core.find_patch(load_series(config), config.state_dir, patch)
     written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)

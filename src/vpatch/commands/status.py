@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import console, echo, load_config, load_series
+from vpatch.commands import console, echo, load_config, load_series, warn_tree_work
 from vpatch.errors import ExitCode
 
 
@@ -17,6 +17,7 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
     config = load_config(project)
     series = load_series(config)
     refuse_unfinished(series.patches, where="edit the patch file (or amend the commit in the applied tree and export)")
+    warn_tree_work(config, "status")
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against)
     from vpatch.console import ProgressView

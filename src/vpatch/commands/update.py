@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import console, echo, load_config
+from vpatch.commands import console, echo, load_config, warn_tree_work
 from vpatch.errors import ExitCode, VpatchError
 
 
@@ -34,6 +34,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             result = core.resume(config, validator=validator)
         else:
             assert to is not None
+            warn_tree_work(config, "update --dry-run" if dry_run else "update")
             try:
                 result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
                                      allow_downgrade=allow_downgrade, narrow=not no_narrow,

@@ -72,6 +72,12 @@ def tags(repo: Path, pattern: str = "v*") -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
+def tag_at(repo: Path, commit: str, pattern: str = "v*") -> str | None:
+    """A tag matching `pattern` that names exactly `commit` (the lowest by version order), or None."""
+    out = run(repo, ["tag", "--list", "--points-at", commit, "--sort=version:refname", pattern]).out.split()
+    return out[0] if out else None
+
+
 def refs_containing(repo: Path, commit: str, tag_pattern: str = "v*") -> tuple[list[str], list[str]]:
     """(tags matching `tag_pattern`, local branches) whose tip contains `commit`: one walk for both."""
     out = run(repo, ["for-each-ref", "--contains", commit, "--format=%(refname)", f"refs/tags/{tag_pattern}",
