@@ -9,7 +9,7 @@ from vpatch.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
-        continue_: bool, abort: bool, json_out: bool) -> ExitCode:
+        continue_: bool, abort: bool, json_out: bool, jobs: int | None = None) -> ExitCode:
     from vpatch import update as core
 
     if sum(bool(x) for x in (to, continue_, abort)) != 1:
@@ -17,11 +17,12 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
                           hint="vpatch update --to v0.31.0 [--dry-run]")
     import functools
 
+    from vpatch import probe_runs
     from vpatch.console import ProgressView
 
     config = load_config(project)
-    with ProgressView() as view:
-        validator = functools.partial(core.validate_with_probes, report=view)
+    with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
+        validator = functools.partial(core.validate_with_probes, report=view, session=session)
         if abort:
             result = core.abort(config)
         elif continue_:
@@ -31,7 +32,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             try:
                 result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
                                      allow_downgrade=allow_downgrade, narrow=not no_narrow,
-                                     judge=functools.partial(core.judge_with_status, progress=view),
+                                     judge=functools.partial(core.judge_with_status, progress=view, session=session),
                                      validator=validator)
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
