@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import KV_FIXED, PARSER_FIXED, Project
+from conftest import KV_FIXED, PARSER_FIXED, Project, ToyUpstream
 from conftest import vpatch_cli as run
 
 from vpatch.upstream import cache_dir
@@ -238,3 +238,20 @@ def test_a_run_folder_of_a_live_process_stays(project: Project) -> None:
 
     assert code == 0, out
     assert leftovers() == [live.name]
+
+
+@pytest.mark.parametrize(("code", "says"), [("sys.exit(3)", "exit code 3 "), ("os.kill(os.getpid(), signal.SIGABRT)",
+                                                                             "exit code -6 ")])
+def test_the_supervisor_passes_on_the_probe_s_exit_code_or_signal(toy_upstream: ToyUpstream, tmp_path: Path,
+                                                                   code: str, says: str) -> None:
+    from helpers.probefiles import write_probe
+
+    from vpatch import probes
+    from vpatch.probes import ProbeOutcome
+
+    probe = write_probe(tmp_path / "probes", "kind: command\nrun: [\"{python}\", \"{probe_dir}/check.py\"]\n",
+                        f"import os, signal, sys\nprint('about to end')\n{code}\n")
+    result = probes.run_probe(toy_upstream.path, probe, "v1.0", cache=tmp_path / "cache")
+
+    assert result.outcome is ProbeOutcome.ERROR
+    assert result.detail.startswith(says) and result.detail.endswith("about to end"), result.detail

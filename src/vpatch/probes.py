@@ -106,6 +106,8 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
     python = _venv(probe, cache, report, subject)
     if isinstance(python, ProbeResult):
         return replace(python, tree=tree)
+    # a partial mirror: the tree's files in one request, where extracting it would fetch them one at a time
+    mirror.prefetch_tree(repo, tree, report=report)
     if session is not None:
         return _store(entry, _command_result(_run_command(repo, probe, tree, python, session, session.cancel,
                                                           report, subject)))
@@ -224,11 +226,7 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
         return None
     started = time.monotonic()
     report(Event(subject, "running"))
-    if session.jobs <= 1:
-        # a partial mirror: the tree's files in one request, where extracting it would fetch them one at a time
-        # (run_ahead has fetched them on its thread before the parallel runs)
-        mirror.prefetch_tree(repo, tree, report=report)
-    root = session.tree(repo, tree)
+    root = session.tree(repo, tree)  # the caller has prefetched its files (a partial mirror), on its own thread
     command = argv(probe, python=str(python), probe_dir=str(probe.path.parent.resolve()), tree=str(root))
     env = {
         "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
