@@ -26,8 +26,9 @@ from vpatch.series import Series
 pytestmark = pytest.mark.releases
 
 PATCHES = Path(__file__).resolve().parent.parent / "patches"
-# Lines that say how long something took differ from run to run; none of the shipped probes prints one today.
-TIMING = re.compile(r"\b\d+(\.\d+)?\s?(s|ms|seconds)\b")
+# Lines that say when or how long differ from run to run: vLLM's log lines carry a timestamp ("WARNING 12-01
+# 21:53:50 [...]"); a duration ("1.2s") would too.
+TIMING = re.compile(r"\b\d\d:\d\d:\d\d\b|\b\d+(\.\d+)?\s?(s|ms|seconds)\b")
 WORKSPACE_TREE = re.compile(r"\S*/probe-runs/run-\d+-[^/]+/[0-9a-f]{40}/tree")
 
 
