@@ -82,7 +82,11 @@ def test_probe_check_shows_why_a_command_probe_could_not_decide(project: Project
     kv_patch(project, 'kind: command\nrun: ["{python}", "{probe_dir}/0001-kv.py"]\nrequirements: []\ntimeout: 60\n')
     code, out = run(project, "probe", "check", "1")
     assert code == 1, out
-    assert out.count(": ERROR") == 2
+    # the pin's side errors, which decides already: the side with the patch is not run, and the output says so
+    assert out.count(": ERROR") == 1 and "0001-kv.yaml on v1.0 (" in out.split(": ERROR")[0].splitlines()[-1]
+    assert "with the patch" not in out.split(": ERROR")[0].splitlines()[-1]
+    assert "up to 0001-kv: not run (the other side errored, which decides already)" in out
+    assert "stopped there (one error already makes the probe invalid): not run with the patch" in out
     assert "exit code 2 (only 0 and 1 decide)" in out and "KVCacheManager takes no enable_caching" in out
     assert "hint: the probe could not decide: KVCacheManager takes no enable_caching" in out
 
@@ -121,7 +125,7 @@ def test_probe_new_command_template_follows_the_probe_rules(project: Project) ->
     assert "Exit 2 when the API it drives does not take what the scenario needs" in script
     # an unwritten scenario cannot decide: exit 2, which check reports as an error, never as pass or fail
     code, out = run(project, "probe", "check", "1")
-    assert code == 1 and out.count(": ERROR") == 2 and "the scenario is not written yet" in out
+    assert code == 1 and out.count(": ERROR") == 1 and "the scenario is not written yet" in out  # it stops there
 
 
 def test_probe_new_finds_a_patch_only_the_applied_tree_has(project: Project) -> None:

@@ -225,12 +225,14 @@ def status(
     exit_code: Annotated[bool, typer.Option(
         "--exit-code", help=exit_code_help(ExitCode.LANDED, ExitCode.ATTENTION, scope="`status --exit-code`: "))] = False,
     no_probes: Annotated[bool, typer.Option("--no-probes", help="Textual evidence only: run no probe.")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
 ) -> None:
     """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""
     from vpatch.commands import status
 
     _exit(status.run(project=state.project, against=against or [], json_out=json_out, exit_code=exit_code,
-                     no_probes=no_probes))
+                     no_probes=no_probes, jobs=jobs))
 
 
 @app.command()
@@ -247,13 +249,15 @@ def update(
     continue_: Annotated[bool, typer.Option("--continue", help="Go on after resolving the conflict in the update tree.")] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Throw the stopped update away; the project is as before it.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document (for CI).")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
 ) -> None:
     """Move the pin: drop the patches upstream has (with evidence), refresh the rest, one commit; or stop on a conflict."""
     from vpatch.commands import update
 
     _exit(update.run(project=state.project, to=to, dry_run=dry_run, no_commit=no_commit,
                      allow_downgrade=allow_downgrade, no_narrow=no_narrow, furthest=furthest, continue_=continue_,
-                     abort=abort, json_out=json_out))
+                     abort=abort, json_out=json_out, jobs=jobs))
 
 
 @app.command()
@@ -286,6 +290,8 @@ def probe_check(
     patch: Annotated[str, typer.Argument(help="The patch whose probe to check: its number (4) or name.")],
     ref: Annotated[str | None, typer.Option("--ref", help="Upstream ref to check on (default: the pin).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Run the probe even where a result is cached.")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
 ) -> None:
     """Run the patch's probe on the pin and on the pin + the series up to and including it.
 
@@ -293,7 +299,7 @@ def probe_check(
     """
     from vpatch.commands import probe
 
-    _exit(probe.check(project=state.project, patch=patch, ref=ref, no_cache=no_cache))
+    _exit(probe.check(project=state.project, patch=patch, ref=ref, no_cache=no_cache, jobs=jobs))
 
 
 @probe_app.command(name="new")

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch import git
+from vpatch import git, probe_runs
 from vpatch.fs import atomic_write
 from vpatch.probe_env import LOCK_NAME
 from vpatch.probe_file import ProbeError, probe_for
@@ -87,16 +87,18 @@ def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *
 
 
 def check(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str, cache: Path | None = None,
-          use_cache: bool = True, report: Reporter = silent) -> Checked:
-    """The patch's probe on `base` and on `base` + the series up to it (probes.validation decides)."""
+          use_cache: bool = True, report: Reporter = silent, jobs: int | None = None) -> Checked:
+    """The patch's probe on `base` and on `base` + the series up to it (probes.validation decides), the two
+    sides at once where `jobs` (default: the cores) allows."""
     probe = probe_for(patch)
     if probe is None:
         raise ProbeError(f"{patch.filename} names no probe",
                          hint=f"vpatch probe new {patch.number:04d} --kind files (or command) writes one; then add "
                               f"'{PROBE}: {probe_name(patch.name)}' to the patch's trailers")
     patched = stacked_tree(repo, patches, base, patch, name=ref)
-    found = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=ref, cache=cache,
-                       report=report, use_cache=use_cache)
+    with probe_runs.Session(cache=cache, jobs=jobs) as session:
+        found = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=ref, cache=cache,
+                           report=report, use_cache=use_cache, session=session)
     return Checked(patch.filename, probe.name, ref, base, found)
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ def run(
     timeout: float | None = None,
     merge_output: bool = False,
     own_group: bool = False,
+    cancel: threading.Event | None = None,
     shown: Sequence[str] | None = None,
     hint: str | None = None,
     error: type[ProcessError] = ProcessError,
@@ -83,7 +85,8 @@ def run(
     """Run `argv` to completion, capturing its output.
 
     `own_group`: the child leads a new process group, and a timeout kills the whole group (what
-    the child started too, e.g. a probe's workers), not just the child.
+    the child started too, e.g. a probe's workers), not just the child. `cancel` (with `own_group`): once it
+    is set, the group is killed and `error` raised (returncode None), e.g. when a parallel run's command fails.
 
     `check`: a non-zero exit raises `error`. A command that cannot start or runs past `timeout`
     always raises `error` (returncode None; `timed_out` tells which). `merge_output` sends stderr into stdout (one stream, in order).
@@ -93,7 +96,7 @@ def run(
     try:
         if own_group:
             proc = _run_group(command, cwd=cwd, input=input, env=child_env(env), timeout=timeout,
-                              merge_output=merge_output)
+                              merge_output=merge_output, cancel=cancel)
         else:
             proc = subprocess.run(
                 command, cwd=cwd, input=input, env=child_env(env), timeout=timeout, check=False,
@@ -104,6 +107,9 @@ def run(
         output = _tail(_as_bytes(exc.stdout) + _as_bytes(exc.stderr))
         raise error(f"{_name(shown or command)} timed out after {timeout:g}s" + (f"\n{output}" if output else ""),
                     command=command, returncode=None, output=output, timed_out=True, hint=hint) from None
+    except _Cancelled as exc:
+        raise error(f"{_name(shown or command)} was cancelled", command=command, returncode=None,
+                    output=_tail(exc.output), hint=hint) from None
     except OSError as exc:
         raise _not_started(command, shown, exc, error, hint) from exc
     result = Output(proc.returncode, proc.stdout, proc.stderr or b"")
@@ -112,14 +118,21 @@ def run(
     return result
 
 
+class _Cancelled(Exception):
+    def __init__(self, output: bytes) -> None:
+        super().__init__("cancelled")
+        self.output = output
+
+
 def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | None, env: Mapping[str, str],
-               timeout: float | None, merge_output: bool) -> subprocess.CompletedProcess[bytes]:
-    """subprocess.run in a new session; on timeout (or any interruption) the whole group is killed."""
+               timeout: float | None, merge_output: bool,
+               cancel: threading.Event | None = None) -> subprocess.CompletedProcess[bytes]:
+    """subprocess.run in a new session; on timeout, cancel (or any interruption) the whole group is killed."""
     with subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True,
                           stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_output else subprocess.PIPE) as proc:
         try:
-            stdout, stderr = proc.communicate(input, timeout=timeout)
+            stdout, stderr = _communicate(proc, input, timeout, cancel)
         except BaseException:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -128,6 +141,8 @@ def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | Non
             stdout, stderr = proc.communicate()
             if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
                 raise subprocess.TimeoutExpired(command, timeout or 0, stdout, stderr) from None
+            if isinstance(sys.exc_info()[1], _Cancelled):
+                raise _Cancelled(_as_bytes(stdout) + _as_bytes(stderr)) from None
             raise
         # The child may be gone while what it started lives on in its group: end that too.
         try:
@@ -135,6 +150,25 @@ def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | Non
         except (ProcessLookupError, PermissionError):
             pass
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _communicate(proc: subprocess.Popen[bytes], input: bytes | None, timeout: float | None,
+                 cancel: threading.Event | None) -> tuple[bytes, bytes]:
+    if cancel is None:
+        return proc.communicate(input, timeout=timeout)
+    # communicate() may be called again after its timeout (the output read so far is kept): look at
+    # `cancel` a few times a second while waiting for the child
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if cancel.is_set():
+            raise _Cancelled(b"")
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0)
+        try:
+            return proc.communicate(input, timeout=0.2 if left is None else min(0.2, left))
+        except subprocess.TimeoutExpired:
+            input = None  # written already: a retry must not send it again
 
 
 def stream(

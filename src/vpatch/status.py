@@ -45,6 +45,7 @@ from vpatch.verdict import (
 )
 
 if TYPE_CHECKING:
+    from vpatch import probe_runs
     from vpatch.config import Config
     from vpatch.series import Patch
 
@@ -191,6 +192,8 @@ def compute(
     prefetch.for_status(repo, pin.commit, [t.commit for t in targets], paths, history=history and history_evidence,
                         report=report)
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
+    if counter is not None:
+        counter.ahead(targets)
     columns = [
         judge_series(repo, patches, t.commit, pin=pin.commit, history=history, probe=counter,
                      use_history_evidence=history_evidence, blobs=blobs[t.commit], branch=branch if history else None,
@@ -233,6 +236,28 @@ class _PinVettedProbe:
     @property
     def cached(self) -> int:
         return self.inner.cached
+
+    def ahead(self, targets: Sequence[Target]) -> None:
+        """Run, in parallel, the command probes that the calls below will ask for, and only those: each probe on
+        the pin; where it fails there, on the pin plus the series up to its patch; where it passes there, on
+        every other target. The calls then read the results in the verdicts' order."""
+        from vpatch import probe_check
+
+        runner = self.inner.inner
+        if not isinstance(runner, ProbeRunner) or runner.session is None:
+            return
+        probed = [p for p in self.patches if p.probe_path is not None]
+        at_pin = runner.ahead([(p, self.pin.commit) for p in probed])
+        sides = []
+        for patch, outcome in zip(probed, at_pin):
+            if outcome is ProbeOutcome.FAIL:
+                try:
+                    sides.append((patch, probe_check.stacked_tree(self.repo, self.patches, self.pin.commit, patch)))
+                except VpatchError:
+                    pass  # _vet says why
+        valid = {p.filename for (p, _), outcome in zip(sides, runner.ahead(sides)) if outcome is ProbeOutcome.PASS}
+        runner.ahead([(p, t.commit) for t in targets if t.commit != self.pin.commit for p in probed
+                      if p.filename in valid])
 
     def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.filename not in self.on_pin:
@@ -351,36 +376,78 @@ def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
 
 
 def probe_fn(repo: Path, config: Config | None = None, *, cache: Path | None = None,
-             report: Reporter | None = None, names: Mapping[str, str] | None = None) -> ProbeFn:
+             report: Reporter | None = None, names: Mapping[str, str] | None = None,
+             session: probe_runs.Session | None = None) -> ProbeRunner:
     """The probe runner the verdict wants: (patch, commit) -> its probe's answer on that unpatched commit.
 
     Results come from probes.run_probe, cached by (probe content, tree id), so a second status runs no
     probe. A probe that cannot be loaded or run is an ERROR, which the verdict counts neither way.
-    `report` hears each probe that runs, named by patch and target (`names`: commit -> ref)."""
-    loaded: dict[Path, object] = {}
-    base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
+    `report` hears each probe that runs, named by patch and target (`names`: commit -> ref). With a
+    `session`, trees are extracted once and `compute` runs the command probes ahead, in parallel."""
+    return ProbeRunner(repo, config, cache, report or silent, names or {}, session)
 
-    def run(patch: Patch, commit: str) -> ProbeCheck | None:
+
+class ProbeRunner:
+    """See probe_fn."""
+
+    def __init__(self, repo: Path, config: Config | None, cache: Path | None, report: Reporter,
+                 names: Mapping[str, str], session: probe_runs.Session | None) -> None:
+        self.repo, self.config, self.cache, self.report, self.names = repo, config, cache, report, names
+        self.session = session
+        self._loaded: dict[Path, probe_file.Probe] = {}
+        self._base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
+
+    def _moves_from(self) -> str | None:
+        from vpatch import probes
+
+        if not self._base:
+            self._base.append(probes.moves_base(self.repo, self.config))
+        return self._base[0]
+
+    def _probe(self, path: Path) -> probe_file.Probe:
+        if path not in self._loaded:
+            self._loaded[path] = probe_file.Probe.load(path)
+        return self._loaded[path]
+
+    def _label(self, patch: Patch, commit: str) -> str:
+        return f"{patch.name} on {self.names.get(commit, commit[:12])}"
+
+    def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.probe_path is None:
             return None
         from vpatch import probes
 
-        if not base:
-            base.append(probes.moves_base(repo, config))
-
         try:
-            if patch.probe_path not in loaded:
-                loaded[patch.probe_path] = probe_file.Probe.load(patch.probe_path)
-            probe = loaded[patch.probe_path]
-            assert isinstance(probe, probe_file.Probe)
-            label = f"{patch.name} on {(names or {}).get(commit, commit[:12])}"
-            result = probes.run_probe(repo, probe, commit, cache=cache, label=label, report=report or silent,
-                                      moves_from=base[0])
+            result = probes.run_probe(self.repo, self._probe(patch.probe_path), commit, cache=self.cache,
+                                      label=self._label(patch, commit), report=self.report,
+                                      moves_from=self._moves_from(), session=self.session)
         except VpatchError as exc:
             return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
         return ProbeCheck(ProbeOutcome(result.outcome.value), _last_lines(result.detail), ran=not result.cached)
 
-    return run
+    def ahead(self, pairs: Sequence[tuple[Patch, str]]) -> list[ProbeOutcome | None]:
+        """Run the command probes of (patch, commit) `pairs` at once, up to the session's jobs, for the calls
+        that ask for them later; their outcomes (None: not run ahead, it runs when asked)."""
+        from vpatch import probes
+
+        if self.session is None:
+            return [None] * len(pairs)
+        requests: list[probes.Request | None] = []
+        for patch, commit in pairs:
+            try:
+                probe = self._probe(patch.probe_path) if patch.probe_path is not None else None
+            except VpatchError:
+                probe = None  # the call says why
+            requests.append(None if probe is None else
+                            probes.Request(probe, commit, self._label(patch, commit), self._moves_from()))
+        try:
+            found = probes.run_ahead(self.repo, [r for r in requests if r is not None], self.session,
+                                     report=self.report)
+        except VpatchError:
+            return [None] * len(pairs)  # e.g. a tree that cannot be read: the call in order says so
+        results = iter(found)
+        return [None if r is None else (lambda got: None if got is None else got.outcome)(next(results))
+                for r in requests]
 
 
 def _last_lines(text: str, lines: int = 2, chars: int = 240) -> str:

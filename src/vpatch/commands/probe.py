@@ -8,7 +8,7 @@ from vpatch.commands import echo, load_config, load_series
 from vpatch.errors import ExitCode, VpatchError
 
 
-def check(*, project: Path, patch: str, ref: str | None, no_cache: bool) -> ExitCode:
+def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None) -> ExitCode:
     from vpatch import probe_check as core
     from vpatch import upstream
     from vpatch.console import ProgressView
@@ -29,10 +29,13 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool) -> Exit
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
     with ProgressView() as view:
         checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
-                             use_cache=not no_cache, report=view)
+                             use_cache=not no_cache, report=view, jobs=jobs)
     result_of = checked.validation
     for side, result in ((f"on {checked.ref} ({base[:12]})", result_of.base),
                          (f"on {checked.ref} + the series up to {target.name}", result_of.patched)):
+        if result is None:
+            echo(f"{checked.probe} {side}: not run (the other side errored, which decides already)")
+            continue
         echo(f"{checked.probe} {side}: {result.outcome.value.upper()}"
              + (" (from the cache)" if result.cached else f" in {result.seconds:.1f}s"))
         for line in (result.detail or "(no output)").splitlines():

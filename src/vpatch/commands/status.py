@@ -8,9 +8,10 @@ from vpatch.commands import console, echo, load_config, load_series, warn_tree_w
 from vpatch.errors import ExitCode
 
 
-def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, no_probes: bool) -> ExitCode:
+def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, no_probes: bool,
+        jobs: int | None = None) -> ExitCode:
+    from vpatch import probe_runs, upstream
     from vpatch import status as core
-    from vpatch import upstream
     from vpatch.report import status as report
     from vpatch.trailers import refuse_unfinished
 
@@ -23,11 +24,12 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
     from vpatch.console import ProgressView
 
     names = {t.commit: t.ref for t in [*targets, pin]}
-    with ProgressView() as view:
+    with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
         result = core.compute(
             repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
             branch=config.upstream.branch,
-            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names), report=view,
+            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names, session=session),
+            report=view,
         )
     if json_out:
         import json

@@ -9,7 +9,7 @@ from vpatch.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
-        continue_: bool, abort: bool, json_out: bool, furthest: bool = False) -> ExitCode:
+        continue_: bool, abort: bool, json_out: bool, furthest: bool = False, jobs: int | None = None) -> ExitCode:
     from vpatch import update as core
 
     if sum(bool(x) for x in (to, continue_, abort)) != 1:
@@ -23,11 +23,12 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
         return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, narrow=not no_narrow, json_out=json_out)
     import functools
 
+    from vpatch import probe_runs
     from vpatch.console import ProgressView
 
     config = load_config(project)
-    with ProgressView() as view:
-        validator = functools.partial(core.validate_with_probes, report=view)
+    with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
+        validator = functools.partial(core.validate_with_probes, report=view, session=session)
         if abort:
             result = core.abort(config)
         elif continue_:
@@ -38,7 +39,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             try:
                 result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
                                      allow_downgrade=allow_downgrade, narrow=not no_narrow,
-                                     judge=functools.partial(core.judge_with_status, progress=view),
+                                     judge=functools.partial(core.judge_with_status, progress=view, session=session),
                                      validator=validator)
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error

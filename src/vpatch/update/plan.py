@@ -14,6 +14,7 @@ from vpatch.retired import RETIRED_FILE
 from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
+    from vpatch import probe_runs
     from vpatch.config import Config
     from vpatch.narrow import Narrowing
     from vpatch.progress import Reporter
@@ -179,7 +180,7 @@ Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
 def judge_with_status(
     repo: Path, config: Config, series: Series, current: str, to: str, target: str, *, progress: Reporter | None = None,
-    landing: bool = True,
+    landing: bool = True, session: probe_runs.Session | None = None,
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
     `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
@@ -190,7 +191,8 @@ def judge_with_status(
     targets = [pin] if target == current else [pin, status.Target(to, target)]
     report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
                             branch=config.upstream.branch,
-                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to}),
+                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to},
+                                                  session=session),
                             landing=landing, report=progress or silent)
     rows = []
     for patch, row in zip(series.patches, report.patches):

@@ -49,6 +49,7 @@ from vpatch.update.plan import (
 )
 
 if TYPE_CHECKING:
+    from vpatch import probe_runs
     from vpatch.config import Config
     from vpatch.status import Status
 
@@ -379,9 +380,9 @@ def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str,
 
 
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str, *,
-                         report: Reporter = silent) -> ProbeCheck:
+                         report: Reporter = silent, session: probe_runs.Session | None = None) -> ProbeCheck:
     """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
     from vpatch import probes
 
-    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report)
+    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report, session=session)
     return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)

@@ -1,0 +1,257 @@
+"""One command's probe runs (probe_runs.py): each tree extracted once and shared, runs in parallel up to --jobs with
+the same output and cache entries as one at a time, `probe check` stopping at the first side that errors, and a
+command killed by SIGKILL leaving no probe running and (by the next command) no extracted tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import KV_FIXED, PARSER_FIXED, Project, ToyUpstream
+from conftest import vpatch_cli as run
+
+from vpatch.upstream import cache_dir
+
+# Exit 0 when the tree has the fix its probe looks for, 1 when not. It logs where it ran, and which fixes the tree
+# had, to runs.log next to it; with BARRIER set, on the pin's tree (neither fix) it waits (30 s at most) until
+# every probe named there has started on it, so it decides only when the probes ran at the same time.
+SCRIPT = """\
+import json, os, pathlib, sys, time
+here = pathlib.Path(__file__)
+name = here.stem
+kv = "continue" in pathlib.Path("vllm/kv.py").read_text()
+parser = "fixed" in pathlib.Path("vllm/parser.py").read_text()
+with open(here.with_name("runs.log"), "a") as log:
+    log.write(json.dumps({"probe": name, "cwd": os.getcwd(), "tree": [kv, parser],
+                          "pid": os.getpid(), "argv0": sys.argv[0]}) + "\\n")
+barrier = os.environ.get("BARRIER")
+if barrier and not kv and not parser:
+    folder = pathlib.Path(barrier) / "pin"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).touch()
+    deadline = time.monotonic() + 30
+    while {p.name for p in folder.iterdir()} < set(os.environ["BARRIER_NAMES"].split(",")):
+        if time.monotonic() > deadline:
+            print("the other probe never ran at the same time")
+            sys.exit(2)
+        time.sleep(0.05)
+fixed = kv if name == "kv" else parser
+print(name, "fixed" if fixed else "not fixed")
+sys.exit(0 if fixed else 1)
+"""
+
+PROBE = 'kind: command\nrun: ["{{python}}", "{{probe_dir}}/{name}.py"]\nrequirements: []\ntimeout: {timeout}\n'
+
+
+def two_probes(project: Project, script: str = SCRIPT, timeout: int = 120) -> None:
+    """0001 (vllm/kv.py) and 0002 (vllm/parser.py), each with a command probe running `script`."""
+    probes = project.patches / "probes"
+    probes.mkdir(exist_ok=True)
+    for number, name, files in ((1, "kv", {"vllm/kv.py": KV_FIXED}), (2, "parser", {"vllm/parser.py": PARSER_FIXED})):
+        (probes / f"{name}.py").write_text(script)
+        (probes / f"{name}.yaml").write_text(PROBE.format(name=name, timeout=timeout))
+        project.make_patch(number, name, files, f"fix {name}",
+                           trailers=f"Origin: vendor\nProbe: probes/{name}.yaml\nLast-Update: 2026-09-01")
+
+
+def runs_log(project: Project) -> list[dict[str, object]]:
+    path = project.patches / "probes" / "runs.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def leftovers() -> list[str]:
+    runs = cache_dir() / "probe-runs"
+    return sorted(p.name for p in runs.iterdir()) if runs.is_dir() else []
+
+
+def test_every_probe_on_a_tree_runs_in_the_one_extraction_which_goes_at_the_end(project: Project) -> None:
+    two_probes(project)
+
+    code, out = run(project, "status", "--jobs", "1")
+
+    assert code == 0, out
+    on_pin = [r for r in runs_log(project) if r["tree"] == [False, False]]
+    assert sorted(r["probe"] for r in on_pin) == ["kv", "parser"]
+    assert on_pin[0]["cwd"] == on_pin[1]["cwd"]  # one tree, extracted once, both probes in it
+    # the probe is run as `python probe.py` would be: its own path as argv[0], cwd the tree root
+    assert all(str(r["argv0"]).endswith(f"/{r['probe']}.py") for r in runs_log(project))
+    assert leftovers() == []
+
+
+def test_the_probes_run_at_the_same_time_with_jobs_2(project: Project, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    two_probes(project)
+    # each probe on the pin waits until the other has started there: they decide only when run at once
+    monkeypatch.setenv("BARRIER", str(tmp_path / "barrier"))
+    monkeypatch.setenv("BARRIER_NAMES", "kv,parser")
+
+    code, out = run(project, "status", "--jobs", "2", "--json")
+
+    assert code == 0, out
+    assert "never ran at the same time" not in out
+    assert sorted(p.name for p in (tmp_path / "barrier" / "pin").iterdir()) == ["kv", "parser"]
+
+
+def _without_seconds(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _without_seconds(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_without_seconds(v) for v in value]
+    return value
+
+
+def _cache_entries() -> dict[str, object]:
+    results = cache_dir() / "probe-results"
+    return {str(p.relative_to(results)): _without_seconds(json.loads(p.read_text()))
+            for p in sorted(results.rglob("*.json"))}
+
+
+def _status_json(project: Project, *args: str) -> str:
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    result = CliRunner().invoke(app, ["--project", str(project.root), "status", "--json", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_jobs_change_neither_the_output_nor_the_cache_entries(project: Project) -> None:
+    import shutil
+
+    two_probes(project)
+    serial = _status_json(project, "--jobs", "1", "--against", "v1.0")
+    entries = _cache_entries()
+    shutil.rmtree(cache_dir() / "probe-results")
+
+    parallel = _status_json(project, "--jobs", "4", "--against", "v1.0")
+
+    assert _without_seconds(json.loads(parallel)) == _without_seconds(json.loads(serial))
+    assert _cache_entries() == entries and len(entries) == 4  # each probe on the pin and with its patch
+    assert json.loads(parallel)["probes"]["run"] == 4
+
+
+# The pin's side errors at once, but only after the side with the patch has started (it then sleeps): the
+# check must stop that run and say it did not run.
+STOPPED = """\
+import os, pathlib, sys, time
+here = pathlib.Path(__file__)
+fixed = "continue" in pathlib.Path("vllm/kv.py").read_text()
+started = here.with_name("with-patch.pid")
+if fixed:
+    started.write_text(str(os.getpid()))
+    time.sleep(600)
+    sys.exit(0)
+deadline = time.monotonic() + 60
+while not started.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("cannot run the scenario on this tree")
+sys.exit(2)
+"""
+
+
+def test_probe_check_stops_the_other_side_when_the_pin_side_errors(project: Project) -> None:
+    probes = project.patches / "probes"
+    probes.mkdir()
+    (probes / "kv.py").write_text(STOPPED)
+    (probes / "kv.yaml").write_text(PROBE.format(name="kv", timeout=900))
+    project.make_patch(1, "kv", {"vllm/kv.py": KV_FIXED}, "fix kv",
+                       trailers="Origin: vendor\nProbe: probes/kv.yaml\nLast-Update: 2026-09-01")
+
+    code, out = run(project, "probe", "check", "1", "--jobs", "2")
+
+    assert code == 1, out
+    assert "kv.yaml on v1.0 (" in out and ": ERROR" in out and "cannot run the scenario" in out
+    assert "kv.yaml on v1.0 + the series up to 0001-kv: not run (the other side errored" in out
+    assert "stopped there (one error already makes the probe invalid): not run with the patch" in out
+    pid = int((probes / "with-patch.pid").read_text())
+    stopped = _gone(pid, within=30)
+    if not stopped:
+        os.kill(pid, signal.SIGKILL)
+    assert stopped, "the run with the patch was not stopped"
+    assert leftovers() == []
+
+
+def _gone(pid: int, *, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# Each probe starts a child of its own (what a probe's workers would be), says both pids, and sleeps.
+SLEEPER = """\
+import os, pathlib, subprocess, sys, time
+here = pathlib.Path(__file__)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+fixed = "continue" in pathlib.Path("vllm/kv.py").read_text() or "fixed" in pathlib.Path("vllm/parser.py").read_text()
+(here.parent / f"{here.stem}-{fixed}.pids").write_text(f"{os.getpid()} {child.pid}")
+time.sleep(600)
+"""
+
+
+def test_a_sigkill_during_parallel_runs_leaves_no_probe_running_and_no_tree(project: Project) -> None:
+    two_probes(project, SLEEPER, timeout=900)
+    probes = project.patches / "probes"
+    command = subprocess.Popen([sys.executable, "-m", "vpatch", "--project", str(project.root), "status", "--jobs", "2"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(probes.glob("*.pids"))) < 2:
+            assert command.poll() is None and time.monotonic() < deadline, "the two probes never ran at once"
+            time.sleep(0.05)
+        assert any(name.startswith(f"run-{command.pid}-") for name in leftovers())
+        pids = [int(pid) for path in probes.glob("*.pids") for pid in path.read_text().split()]
+    finally:
+        command.send_signal(signal.SIGKILL)
+        command.wait()
+
+    # the probes and what they started end with the command, however it ended
+    survivors = [pid for pid in pids if not _gone(pid, within=30)]
+    for pid in survivors:  # the test leaves nothing running when it fails
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, "a probe outlived the command killed by SIGKILL"
+    # its extracted trees are removed by the next command, whatever it runs
+    code, out = run(project, "status", "--no-probes")
+    assert code == 0, out
+    assert leftovers() == []
+
+
+def test_a_run_folder_of_a_live_process_stays(project: Project) -> None:
+    runs = cache_dir() / "probe-runs"
+    live = runs / f"run-{os.getppid()}-abcd"
+    (live / "tree").mkdir(parents=True)
+
+    code, out = run(project, "status", "--no-probes")
+
+    assert code == 0, out
+    assert leftovers() == [live.name]
+
+
+@pytest.mark.parametrize(("code", "says"), [("sys.exit(3)", "exit code 3 "), ("os.kill(os.getpid(), signal.SIGABRT)",
+                                                                             "exit code -6 ")])
+def test_the_supervisor_passes_on_the_probe_s_exit_code_or_signal(toy_upstream: ToyUpstream, tmp_path: Path,
+                                                                   code: str, says: str) -> None:
+    from helpers.probefiles import write_probe
+
+    from vpatch import probes
+    from vpatch.probes import ProbeOutcome
+
+    probe = write_probe(tmp_path / "probes", "kind: command\nrun: [\"{python}\", \"{probe_dir}/check.py\"]\n",
+                        f"import os, signal, sys\nprint('about to end')\n{code}\n")
+    result = probes.run_probe(toy_upstream.path, probe, "v1.0", cache=tmp_path / "cache")
+
+    assert result.outcome is ProbeOutcome.ERROR
+    assert result.detail.startswith(says) and result.detail.endswith("about to end"), result.detail
