@@ -59,3 +59,25 @@ def _name_status(out: bytes) -> list[PathChange]:
                                       fields[i + 1] if kind == "A" else None))
             i += 2
     return changes
+
+
+def files_containing(repo: Path, treeish: str, needles: Sequence[bytes]) -> dict[str, int]:
+    """Path -> how many of its lines hold one of `needles` (fixed strings), for the files of `treeish` that hold
+    any: where a piece of code went when git's file pairing cannot say (a hunk re-targeted across a split)."""
+    if not needles:
+        return {}
+    args = ["--literal-pathspecs", "grep", "-F", "-I", "-c", "-z", "--no-color", "--full-name"]
+    for needle in needles:
+        args += ["-e", needle.decode("utf-8", "surrogateescape")]
+    result = run(repo, [*args, treeish, "--"], check=False)
+    if result.returncode not in (0, 1):  # 1: no file holds any of them
+        run(repo, [*args, treeish, "--"])  # raises, naming the command and its output
+    out: dict[str, int] = {}
+    prefix = f"{treeish}:"
+    for line in result.stdout.split(b"\n"):
+        name, _, count = line.partition(b"\0")
+        if not count:
+            continue
+        path = name.decode("utf-8", "surrogateescape").removeprefix(prefix)
+        out[path] = int(count)
+    return out
