@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ _SURROUND = 6  # non-blank lines each side of the hunk compared with the place's
 _NEEDLES = 4  # pre-image lines searched for (the longest), plus half as many added lines
 _MIN_NEEDLE = 12  # characters: shorter lines (`return x`, `)`) say nothing about where code is
 _MAX_FILES = 25  # the files holding most of the needles are scored
+_QUIET = 0.5  # seconds: a search this quick is not reported
 _VERSION = "1"  # bumped whenever what a cached HunkMove holds changes
 
 
@@ -146,6 +148,17 @@ def asks(original: Patch, current: Patch, wanted: Callable[[FileDiff, int, Hunk]
     return out
 
 
+def lost(fd: FileDiff, n: int, hunk: Hunk, blobs: Mapping[str, bytes | None]) -> bool:
+    """Whether neither the hunk's pre-image nor its post-image is in its file (`blobs`: path -> content), exactly:
+    the test for a tree no verdict read (`apply --ref`), where git's own apply just failed."""
+    blob = blobs.get(fd.path)
+    if blob is None:
+        return True
+    lines = blob.splitlines()
+    pre, post = _images(hunk)
+    return not _positions(lines, list(pre)) and not (post and _positions(lines, list(post)))
+
+
 def relocate(repo: Path, pin: str, commit: str, questions: Sequence[Ask], *, describe: bool = True,
              branch: str | None = None, report: Reporter = silent) -> dict[tuple[str, int], HunkMove]:
     """(old path, hunk number) -> where each asked hunk's code is on `commit` (see the module docstring)."""
@@ -161,12 +174,18 @@ def relocate(repo: Path, pin: str, commit: str, questions: Sequence[Ask], *, des
         except (KeyError, TypeError, ValueError, AttributeError):
             todo.append(ask)
     if todo:
-        subject = f"hunk moves {pin[:12]}..{commit[:12]}"
-        report(Event(subject, "searching where " + ", ".join(f"{a.old} hunk {a.number}" for a in todo) + " went"))
+        # heard only once it takes a while (a grep of vLLM's tree per hunk): a toy tree's search stays quiet
+        subject, started, heard = f"hunk moves {pin[:12]}..{commit[:12]}", time.monotonic(), False
         pins = git.read_blobs(repo, pin, sorted({a.old for a in todo}))
-        for ask in todo:
+        for n, ask in enumerate(todo):
+            if not heard and time.monotonic() - started > _QUIET:
+                heard = True
+                report(Event(subject, "searching where " + ", ".join(f"{a.old} hunk {a.number}" for a in todo[n:])
+                             + " went"))
             out[(ask.old, ask.number)] = _search(repo, commit, ask, pins.get(ask.old))
-        report(Event(subject, "done", final=True))
+        seconds = time.monotonic() - started
+        if heard or seconds > _QUIET:
+            report(Event(subject, "done", f"{len(todo)} hunks", final=True, seconds=seconds))
     for ask in questions:
         key = (ask.old, ask.number)
         if describe and out[key].commit is None and out[key].candidates:
@@ -261,6 +280,8 @@ def _score(path: str, blob: bytes, pre: Sequence[bytes], post: Sequence[bytes], 
 
 
 def _positions(lines: Sequence[bytes], image: list[bytes]) -> list[int]:
+    if not image:
+        return []
     size, first = len(image), image[0]
     return [i for i, x in enumerate(lines) if x == first and list(lines[i:i + size]) == image]
 
