@@ -44,6 +44,7 @@ Textual checks never check out a tree; textual.py reads the diff on the touched 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -149,6 +150,7 @@ class Verdict:
         return next((ev for ev in self.evidence if ev.kind is kind), None)
 
 
+FOLLOWED_CODE = "each of its hunks followed its code to one clear place"  # a deleted or split file's hunks all moved
 _NO_HISTORY = "not available, the release history has no per-commit diffs"
 
 
@@ -250,7 +252,8 @@ def _move_evidence(patch: Patch, found: Mapping[str, moves.Move],
         if fd.hunks and all(hunks.get((move.old, n)) is not None and hunks[(move.old, n)].followed
                             for n in range(1, len(fd.hunks) + 1)):
             # every hunk of the file followed its code to a clear place: the file's fate no longer blocks
-            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move}; yet each of its hunks has a clear place (below)"))
+            said = re.sub(r"[;:] not guessed, a person must (look|choose)$", "", str(move))
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{said}; {FOLLOWED_CODE} (below)"))
         else:
             out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(move)))
     for hunk in hunks.values():

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch.hunkmoves import HunkMove
 from vpatch.moves import Move
-from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict
+from vpatch.verdict import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, Verdict
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -173,8 +173,8 @@ def _short(ev: Evidence, v: Verdict) -> str:
 
 def _resolved(move: Move, v: Verdict) -> bool:
     """Whether each hunk on a file that was deleted or split followed its code to a clear place (hunkmoves.py)."""
-    return any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.detail.startswith(f"{move}; ")
-               for ev in v.evidence)
+    return any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.detail.startswith(f"{move.old} ")
+               and FOLLOWED_CODE in ev.detail for ev in v.evidence)
 
 
 def _lost_hunk(hunk: HunkMove) -> str:

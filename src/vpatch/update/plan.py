@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from vpatch.narrow import Narrowing
     from vpatch.progress import Reporter
     from vpatch.status import Landing, Status
+    from vpatch.verdict import Verdict
 
 
 class Action(str, Enum):
@@ -199,11 +200,25 @@ def judge_with_status(
         rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
                               tuple(str(e) for e in verdict.evidence), landed_in,
                               patch.trailer("Upstream-PR"),
-                              moves=tuple(str(m) for m in verdict.moved) + tuple(str(h) for h in verdict.hunk_moves),
+                              moves=_move_words(verdict),
                               retarget=tuple((m.old, m.new) for m in verdict.moved if m.followed and m.new),
                               relocate=tuple((h.old, h.hunk, h.new, h.winner.line, h.winner.image)
                                              for h in verdict.hunk_moves if h.new and h.winner)))
     return rows, report
+
+
+def _move_words(verdict: Verdict) -> tuple[str, ...]:
+    """Where the files and hunks of a patch went, in words: a deleted or split file whose hunks all followed their
+    code says so (its evidence item) instead of "a person must look"."""
+    from vpatch.verdict import FOLLOWED_CODE, Kind
+
+    followed = [ev.detail.removesuffix(" (below)") for ev in verdict.evidence
+                if ev.kind is Kind.MOVED and FOLLOWED_CODE in ev.detail]
+    words = []
+    for move in verdict.moved:
+        said = next((f for f in followed if f.startswith(f"{move.old} ")), None)
+        words.append(said if said is not None and not move.followed else str(move))
+    return tuple(words) + tuple(str(h) for h in verdict.hunk_moves)
 
 
 def narrow_rows(
