@@ -6,6 +6,8 @@ main: v1.0.0 -> [releases/v1.1 forks, v1.1.0]
      cherry-picked -x onto releases/v1.1 and tagged v1.1.1
   -> #302 moves parse_flags from vllm/utils.py to the existing vllm/config.py
   -> #303 copies dup_me out of vllm/shared.py into two new files (the same code in both)
+  -> #304 rewrites vllm/nv/model.py's kernel (vllm/amd/model.py keeps its copy from before, as at the pin) and adds
+     vllm/next/model.py: a copy of the kernel with the local patch's change made in it
   -> v1.2.0
 """
 
@@ -34,6 +36,7 @@ def function(name: str, size: int) -> str:
 ALPHA, BETA, GAMMA = function("alpha", 60), function("beta", 15), function("gamma", 15)
 HELPERS, PARSE, CONFIG = function("helper", 20), function("parse_flags", 12), function("configure", 20)
 KEEP, DUP = function("keep", 20), function("dup_me", 12)
+KERNEL = function("kernel", 12)
 GAMMA_FIX = ("    gamma_step_3 = run_gamma(state, 3)\n", "    gamma_step_3 = run_gamma(state, 3) or state\n")
 _clock = itertools.count()
 
@@ -74,7 +77,8 @@ def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
     c = {"base": _commit(path, "Initial", {"vllm/engine.py": ALPHA + BETA + GAMMA, "vllm/utils.py": HELPERS + PARSE,
-                                           "vllm/config.py": CONFIG, "vllm/shared.py": KEEP + DUP, "README": "vllm\n"})}
+                                           "vllm/config.py": CONFIG, "vllm/shared.py": KEEP + DUP, "README": "vllm\n",
+                                           "vllm/nv/model.py": KERNEL, "vllm/amd/model.py": KERNEL})}
     git(path, "tag", "v1.0.0")
     git(path, "checkout", "-q", "-b", "releases/v1.1")
     c["v1.1.0"] = _commit(path, "Bump version to 1.1.0", {"VERSION": "1.1.0\n"})
@@ -91,6 +95,8 @@ def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> History:
                               {"vllm/utils.py": HELPERS, "vllm/config.py": CONFIG + PARSE})
     c["dup"] = _commit(path, "[Refactor] Share dup_me (#303)", {
         "vllm/shared.py": KEEP, "vllm/x/dup.py": function("x_only", 8) + DUP, "vllm/y/dup.py": function("y_only", 8) + DUP})
+    c["nv"] = _commit(path, "[Model] Rework the nv kernel (#304)", {
+        "vllm/nv/model.py": function("kernel_v2", 12), "vllm/next/model.py": local(KERNEL, "kernel", 6)})
     c["v1.2.0"] = _commit(path, "Bump version to 1.2.0", {"VERSION": "1.2.0\n"})
     git(path, "tag", "v1.2.0")
     return History(path, c)
@@ -110,6 +116,7 @@ PATCHES = {
     "gamma-fix": {"vllm/engine.py": ALPHA + BETA + GAMMA.replace(*GAMMA_FIX)},  # upstream's own, landed with #301
     "parse": {"vllm/utils.py": HELPERS + local(PARSE, "parse_flags", 6)},
     "dup": {"vllm/shared.py": KEEP + local(DUP, "dup_me", 6)},
+    "nv": {"vllm/nv/model.py": local(KERNEL, "kernel", 6)},
 }
 
 
@@ -163,7 +170,7 @@ def moved(cell: dict) -> list[dict]:  # type: ignore[type-arg]
 
 def test_each_kind_of_code_move_gets_its_verdict(tmp_path: Path, history: History) -> None:
     c = history.commits
-    root = make_project(tmp_path, history, ["split", "gamma-fix", "parse", "dup"])
+    root = make_project(tmp_path, history, ["split", "gamma-fix", "parse", "dup", "nv"])
     code, rows = status(root, "v1.1.1", "v1.2.0")
     assert code == 4  # the duplicated code: a person must choose
 
@@ -212,6 +219,15 @@ def test_each_kind_of_code_move_gets_its_verdict(tmp_path: Path, history: Histor
     assert ev["detail"].endswith("no clear winner, not guessed, a person must choose"), ev
     assert "a person must choose" in dup["summary"]
 
+    # copies are not moves: the AMD copy held the old code at the pin already (no candidate at all), and the new
+    # file that has the change made in it is no landing while the file the patch fixes stands: never landed
+    nv = rows["nv"]["results"]["v1.2.0"]
+    assert nv["state"] == "conflict" and nv["decided_by"] == "moved", nv
+    (ev,) = moved(nv)
+    assert ev["says"] == "unavailable" and "vllm/amd/model.py" not in ev["detail"], ev
+    assert "candidates vllm/next/model.py 100% (already changed)" in ev["detail"], ev
+    assert rows["nv"]["landed_in"] is None
+
 
 def test_relocation_runs_only_for_hunks_that_need_it_and_is_cached(
         tmp_path: Path, history: History, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,7 +240,7 @@ def test_relocation_runs_only_for_hunks_that_need_it_and_is_cached(
     searched: list[str] = []
     real = vgit.files_containing
 
-    def counting(*args: object, **kwargs: object) -> dict[str, int]:
+    def counting(*args: object, **kwargs: object) -> dict[str, set[bytes]]:
         searched.append("grep")
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -234,7 +250,9 @@ def test_relocation_runs_only_for_hunks_that_need_it_and_is_cached(
         verdict.State.NEEDED}
     assert searched == []
     first = verdict.judge_series(repo, series.patches, tip, pin=pin, history=True)
-    assert searched == ["grep", "grep"]  # the beta hunk and the parse_flags hunk, nothing else
+    # one walk of the tree per patch that has hunks to find (the beta hunk, the parse_flags hunk), nothing else
+    assert searched == ["grep", "grep"]
+    assert [(m.old, m.hunk) for v in first for m in v.hunk_moves] == [("vllm/engine.py", 2), ("vllm/utils.py", 1)]
     # a second process (the cache read back from disk) searches nothing
     commitcache.reset()
     assert verdict.judge_series(repo, series.patches, tip, pin=pin, history=True) == first

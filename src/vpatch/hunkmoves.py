@@ -16,7 +16,11 @@ with, or nowhere: a file deleted or split). Then:
   candidate by `LEAD` points. The hunk is re-targeted there (`relocated`): a patch whose hunks went to two files
   becomes a patch on two files.
 - **Otherwise a person is asked** (never a guess): the whole image in two files (duplicated code), or at two
-  places of one, or only weak matches (`WEAK` or more) - each candidate named with its score.
+  places of one, the hunk's own file still holding much of it, the change found done elsewhere while the hunk's
+  own file stands (a copy may have it, the file the patch fixes not), or only weak matches (`WEAK` or more) -
+  each candidate named with its score.
+- **A copy is not a move**: a file that held the image already at the pin (vLLM keeps per-vendor copies of a
+  model's code) is no candidate: the code did not go there.
 
 Answers are kept in the commit-facts cache by (pin, target, path, hunk, where it was put); the commit that took
 the code away from where the pin had it is found by bisection and named with its first release, as for a move.
@@ -29,7 +33,7 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vpatch import git, lineage, moves
@@ -46,7 +50,7 @@ _NEEDLES = 4  # pre-image lines searched for (the longest), plus half as many ad
 _MIN_NEEDLE = 12  # characters: shorter lines (`return x`, `)`) say nothing about where code is
 _MAX_FILES = 25  # the files holding most of the needles are scored
 _QUIET = 0.5  # seconds: a search this quick is not reported
-_VERSION = "1"  # bumped whenever what a cached HunkMove holds changes
+_VERSION = "5"  # bumped whenever what a cached HunkMove holds changes
 
 
 @dataclass(frozen=True)
@@ -174,18 +178,21 @@ def relocate(repo: Path, pin: str, commit: str, questions: Sequence[Ask], *, des
         except (KeyError, TypeError, ValueError, AttributeError):
             todo.append(ask)
     if todo:
-        # heard only once it takes a while (a grep of vLLM's tree per hunk): a toy tree's search stays quiet
-        subject, started, heard = f"hunk moves {pin[:12]}..{commit[:12]}", time.monotonic(), False
+        subject, started = f"hunk moves {pin[:12]}..{commit[:12]}", time.monotonic()
         pins = git.read_blobs(repo, pin, sorted({a.old for a in todo}))
-        for n, ask in enumerate(todo):
-            if not heard and time.monotonic() - started > _QUIET:
-                heard = True
-                report(Event(subject, "searching where " + ", ".join(f"{a.old} hunk {a.number}" for a in todo[n:])
-                             + " went"))
-            out[(ask.old, ask.number)] = _search(repo, commit, ask, pins.get(ask.old))
+        needles = {id(a): _needles(*_images(a.hunk)) for a in todo}
+        # code moves between files of its kind: a Python hunk is looked for in Python files
+        suffixes = sorted({PurePosixPath(a.old).suffix for a in todo})
+        holding = git.files_containing(repo, commit, sorted({x for n in needles.values() for x in n}),
+                                       suffixes=suffixes if all(suffixes) else ())
+        for ask in todo:
+            mine = set(needles[id(ask)])
+            found = {path: len(held & mine) for path, held in holding.items() if held & mine}
+            out[(ask.old, ask.number)] = _search(repo, pin, commit, ask, pins.get(ask.old), found)
         seconds = time.monotonic() - started
-        if heard or seconds > _QUIET:
-            report(Event(subject, "done", f"{len(todo)} hunks", final=True, seconds=seconds))
+        if seconds > _QUIET:  # said once it took a while (one grep of vLLM's tree); a toy tree's search stays quiet
+            report(Event(subject, "searched where " + ", ".join(f"{a.old} hunk {a.number}" for a in todo) + " went",
+                         final=True, seconds=seconds))
     for ask in questions:
         key = (ask.old, ask.number)
         if describe and out[key].commit is None and out[key].candidates:
@@ -196,24 +203,42 @@ def relocate(repo: Path, pin: str, commit: str, questions: Sequence[Ask], *, des
     return out
 
 
-def _search(repo: Path, commit: str, ask: Ask, at_pin: bytes | None) -> HunkMove:
+def _search(repo: Path, pin: str, commit: str, ask: Ask, at_pin: bytes | None, found: Mapping[str, int]) -> HunkMove:
+    """`found`: path -> how many of the hunk's telling lines the file holds (one grep for every hunk asked)."""
     pre, post = _images(ask.hunk)
     before, after = _surroundings(ask.hunk, at_pin, len(pre))
-    found = git.files_containing(repo, commit, _needles(pre, post))
     named = sorted(found, key=lambda p: (-found[p], p))[:_MAX_FILES]
-    paths = sorted({*named, *ask.hints, ask.at})
+    paths = sorted({*named, *ask.hints, ask.at, ask.old})
     blobs = git.read_blobs(repo, commit, paths)
     places = [_score(path, blob, pre, post, before, after) for path, blob in blobs.items() if blob is not None]
     places = sorted((p for p in places if p.score >= WEAK), key=lambda p: (-p.score, p.path))
+    # Code that was already there at the pin is a copy, not where it went (vLLM keeps per-vendor copies of a
+    # model: a fix to one must never be read as belonging in another): only a file that gained it counts.
+    had = git.read_blobs(repo, pin, [p.path for p in places if p.whole and p.path != ask.at])
+    places = [p for p in places if not (p.path in had and _held(had[p.path], pre if p.image == "pre" else post, p.exact))]
     move = HunkMove(ask.old, ask.number, ask.hunk.header, ask.at, tuple(places))
     if not places or [p.path for p in places] == [ask.at]:
         return replace(move, candidates=())  # nothing elsewhere: the hunk is judged where it is, as before
     best, rest = places[0], places[1:]
     whole = [p for p in places if p.whole]
+    # a clear winner: the only file holding the whole image, at one place, well above everything else -
+    # including the hunk's own file, which still holding much of it means the code did not simply leave
     if (best.whole and len(whole) == 1 and best.count == 1 and best.score >= CLEAR and best.path != ask.at
-            and all(p.score <= best.score - LEAD for p in rest)):
+            and all(p.score <= best.score - LEAD for p in rest) and all(p.path != ask.at for p in rest)
+            and not (best.image == "post" and blobs.get(ask.old) is not None)):
+        # (the change found done in another file while the hunk's own file stands is no landing to act on: a
+        # copy of the code may have had it made while the file the patch fixes did not - a person looks)
         return replace(move, new=best.path)
     return move
+
+
+def _held(blob: bytes | None, image: Sequence[bytes], exact: bool) -> bool:
+    """Whether `blob` (a file at the pin) holds the whole image already (exactly, or with whitespace ignored)."""
+    if blob is None or not image:
+        return False
+    if exact:
+        return bool(_positions(blob.splitlines(), list(image)))
+    return bool(_positions([_norm(x) for x in blob.splitlines()], [_norm(x) for x in image]))
 
 
 def _images(hunk: Hunk) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
