@@ -117,6 +117,7 @@ PATCHES = {
     "parse": {"vllm/utils.py": HELPERS + local(PARSE, "parse_flags", 6)},
     "dup": {"vllm/shared.py": KEEP + local(DUP, "dup_me", 6)},
     "nv": {"vllm/nv/model.py": local(KERNEL, "kernel", 6)},
+    "beta": {"vllm/engine.py": ALPHA + local(BETA, "beta", 8) + GAMMA},
 }
 
 
@@ -133,6 +134,7 @@ def make_project(tmp_path: Path, history: History, names: list[str], *, probes: 
         if probes and name in probes:
             (root / "patches" / "probes" / f"{name}.yaml").write_text(probes[name])
             (root / "patches" / "probes" / "beta.py").write_text(BETA_PROBE)
+            (root / "patches" / "probes" / "alpha.py").write_text(probe_script("run_alpha(state, 30, local=True)"))
             trailer = f"Probe: probes/{name}.yaml\n"
         _commit(scratch, f"Change {name}\n\nWhy this change exists.\n\nOrigin: vendor\nLast-Update: 2026-09-01\n{trailer}",
                 PATCHES[name])
@@ -144,12 +146,17 @@ def make_project(tmp_path: Path, history: History, names: list[str], *, probes: 
     return root
 
 
-BETA_PROBE = """import pathlib
+def probe_script(needle: str) -> str:
+    """A behavioural probe's script: passes where `needle` is anywhere in the package (wherever the code lives)."""
+    return f"""import pathlib
 import sys
 
-found = any("run_beta(state, 8, local=True)" in p.read_text() for p in pathlib.Path("vllm").rglob("*.py"))
+found = any({needle!r} in p.read_text() for p in pathlib.Path("vllm").rglob("*.py"))
 sys.exit(0 if found else 1)
 """
+
+
+BETA_PROBE = probe_script("run_beta(state, 8, local=True)")
 
 
 def status(root: Path, *against: str) -> tuple[int, dict[str, dict]]:  # type: ignore[type-arg]
@@ -312,3 +319,47 @@ def test_a_hunk_in_one_half_of_a_split_follows_it(tmp_path: Path, history: Histo
     moved_patch = hunkmoves.relocated(patch, patch, hunkmoves.plan({("vllm/engine.py", 1): found}))
     assert moved_patch.paths == ("vllm/engine/gamma.py",)
     assert moved_patch.files[0].hunks[0].header.startswith(f"@@ -{found.winner.line},7 +{found.winner.line},7 @@")
+
+
+def test_upstreams_own_change_at_the_new_place_lands_there_is_dropped_and_a_partial_is_narrowed_there(
+        tmp_path: Path, history: History) -> None:
+    """After the split, upstream makes the beta change itself in beta.py (#305, v1.3.0): a patch carrying it
+    reverse-applies at the new place (landed, also by the re-targeted patch's patch-id) and is dropped, as is
+    upstream's gamma fix released with the split; the split patch (alpha + beta) is partial there and narrowed
+    to its alpha hunk at core.py."""
+    git(history.path, "checkout", "-q", "main")
+    landing = _commit(history.path, "[Engine] Beta step 8 is local (#305)",
+                      {"vllm/engine/beta.py": local(BETA, "beta", 8)})
+    git(history.path, "tag", "v1.3.0")
+    root = make_project(tmp_path, history, ["beta", "gamma-fix"])
+    code, rows = status(root, "v1.3.0")
+    assert code == 3, rows  # landed
+    beta = rows["beta"]["results"]["v1.3.0"]
+    assert beta["state"] == "landed" and beta["decided_by"] == "reverse-apply", beta
+    patch_id = next(e for e in beta["evidence"] if e["kind"] == "patch-id")
+    assert patch_id["says"] == "landed" and landing[:12] in patch_id["detail"], patch_id
+    assert patch_id["detail"].endswith("(the patch at the places its code moved to)"), patch_id
+    assert "line 6" in moved(beta)[-1]["detail"] and "vllm/engine/beta.py" in moved(beta)[-1]["detail"]
+    code, out = vpatch(root, "update", "--to", "v1.3.0")
+    assert code == 0, out
+    assert not list((root / "patches").glob("*.patch")), out
+    message = git(root, "log", "-1", "--format=%B")
+    assert message.splitlines()[0] == "Update upstream pin v1.0.0 -> v1.3.0: drop 0001, 0002", message
+
+    (tmp_path / "partial").mkdir()
+    probe = 'kind: command\nrun: ["{python}", "{probe_dir}/alpha.py"]\ntimeout: 60\n'
+    root = make_project(tmp_path / "partial", history, ["split"], probes={"split": probe})
+    code, rows = status(root, "v1.3.0")
+    split = rows["split"]["results"]["v1.3.0"]
+    assert split["state"] == "partial", split
+    # the beta hunk is this patch's second (the answer cached from the other project, where it was the first)
+    assert moved(split)[-1]["detail"].startswith("vllm/engine.py hunk 2 (@@ -70,7 +70,7 @@) -> vllm/engine/beta.py")
+    assert split["hunks"]["landed"] == ["vllm/engine/beta.py hunk 1 (@@ -6,7 +6,7 @@)"], split["hunks"]
+    assert split["hunks"]["needed"] == ["vllm/engine/core.py hunk 1 (@@ -28,7 +28,7 @@)"], split["hunks"]
+    code, out = vpatch(root, "update", "--to", "v1.3.0")
+    assert code == 0, out
+    message = git(root, "log", "-1", "--format=%B")
+    assert message.splitlines()[0] == "Update upstream pin v1.0.0 -> v1.3.0: narrow 0001", message
+    patch = (root / "patches" / "0001-split.patch").read_text()
+    assert "diff --git a/vllm/engine/core.py b/vllm/engine/core.py" in patch and "vllm/engine/beta.py" not in patch
+    assert "run_alpha(state, 30, local=True)" in patch

@@ -174,7 +174,8 @@ def relocate(repo: Path, pin: str, commit: str, questions: Sequence[Ask], *, des
     for ask in questions:
         cached = cache.get(commit, _field(pin, ask))
         try:
-            out[(ask.old, ask.number)] = HunkMove.from_json(cached)
+            # the same hunk text may be another number in another patch: the answer is about the text
+            out[(ask.old, ask.number)] = replace(HunkMove.from_json(cached), hunk=ask.number, header=ask.hunk.header)
         except (KeyError, TypeError, ValueError, AttributeError):
             todo.append(ask)
     if todo:
