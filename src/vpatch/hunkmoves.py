@@ -28,7 +28,6 @@ the code away from where the pin had it is found by bisection and named with its
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -298,6 +297,8 @@ def _score(path: str, blob: bytes, pre: Sequence[bytes], post: Sequence[bytes], 
             score = round(0.8 * (100 if is_exact else 90) + 20 * near)
             place = Place(path, score, at[0] + 1, name, is_exact, True, len(at))
         else:
+            import difflib  # only for a file that does not hold the image whole (a few ms to import at start-up)
+
             run = difflib.SequenceMatcher(None, [_norm(x) for x in image], norm, autojunk=False).find_longest_match()
             place = Place(path, round(0.8 * 80 * run.size / len(image)), image=name)
         if place.score > best.score:
