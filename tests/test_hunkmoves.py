@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -363,3 +364,25 @@ def test_upstreams_own_change_at_the_new_place_lands_there_is_dropped_and_a_part
     patch = (root / "patches" / "0001-split.patch").read_text()
     assert "diff --git a/vllm/engine/core.py b/vllm/engine/core.py" in patch and "vllm/engine/beta.py" not in patch
     assert "run_alpha(state, 30, local=True)" in patch
+
+
+def test_on_a_partial_mirror_the_search_fetches_the_tree_in_one_request(tmp_path: Path, history: History) -> None:
+    """A partial mirror (blob:none) lacks the target's files: git grep alone would fetch each one by one."""
+    from test_fetch import counting_upload_pack
+
+    from vpatch import git as vgit
+
+    git(history.path, "config", "uploadpack.allowFilter", "true")
+    root = make_project(tmp_path, history, ["parse"])
+    shutil.rmtree(mirror.mirror_path(cache_dir(), history.url))
+    repo = mirror.fetch(cache_dir(), history.url, blob_filter="blob:none")
+    served = tmp_path / "upload-pack.log"
+    counting_upload_pack(repo, served)
+    tip = history.commits["v1.2.0"]
+    assert len(vgit.missing_blobs(repo, [tip], None)) > 5
+    code, rows = status(root, "v1.2.0")
+    assert code == 0 and rows["parse"]["results"]["v1.2.0"]["state"] == "needed", rows
+    assert moved(rows["parse"]["results"]["v1.2.0"])[0]["detail"].startswith("vllm/utils.py hunk 1")
+    assert vgit.missing_blobs(repo, [tip], None) == []
+    # status's own prefetch of the patch's files, then one for the tree the search reads: never one per file
+    assert len(served.read_text().splitlines()) <= 3, served.read_text()

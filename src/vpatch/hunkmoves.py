@@ -39,7 +39,7 @@ from vpatch import git, lineage, moves
 from vpatch.filediff import HUNK_HEADER, FileDiff, Hunk, parse_diff
 from vpatch.progress import Event, Reporter, silent
 from vpatch.series import Patch
-from vpatch.upstream import commitcache
+from vpatch.upstream import commitcache, mirror
 
 CLEAR = 80  # a winner's score at least (the whole image exactly, or with whitespace and most surroundings)
 LEAD = 10  # ... and this many points above every other candidate
@@ -183,6 +183,8 @@ def relocate(repo: Path, pin: str, commit: str, questions: Sequence[Ask], *, des
         needles = {id(a): _needles(*_images(a.hunk)) for a in todo}
         # code moves between files of its kind: a Python hunk is looked for in Python files
         suffixes = sorted({PurePosixPath(a.old).suffix for a in todo})
+        # a partial mirror lacks most of the tree's blobs: git grep would fetch them one by one, this asks once
+        mirror.prefetch_tree(repo, commit, report=report)
         holding = git.files_containing(repo, commit, sorted({x for n in needles.values() for x in n}),
                                        suffixes=suffixes if all(suffixes) else ())
         for ask in todo:
