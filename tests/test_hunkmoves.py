@@ -119,6 +119,7 @@ PATCHES = {
     "dup": {"vllm/shared.py": KEEP + local(DUP, "dup_me", 6)},
     "nv": {"vllm/nv/model.py": local(KERNEL, "kernel", 6)},
     "beta": {"vllm/engine.py": ALPHA + local(BETA, "beta", 8) + GAMMA},
+    "helper": {"vllm/utils.py": local(HELPERS, "helper", 10) + PARSE},
 }
 
 
@@ -386,3 +387,20 @@ def test_on_a_partial_mirror_the_search_fetches_the_tree_in_one_request(tmp_path
     assert vgit.missing_blobs(repo, [tip], None) == []
     # status's own prefetch of the patch's files, then one for the tree the search reads: never one per file
     assert len(served.read_text().splitlines()) <= 3, served.read_text()
+
+
+def test_code_changed_where_it_is_while_a_new_copy_has_the_old_code_is_not_followed(
+        tmp_path: Path, history: History) -> None:
+    """Upstream changes helper's step 10 in utils.py (#306) and adds a new file with a copy of the old helper: the
+    hunk's own file still holds most of its code, so it is judged there as before, never moved to the copy."""
+    git(history.path, "checkout", "-q", "main")
+    changed = HELPERS.replace("    helper_step_10 = run_helper(state, 10)\n", "    helper_step_10 = run_helper(state, 10) + 1\n")
+    _commit(history.path, "[Utils] Change helper step 10, keep the old helper for plugins (#306)",
+            {"vllm/utils.py": changed, "vllm/plugins/old_helper.py": HELPERS})
+    git(history.path, "tag", "v1.4.0")
+    root = make_project(tmp_path, history, ["helper"])
+    code, rows = status(root, "v1.4.0")
+    cell = rows["helper"]["results"]["v1.4.0"]
+    assert cell["state"] == "conflict" and cell["hunk_moves"] == [] and not moved(cell), cell
+    assert cell["hunks"]["conflict"] == ["vllm/utils.py hunk 1 (@@ -8,7 +8,7 @@)"], cell["hunks"]
+    assert code == 4

@@ -9,16 +9,17 @@ with, or nowhere: a file deleted or split). Then:
   added lines, so that upstream's own change found at a new place is a candidate too), whitespace around them
   ignored.
 - **Score**, per candidate, of the pre-image (the patch applies there) and of the post-image (the change is there
-  already): the whole image exactly (100) or with whitespace ignored (90), else the longest run of its lines in
-  order (at most 80); 80 % of a score is the image, 20 % its surroundings: the lines around the hunk in the pin's
+  already): the whole image exactly (100) or with whitespace ignored (90), else its lines found in order around
+  their longest run (at most 80); 80 % of a score is the image, 20 % its surroundings: the lines around the hunk in the pin's
   file found around the place.
 - **Clear winner**: one file holds the whole image at one place, scores `CLEAR` or more, and leads every other
   candidate by `LEAD` points. The hunk is re-targeted there (`relocated`): a patch whose hunks went to two files
   becomes a patch on two files.
 - **Otherwise a person is asked** (never a guess): the whole image in two files (duplicated code), or at two
-  places of one, the hunk's own file still holding much of it, the change found done elsewhere while the hunk's
-  own file stands (a copy may have it, the file the patch fixes not), or only weak matches (`WEAK` or more) -
-  each candidate named with its score.
+  places of one, the change found done elsewhere while the hunk's own file stands (a copy may have it, the file
+  the patch fixes not), or only weak matches (`WEAK` or more) - each candidate named with its score.
+- **Nothing is said** when the hunk's own file still holds much of it (`WEAK` or more): the code did not leave,
+  upstream changed it there; the hunk is judged where it is, as before (a 3-way merge included).
 - **A copy is not a move**: a file that held the image already at the pin (vLLM keeps per-vendor copies of a
   model's code) is no candidate: the code did not go there.
 
@@ -49,7 +50,7 @@ _NEEDLES = 4  # pre-image lines searched for (the longest), plus half as many ad
 _MIN_NEEDLE = 12  # characters: shorter lines (`return x`, `)`) say nothing about where code is
 _MAX_FILES = 25  # the files holding most of the needles are scored
 _QUIET = 0.5  # seconds: a search this quick is not reported
-_VERSION = "5"  # bumped whenever what a cached HunkMove holds changes
+_VERSION = "7"  # bumped whenever what a cached HunkMove holds changes
 
 
 @dataclass(frozen=True)
@@ -219,14 +220,15 @@ def _search(repo: Path, pin: str, commit: str, ask: Ask, at_pin: bytes | None, f
     had = git.read_blobs(repo, pin, [p.path for p in places if p.whole and p.path != ask.at])
     places = [p for p in places if not (p.path in had and _held(had[p.path], pre if p.image == "pre" else post, p.exact))]
     move = HunkMove(ask.old, ask.number, ask.hunk.header, ask.at, tuple(places))
-    if not places or [p.path for p in places] == [ask.at]:
-        return replace(move, candidates=())  # nothing elsewhere: the hunk is judged where it is, as before
+    if not places or any(p.path == ask.at for p in places):
+        # nothing elsewhere, or its own file still holds much of it (the code did not leave; upstream changed it
+        # there): the hunk is judged where it is, as before - 3-way merge included
+        return replace(move, candidates=())
     best, rest = places[0], places[1:]
     whole = [p for p in places if p.whole]
-    # a clear winner: the only file holding the whole image, at one place, well above everything else -
-    # including the hunk's own file, which still holding much of it means the code did not simply leave
-    if (best.whole and len(whole) == 1 and best.count == 1 and best.score >= CLEAR and best.path != ask.at
-            and all(p.score <= best.score - LEAD for p in rest) and all(p.path != ask.at for p in rest)
+    # a clear winner: the only file holding the whole image, at one place, well above everything else
+    if (best.whole and len(whole) == 1 and best.count == 1 and best.score >= CLEAR
+            and all(p.score <= best.score - LEAD for p in rest)
             and not (best.image == "post" and blobs.get(ask.old) is not None)):
         # (the change found done in another file while the hunk's own file stands is no landing to act on: a
         # copy of the code may have had it made while the file the patch fixes did not - a person looks)
@@ -299,13 +301,23 @@ def _score(path: str, blob: bytes, pre: Sequence[bytes], post: Sequence[bytes], 
             score = round(0.8 * (100 if is_exact else 90) + 20 * near)
             place = Place(path, score, at[0] + 1, name, is_exact, True, len(at))
         else:
-            import difflib  # only for a file that does not hold the image whole (a few ms to import at start-up)
-
-            run = difflib.SequenceMatcher(None, [_norm(x) for x in image], norm, autojunk=False).find_longest_match()
-            place = Place(path, round(0.8 * 80 * run.size / len(image)), image=name)
+            place = Place(path, round(0.8 * 80 * _in_order(norm, [_norm(x) for x in image]) / len(image)), image=name)
         if place.score > best.score:
             best = place
     return best
+
+
+def _in_order(norm: Sequence[bytes], image: Sequence[bytes]) -> int:
+    """How many of the image's lines the file holds in order around its longest run of them (a line changed in
+    the middle of the hunk still leaves the rest counted)."""
+    import difflib  # only for a file that does not hold the image whole (a few ms to import at start-up)
+
+    run = difflib.SequenceMatcher(None, image, norm, autojunk=False).find_longest_match()
+    if run.size == 0:
+        return 0
+    lo = max(run.b - run.a - len(image), 0)
+    window = norm[lo:run.b - run.a + 2 * len(image)]
+    return sum(b.size for b in difflib.SequenceMatcher(None, image, window, autojunk=False).get_matching_blocks())
 
 
 def _positions(lines: Sequence[bytes], image: list[bytes]) -> list[int]:
