@@ -369,16 +369,18 @@ def test_upstreams_own_change_at_the_new_place_lands_there_is_dropped_and_a_part
 
 def test_on_a_partial_mirror_the_search_fetches_the_tree_in_one_request(tmp_path: Path, history: History) -> None:
     """A partial mirror (blob:none) lacks the target's files: git grep alone would fetch each one by one."""
-    from test_fetch import counting_upload_pack
-
     from vpatch import git as vgit
 
     git(history.path, "config", "uploadpack.allowFilter", "true")
     root = make_project(tmp_path, history, ["parse"])
     shutil.rmtree(mirror.mirror_path(cache_dir(), history.url))
     repo = mirror.fetch(cache_dir(), history.url, blob_filter="blob:none")
+    # upstream reached through an upload-pack that writes one line per request it serves (each lazy fetch is one)
     served = tmp_path / "upload-pack.log"
-    counting_upload_pack(repo, served)
+    wrapper = tmp_path / "upload-pack.sh"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{served}"\nexec git upload-pack "$@"\n')
+    wrapper.chmod(0o755)
+    git(repo, "config", "remote.origin.uploadpack", str(wrapper))
     tip = history.commits["v1.2.0"]
     assert len(vgit.missing_blobs(repo, [tip], None)) > 5
     code, rows = status(root, "v1.2.0")

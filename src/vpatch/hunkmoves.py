@@ -19,7 +19,8 @@ with, or nowhere: a file deleted or split). Then:
   places of one, the change found done elsewhere while the hunk's own file stands (a copy may have it, the file
   the patch fixes not), or only weak matches (`WEAK` or more) - each candidate named with its score.
 - **Nothing is said** when the hunk's own file still holds much of it (`WEAK` or more): the code did not leave,
-  upstream changed it there; the hunk is judged where it is, as before (a 3-way merge included).
+  upstream changed it there; nor when that file stands and other files hold only pieces of the hunk (related
+  code, not the hunk's). The hunk is judged where it is, as before (a 3-way merge included).
 - **A copy is not a move**: a file that held the image already at the pin (vLLM keeps per-vendor copies of a
   model's code) is no candidate: the code did not go there.
 
@@ -50,7 +51,7 @@ _NEEDLES = 4  # pre-image lines searched for (the longest), plus half as many ad
 _MIN_NEEDLE = 12  # characters: shorter lines (`return x`, `)`) say nothing about where code is
 _MAX_FILES = 25  # the files holding most of the needles are scored
 _QUIET = 0.5  # seconds: a search this quick is not reported
-_VERSION = "7"  # bumped whenever what a cached HunkMove holds changes
+_VERSION = "8"  # bumped whenever what a cached HunkMove holds changes
 
 
 @dataclass(frozen=True)
@@ -220,9 +221,11 @@ def _search(repo: Path, pin: str, commit: str, ask: Ask, at_pin: bytes | None, f
     had = git.read_blobs(repo, pin, [p.path for p in places if p.whole and p.path != ask.at])
     places = [p for p in places if not (p.path in had and _held(had[p.path], pre if p.image == "pre" else post, p.exact))]
     move = HunkMove(ask.old, ask.number, ask.hunk.header, ask.at, tuple(places))
-    if not places or any(p.path == ask.at for p in places):
-        # nothing elsewhere, or its own file still holds much of it (the code did not leave; upstream changed it
-        # there): the hunk is judged where it is, as before - 3-way merge included
+    stands = blobs.get(ask.at) is not None
+    if not places or any(p.path == ask.at for p in places) or (stands and not any(p.whole for p in places)):
+        # nothing elsewhere; or its own file still holds much of it (the code did not leave, upstream changed it
+        # there); or that file stands and other files hold only pieces (related code, not the hunk's): the hunk
+        # is judged where it is, as before - 3-way merge included
         return replace(move, candidates=())
     best, rest = places[0], places[1:]
     whole = [p for p in places if p.whole]
