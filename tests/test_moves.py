@@ -92,7 +92,9 @@ PATCHES = {
     "sched": ("vllm/engine/sched.py", SCHED, SCHED.replace("sched line 5\n", "sched line 5 local\n")),
     "tool": ("vllm/tool.py", TOOL, TOOL.replace("tool line 7\n", "tool line 7 local\n")),
     "misc": ("vllm/misc.py", MISC, MISC.replace("misc line 3\n", "misc line 3 local\n")),
-    "kv": ("vllm/kv.py", KV, KV.replace("kv line 30\n", "kv line 30 local\n")),
+    # in the lines both halves of the split share (19-22): no half holds the hunk whole, a person must choose
+    # (a change in one half's lines alone follows its code: tests/test_hunkmoves.py)
+    "kv": ("vllm/kv.py", KV, KV.replace("kv line 20\n", "kv line 20 local\n")),
     "tool-fix": ("vllm/tool.py", TOOL, TOOL.replace("tool line 20\n", "tool line 20 fixed\n")),
     # one hunk is upstream's #205 (made at the new path after the move), the other is local
     "tool-both": ("vllm/tool.py", TOOL, TOOL.replace("tool line 7\n", "tool line 7 local\n").replace(
@@ -301,7 +303,7 @@ def test_files_probes_on_deleted_and_split_files_count_only_where_absence_is_sai
     (probes_dir / "gone.yaml").write_text(
         "kind: files\nfiles:\n  vllm/misc.py:\n    contains: [\"misc line 3 local\\n\"]\n    absent_is_fix: true\n")
     (probes_dir / "split.yaml").write_text(
-        "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [\"kv line 30 local\\n\"]\n    absent_is_fix: true\n")
+        "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [\"kv line 20 local\\n\"]\n    absent_is_fix: true\n")
     for number, probe in ((1, "gone"), (2, "split")):
         name_probe(root, number, probe)
     code, doc = status_json(root, "--exit-code", "--against", "main")

@@ -186,14 +186,16 @@ def test_update_keeps_the_needed_patches_retargeted_and_drops_the_backport(moved
 
 CHAT = "vllm/entrypoints/chat_utils.py"
 CHAT_MOVED = "vllm/renderers/chat_utils.py"
+ITEMS = "vllm/renderers/chat_utils/item_tracker.py"
 CHAT_LINE = ('f"modality_order ({len(vision_chunks_modality_order)}) must have same length"',
              'f"modality_order ({len(vision_chunks_modality_order)}) must have the same length"')
 
 
-def test_a_real_file_moved_then_split_into_a_package_is_followed_then_handed_to_a_person(
+def test_a_real_file_moved_then_split_into_a_package_is_followed_then_its_hunk_follows_the_code(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
     """chat_utils.py moved to vllm/renderers/ in v0.32.0 (git: R091 from v0.29.0), and v0.33.0 cut that file into
-    a package of modules, none of which git pairs with it at 50 %: followed at v0.32.0, not guessed at v0.33.0."""
+    a package of modules, none of which git pairs with it at 50 %: the file is followed at v0.32.0; at v0.33.0 the
+    file is not guessed, but the hunk's code is found whole in one module (hunkmoves.py) and judged there."""
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
     late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.32.0", "v0.33.0", "--"]).out.splitlines()
     assert f"D\t{CHAT_MOVED}" in late and "A\tvllm/renderers/chat_utils/chat_message.py" in late
@@ -209,12 +211,14 @@ def test_a_real_file_moved_then_split_into_a_package_is_followed_then_handed_to_
     result = cells(root, "v0.32.0", "v0.33.0")["0001"]
     at32, at33 = result["v0.32.0"], result["v0.33.0"]
     assert at32["state"] == "needed" and moved_evidence(at32)[0].startswith(f"{CHAT} -> {CHAT_MOVED} (similarity ")
-    assert at33["state"] == "conflict" and at33["decided_by"] == "moved", at33
-    assert at33["summary"] == f"{CHAT} moved to {CHAT_MOVED}, then no file matches it: not guessed, a person must look"
-    (lost,) = moved_evidence(at33)
+    assert at33["state"] == "needed" and at33["applies"] == "clean", at33
+    assert at33["summary"] == f"applies cleanly; {CHAT} #1 moved to {ITEMS}", at33["summary"]
+    lost, found = moved_evidence(at33)
     assert lost.startswith(f"{CHAT} moved to {CHAT_MOVED} in ") and "(release v0.32.0), and since then no file" in lost
-    assert lost.endswith("not guessed, a person must look"), lost
-    print(lost)
+    assert lost.endswith("each of its hunks followed its code to one clear place (below)"), lost
+    assert found.startswith(f"{CHAT} hunk 1 (@@ -699,7 +699,7 @@) -> {ITEMS} line 351 (score 100%"), found
+    assert "(release v0.33.0)" in found
     _code, out = vpatch(root, "update", "--to", "v0.33.0", "--dry-run")
-    assert "would stop at  0001-chat-template-message.patch  [conflict] moved: " in out, out
-    assert "would drop" not in out
+    assert "would re-apply 0001-chat-template-message.patch  [needed]" in out, out
+    assert f"moved: {CHAT} hunk 1 (@@ -699,7 +699,7 @@) -> {ITEMS} line 351" in out
+    assert "each of its hunks followed its code" in out and "a person must" not in out, out

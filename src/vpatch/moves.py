@@ -237,6 +237,11 @@ def _retarget_file(fd: FileDiff, followed: Mapping[str, str]) -> bytes:
     return b"".join(out) + b"".join(h.text for h in fd.hunks)
 
 
+def header_path(path: str) -> bytes:
+    """A path as git writes it in a diff header (hunkmoves.py writes the header of a file a hunk moved to)."""
+    return _quote(path)
+
+
 def _quote(path: str) -> bytes:
     """A path as git writes it in a diff header: C-quoted when it holds a quote, backslash, control or
     non-ASCII character (core.quotepath=true), plain otherwise."""

@@ -108,9 +108,15 @@ def apply_series(
     out.parent.mkdir(parents=True, exist_ok=True)
     git.add_worktree(upstream, tmp, base)
     applied: list[AppliedPatch] = []
+    by_name = {p.filename: p for p in original}
     try:
         for patch in series:
             failure = _apply_one(tmp, patch)
+            if failure is not None and moves_from is not None and moves_from != base:
+                # hunks whose code upstream moved to another file go where it went, when one place is clear
+                moved = _following_code(upstream, by_name[patch.filename], patch, tmp, moves_from, base, found)
+                if moved is not None and _apply_one(tmp, moved) is None:
+                    patch, failure = moved, None
             if failure is not None:
                 if keep:
                     save_stack(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
@@ -140,6 +146,25 @@ def _following_moves(upstream: Path, series: Series, pin: str, base: str) -> tup
     if not found:
         return series, found
     return replace(series, patches=tuple(moves.retarget(p, found) for p in series)), found
+
+
+def _following_code(upstream: Path, original: Patch, patch: Patch, tree: Path, pin: str, base: str,
+                    found: dict[str, moves.Move]) -> Patch | None:
+    """`patch` with each hunk that is not in its file on the tree (neither image) moved to where its code went on
+    `base` (hunkmoves.py: one clear place), or None when no hunk has such a place."""
+    from vpatch import hunkmoves
+
+    blobs = {fd.path: _read(tree / fd.path) for fd in patch.files}
+    asks = hunkmoves.asks(original, patch, lambda fd, n, hunk: hunkmoves.lost(fd, n, hunk, blobs), found)
+    placements = hunkmoves.plan(hunkmoves.relocate(upstream, pin, base, asks, describe=False))
+    return hunkmoves.relocated(original, patch, placements) if placements else None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
 
 
 def commit_patch(worktree: Path, patch: Patch) -> None:

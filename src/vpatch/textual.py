@@ -96,6 +96,18 @@ class Tree:
             self._env = env
         return self._env
 
+    def add_paths(self, paths: Sequence[str]) -> None:
+        """Read more of the commit's files (where a hunk's code moved to, hunkmoves.py) into the tree."""
+        new = [p for p in paths if p not in self.blobs]
+        if not new:
+            return
+        found = git.read_blobs(self.repo, self.commit, new)
+        self.blobs.update(found)
+        self.original.update(found)
+        self.paths += new
+        if self._env is not None:
+            git.load_index(self.repo, self._env, self.commit, new)
+
     def check(self, files: Sequence[FileDiff], diff: bytes, *, reverse: bool = False) -> Placed | None:
         """Where the diff applies (None: it does not)."""
         if self.memory:

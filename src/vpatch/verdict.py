@@ -44,12 +44,14 @@ Textual checks never check out a tree; textual.py reads the diff on the touched 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from vpatch import lineage, moves
+from vpatch import hunkmoves, lineage, moves
+from vpatch.filediff import FileDiff, Hunk
 from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
 from vpatch.progress import Reporter, silent
 from vpatch.series import Patch
@@ -126,6 +128,8 @@ class Verdict:
     conflict_hunks: tuple[str, ...] = ()  # hunks that neither apply nor are upstream
     probe: ProbeCheck | None = field(default=None, compare=False)
     moved: tuple[moves.Move, ...] = ()  # where the files it reads went since the pin (followed or not)
+    # where the code of hunks that are not where git puts their file went (hunkmoves.py): re-targeted or not
+    hunk_moves: tuple[hunkmoves.HunkMove, ...] = ()
 
     @property
     def decided_by(self) -> Evidence | None:
@@ -146,6 +150,7 @@ class Verdict:
         return next((ev for ev in self.evidence if ev.kind is kind), None)
 
 
+FOLLOWED_CODE = "each of its hunks followed its code to one clear place"  # a deleted or split file's hunks all moved
 _NO_HISTORY = "not available, the release history has no per-commit diffs"
 
 
@@ -192,16 +197,30 @@ def judge_series(
             is_target = only is None or patch.filename in only
             check = probe(patch, commit) if (probe is not None and is_target) else None
             text = read(tree, patch)
-            # identity is upstream's commits against the patch as written: its patch-id names the pin's paths
+            original = originals[patch.filename]
+            hunk_found: dict[tuple[str, int], hunkmoves.HunkMove] = {}
+            if text.forward is Applies.NO and not text.reverse and text.conflict:
+                # hunks that are not where git puts their file: look where their code went (hunkmoves.py)
+                hunk_found = hunkmoves.relocate(repo, pin, commit, hunkmoves.asks(original, patch, _named(text.conflict), found),
+                                                describe=only is None, branch=branch, report=report)
+                placements = hunkmoves.plan(hunk_found)
+                if placements:
+                    patch = patches[i] = hunkmoves.relocated(original, patch, placements)
+                    tree.add_paths(patch.paths)
+                    text = read(tree, patch)
+            # identity is upstream's commits against the patch as written (its patch-id names the pin's paths),
+            # and against the patch at the new places when it was re-targeted
             hist = [] if not is_target else _history_evidence(
-                repo, originals[patch.filename], commit, pin=pin, history=history and use_history_evidence)
+                repo, original, commit, pin=pin, history=history and use_history_evidence,
+                retargeted=patch if patch.diff != original.diff else None)
             if _three_way_decides(text, check, hist):
                 text = with_three_way(tree, patch, text)
             evidence = _evidence(patch, text=text, probe=check, history=hist) + _move_evidence(
-                originals[patch.filename], found)
+                original, found, hunk_found)
             verdict = _decide(patch, commit, text, evidence, check)
-            if found:
-                verdict = replace(verdict, moved=tuple(moves.touched(originals[patch.filename], found)))
+            if found or hunk_found:
+                verdict = replace(verdict, moved=tuple(moves.touched(original, found)),
+                                  hunk_moves=tuple(m for m in hunk_found.values() if m.candidates))
             if is_target:
                 verdicts.append(verdict)
             later_overlap = any(set(p.paths) & set(patch.paths) for p in patches[i + 1:] if p.filename in wanted)
@@ -221,14 +240,34 @@ def _moves(repo: Path, patches: Sequence[Patch], wanted: Collection[str], commit
     return moves.follow(repo, pin, commit, gone, branch=branch, describe=describe, report=report) if gone else {}
 
 
-def _move_evidence(patch: Patch, found: Mapping[str, moves.Move]) -> tuple[Evidence, ...]:
+def _move_evidence(patch: Patch, found: Mapping[str, moves.Move],
+                   hunks: Mapping[tuple[str, int], hunkmoves.HunkMove] | None = None) -> tuple[Evidence, ...]:
+    hunks = hunks or {}
     out = []
     for move in moves.touched(patch, found):
         if move.followed:
             out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move}: judged at {move.new}"))
+            continue
+        fd = next(fd for fd in patch.files if fd.old_path == move.old)
+        if fd.hunks and all(hunks.get((move.old, n)) is not None and hunks[(move.old, n)].followed
+                            for n in range(1, len(fd.hunks) + 1)):
+            # every hunk of the file followed its code to a clear place: the file's fate no longer blocks
+            said = re.sub(r"[;:] not guessed, a person must (look|choose)$", "", str(move))
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{said}; {FOLLOWED_CODE} (below)"))
         else:
             out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(move)))
+    for hunk in hunks.values():
+        if hunk.followed:
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{hunk}: judged there"))
+        elif hunk.candidates:
+            out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(hunk)))
     return tuple(out)
+
+
+def _named(names: Collection[str]) -> Callable[[FileDiff, int, Hunk], bool]:
+    """Whether a hunk is one of `names` (hunk_name's words)."""
+    wanted = set(names)
+    return lambda fd, n, hunk: hunk_name(fd, n, hunk) in wanted
 
 
 def _stack_closure(patches: Sequence[Patch], only: Collection[str] | None) -> set[str]:
@@ -303,7 +342,21 @@ def _evidence(patch: Patch, *, text: Text, probe: ProbeCheck | None, history: Se
     return tuple(out)
 
 
-def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, history: bool) -> list[Evidence]:
+def _history_evidence(repo: Path, patch: Patch, commit: str, *, pin: str, history: bool,
+                      retargeted: Patch | None = None) -> list[Evidence]:
+    """Patch-id and PR evidence; for a patch re-targeted to where upstream moved its code, an upstream commit with
+    the re-targeted patch's patch-id counts as one with the patch's own."""
+    found = _identity_of(repo, patch, commit, pin=pin, history=history)
+    if retargeted is None or not history or any(ev.says is Says.LANDED for ev in found):
+        return found
+    moved = _identity_of(repo, retargeted, commit, pin=pin, history=history)
+    if any(ev.kind is Kind.PATCH_ID and ev.says is Says.LANDED for ev in moved):
+        return [replace(ev, detail=ev.detail + " (the patch at the places its code moved to)")
+                if ev.kind is Kind.PATCH_ID else ev for ev in moved]
+    return found
+
+
+def _identity_of(repo: Path, patch: Patch, commit: str, *, pin: str, history: bool) -> list[Evidence]:
     if not history:
         pr = f" (Upstream-PR #{patch.upstream_pr})" if patch.upstream_pr else ""
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, _NO_HISTORY),

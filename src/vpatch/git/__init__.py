@@ -43,7 +43,7 @@ from vpatch.git.history import (
     topo_order,
 )
 from vpatch.git.index import add_index_entries, apply_cached, load_index, temp_index, tree_with, tree_with_patch, write_tree
-from vpatch.git.moves import MERGE_RENAME_LIMIT, PathChange, best_rename_among, renames_and_deletions
+from vpatch.git.moves import MERGE_RENAME_LIMIT, PathChange, best_rename_among, files_containing, renames_and_deletions
 from vpatch.git.objects import (
     CommitObject,
     archive_tar,
@@ -146,6 +146,7 @@ __all__ = [
     "fast_import",
     "fetch_blobs",
     "fetch_mirror",
+    "files_containing",
     "first_parent_commits",
     "forget_worktrees",
     "format_patch",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vpatch.hunkmoves import HunkMove
 from vpatch.moves import Move
-from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict
+from vpatch.verdict import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, Verdict
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -60,6 +61,7 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
         "evidence": [{"kind": ev.kind.value, "says": ev.says.value, "detail": ev.detail} for ev in v.evidence],
         "hunks": {"landed": list(v.landed_hunks), "needed": list(v.needed_hunks), "conflict": list(v.conflict_hunks)},
         "moves": [m.to_json() for m in v.moved],  # where the files it reads went since the pin (docs/moves.md)
+        "hunk_moves": [m.to_json() for m in v.hunk_moves],  # where hunks' code went when not with its file
     }
 
 
@@ -96,8 +98,14 @@ def cell_summary(v: Verdict) -> str:
         parts.append(_probe_short(v) if probe.says is Says.UNAVAILABLE else
                      {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails"}[probe.says])
     for move in v.moved:
-        # a followed move is named beside the verdict; one not followed is what decides (or is named with it)
-        parts.append(f"moved to {move.new}" if move.followed else _lost(move))
+        # a followed move is named beside the verdict; one not followed is what decides (or is named with it),
+        # unless each of its hunks followed its code (named below)
+        if move.followed:
+            parts.append(f"moved to {move.new}")
+        elif not _resolved(move, v):
+            parts.append(_lost(move))
+    for hunk in v.hunk_moves:
+        parts.append(f"{hunk.old} #{hunk.hunk} moved to {hunk.new}" if hunk.followed else _lost_hunk(hunk))
     revert = next((ev for ev in v.evidence if ev.kind is Kind.REVERT), None)
     if revert is not None and revert is not decided:
         parts.append("landed, then reverted upstream" if revert.says is Says.NOT_LANDED else "re-landed after a revert")
@@ -143,8 +151,11 @@ def _short(ev: Evidence, v: Verdict) -> str:
     if ev.kind is Kind.REVERT:
         return ev.detail
     if ev.kind is Kind.MOVED:
-        lost = next((m for m in v.moved if not m.followed), None)
-        return _lost(lost) if lost else ev.detail
+        lost = next((m for m in v.moved if not m.followed and not _resolved(m, v)), None)
+        if lost is not None:
+            return _lost(lost)
+        hunk = next((h for h in v.hunk_moves if not h.followed), None)
+        return _lost_hunk(hunk) if hunk is not None else ev.detail
     if ev.kind is Kind.FORWARD:
         return {Applies.CLEAN: "applies cleanly", Applies.OFFSETS: "applies with offsets",
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
@@ -158,6 +169,17 @@ def _short(ev: Evidence, v: Verdict) -> str:
     if v.conflict_hunks:
         return f"{len(v.conflict_hunks)}/{len(every)} hunks do not apply: " + _hunks_short(v.conflict_hunks, every)
     return ev.detail
+
+
+def _resolved(move: Move, v: Verdict) -> bool:
+    """Whether each hunk on a file that was deleted or split followed its code to a clear place (hunkmoves.py)."""
+    return any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.detail.startswith(f"{move.old} ")
+               and FOLLOWED_CODE in ev.detail for ev in v.evidence)
+
+
+def _lost_hunk(hunk: HunkMove) -> str:
+    names = ", ".join(f"{c.path} {c.score}%" for c in hunk.candidates)
+    return f"{hunk.old} #{hunk.hunk}'s code: {names}; not guessed, a person must choose"
 
 
 def _lost(move: Move) -> str:

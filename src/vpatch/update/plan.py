@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vpatch.narrow import Narrowing
     from vpatch.progress import Reporter
     from vpatch.status import Landing, Status
+    from vpatch.verdict import Verdict
 
 
 class Action(str, Enum):
@@ -53,6 +54,8 @@ class PatchPlan:
     moves: tuple[str, ...] = ()  # where the files it reads went since the pin, in words (moves.Move)
     retarget: tuple[tuple[str, str], ...] = ()  # (old, new) of each move followed: the patch goes on at `new`
     move_proof: str = ""  # re-targeted: why the result is what `git am -3` of the old patch gives
+    # (old path, hunk, new path, line, image) of each hunk whose code moved to another file (hunkmoves.py)
+    relocate: tuple[tuple[str, int, str, int, str], ...] = ()
 
     @property
     def state(self) -> str:
@@ -109,6 +112,8 @@ class Plan:
                                      "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
                                      "moves": tuple(r.get("moves", ())),
                                      "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
+                                     "relocate": tuple((str(o), int(h), str(n), int(at), str(image))
+                                                       for o, h, n, at, image in r.get("relocate", ())),
                                      "narrowing": Narrowing.from_dict(r["narrowing"]) if r.get("narrowing") else None})
                         for r in rows)
         return cls(str(data["from_ref"]), str(data["from_commit"]), str(data["to_ref"]), str(data["to_commit"]), patches,
@@ -203,9 +208,26 @@ def judge_with_status(
         landed_in = _landing_text(row.landed_in, to, target) if action is Action.DROP else None
         rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
                               tuple(str(e) for e in verdict.evidence), landed_in,
-                              patch.trailer("Upstream-PR"), moves=tuple(str(m) for m in verdict.moved),
-                              retarget=tuple((m.old, m.new) for m in verdict.moved if m.followed and m.new)))
+                              patch.trailer("Upstream-PR"),
+                              moves=_move_words(verdict),
+                              retarget=tuple((m.old, m.new) for m in verdict.moved if m.followed and m.new),
+                              relocate=tuple((h.old, h.hunk, h.new, h.winner.line, h.winner.image)
+                                             for h in verdict.hunk_moves if h.new and h.winner)))
     return rows, report
+
+
+def _move_words(verdict: Verdict) -> tuple[str, ...]:
+    """Where the files and hunks of a patch went, in words: a deleted or split file whose hunks all followed their
+    code says so (its evidence item) instead of "a person must look"."""
+    from vpatch.verdict import FOLLOWED_CODE, Kind
+
+    followed = [ev.detail.removesuffix(" (below)") for ev in verdict.evidence
+                if ev.kind is Kind.MOVED and FOLLOWED_CODE in ev.detail]
+    words = []
+    for move in verdict.moved:
+        said = next((f for f in followed if f.startswith(f"{move.old} ")), None)
+        words.append(said if said is not None and not move.followed else str(move))
+    return tuple(words) + tuple(str(h) for h in verdict.hunk_moves)
 
 
 def narrow_rows(

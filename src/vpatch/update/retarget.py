@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from vpatch import git, moves
+from vpatch import git, hunkmoves, moves
 from vpatch.errors import VpatchError
 from vpatch.series import Patch
 from vpatch.stack import Stack
@@ -23,16 +23,21 @@ from vpatch.update.plan import PatchPlan
 
 
 def retargeted(patch: Patch, row: PatchPlan) -> Patch:
-    """The patch at the paths the verdict followed (the patch itself when nothing moved)."""
-    if not row.retarget:
-        return patch
-    return moves.retarget(patch, {old: moves.Move(old, moves.Fate.MOVED, new) for old, new in row.retarget})
+    """The patch at the paths the verdict followed, and with the hunks whose code moved to another file at their
+    new places (hunkmoves.py); the patch itself when nothing moved."""
+    out = patch
+    if row.retarget:
+        out = moves.retarget(patch, {old: moves.Move(old, moves.Fate.MOVED, new) for old, new in row.retarget})
+    if row.relocate:
+        out = hunkmoves.relocated(patch, out, {(old, n): (new, at, image) for old, n, new, at, image in row.relocate})
+    return out
 
 
 def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch], rows: Sequence[PatchPlan]) -> dict[str, str]:
     """file -> the proof for every applied patch that was re-targeted; raises VpatchError when `git am -3` of the
     old patch on the same parent gives other files than the re-targeted patch did."""
-    moved = {r.file for r in rows if r.retarget}
+    moved = {r.file for r in rows if r.retarget or r.relocate}
+    relocated = {r.file for r in rows if r.relocate}
     todo = [a for a in applied.applied if a.file in moved]
     if not todo:
         return {}
@@ -48,6 +53,21 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
             result = git.am_three_way(scratch, originals[entry.file].raw)
             ours = git.tree_of(repo, entry.commit)
             theirs = git.tree_of(scratch, "HEAD") if result.returncode == 0 else None
+            if theirs is None and entry.file in relocated:
+                # git pairs files, not code: `git am -3` cannot place a hunk whose code went to another file.
+                # The patch's probe must then tell the trees apart (validated right after, on this tree).
+                if originals[entry.file].probe_path is None:
+                    raise VpatchError(
+                        f"{entry.file} was re-targeted where upstream moved its code (hunks to another file), but "
+                        "`git am -3` of the old patch cannot apply there and the patch has no probe to prove the "
+                        "result; the project is unchanged",
+                        hint="give the patch a probe that fails without it and passes with it (a Probe: trailer), "
+                             "or port it by hand at the new place (vpatch apply --ref NEW-PIN), then run the update "
+                             "again")
+                proofs[entry.file] = (f"`git am -3` of the old patch cannot place code that moved to another file; "
+                                      f"its probe {originals[entry.file].trailer('Probe')} must fail on the new pin and "
+                                      f"pass with the re-targeted patch (tree {ours[:12]})")
+                continue
             if theirs != ours:
                 why = ("`git am -3` of the old patch fails there:\n" + result.err.strip()) if theirs is None else (
                     f"`git am -3` of the old patch gives tree {theirs[:12]}, the re-targeted patch {ours[:12]}")

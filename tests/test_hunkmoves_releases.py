@@ -1,0 +1,153 @@
+"""Hunks that follow their code on the real vLLM release history, where git's file pairing cannot:
+
+(a) v0.33.0 cut vllm/renderers/chat_utils.py into the package vllm/renderers/chat_utils/ (seven modules, none of
+    which git pairs with it at 50 %): a local change to validate_chat_template follows it to chat_template.py,
+    is needed there, and `update --to v0.33.0` keeps it re-targeted (proven by its probe: `git am -3` cannot).
+(b) v0.33.0 moved estimate_max_model_len out of vllm/v1/core/kv_cache_utils.py, which stays, into the new
+    vllm/v1/core/kv_cache_planning.py: a local change to it follows the code there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import REAL_CACHE, git
+from typer.testing import CliRunner
+
+from vpatch import git as vgit
+from vpatch.cli import app
+from vpatch.series import Patch
+
+pytestmark = pytest.mark.releases
+CHAT = "vllm/renderers/chat_utils.py"
+TEMPLATE = "vllm/renderers/chat_utils/chat_template.py"
+TEMPLATE_CHANGE = ('raise FileNotFoundError("the supplied chat template path doesn\'t exist")',
+                   'raise FileNotFoundError(f"the supplied chat template path {chat_template} doesn\'t exist")')
+KV = "vllm/v1/core/kv_cache_utils.py"
+PLANNING = "vllm/v1/core/kv_cache_planning.py"
+KV_CHANGE = ("left, right = 1, original_max_model_len", "left, right = 1, max(original_max_model_len, 1)")
+# behavioural, wherever the code lives: validate_chat_template names the missing path in its error
+PROBE_PY = """import pathlib
+import sys
+
+wanted = 'f"the supplied chat template path {chat_template} doesn\\'t exist"'
+sys.exit(0 if any(wanted in p.read_text() for p in pathlib.Path("vllm/renderers").rglob("*.py")) else 1)
+"""
+
+
+def vpatch(root: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["-C", str(root), *args])
+    return result.exit_code, result.output
+
+
+def cells(root: Path, *refs: str) -> dict[str, dict[str, dict[str, object]]]:
+    args = [a for ref in refs for a in ("--against", ref)]
+    result = CliRunner().invoke(app, ["-C", str(root), "status", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    return {p["file"][:4]: p["results"] for p in data["patches"]}
+
+
+def moved(cell: dict[str, object]) -> list[str]:
+    evidence = cell["evidence"]
+    assert isinstance(evidence, list)
+    return [e["detail"] for e in evidence if e["kind"] == "moved"]
+
+
+def mail(subject: str, diff: bytes, trailers: str = "") -> bytes:
+    return (f"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\nFrom: Test Person "
+            f"<test@vpatch.invalid>\nDate: Tue, 1 Sep 2026 12:00:00 +0000\nSubject: {subject}\n\n"
+            f"A local change made on v0.32.0.\n\nOrigin: vendor\nLast-Update: 2026-09-01\n{trailers}---\n").encode() + diff
+
+
+def diff_on(history: Path, tmp_path: Path, ref: str, path: str, change: tuple[str, str]) -> bytes:
+    scratch = tmp_path / f"scratch-{path.replace('/', '-')}"
+    (scratch / path).parent.mkdir(parents=True)
+    git(scratch, "init", "-q")
+    text = (vgit.read_blobs(history, ref, [path])[path] or b"").decode()
+    assert text.count(change[0]) == 1, change[0]
+    (scratch / path).write_text(text)
+    git(scratch, "add", "-A")
+    git(scratch, "commit", "-q", "-m", ref)
+    (scratch / path).write_text(text.replace(change[0], change[1]))
+    return git(scratch, "diff", "--full-index").encode()
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> Path:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    # the moves are real: git pairs neither old file with where the code went
+    late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.32.0", "v0.33.0", "--"]).out.splitlines()
+    assert f"D\t{CHAT}" in late and f"A\t{TEMPLATE}" in late and f"A\t{PLANNING}" in late and f"M\t{KV}" in late
+    root = tmp_path / "project"
+    (root / "patches" / "probes").mkdir(parents=True)
+    (root / "patches" / "probes" / "template.yaml").write_text(
+        'kind: command\nrun: ["{python}", "{probe_dir}/template.py"]\ntimeout: 300\n')
+    (root / "patches" / "probes" / "template.py").write_text(PROBE_PY)
+    (root / "patches" / "0001-template-path.patch").write_bytes(mail(
+        "Name the missing chat template path", diff_on(release_history, tmp_path, "v0.32.0", CHAT, TEMPLATE_CHANGE),
+        "Probe: probes/template.yaml\n"))
+    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
+                                      "patches: patches\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    return root
+
+
+def test_a_hunk_follows_validate_chat_template_into_the_package_and_update_keeps_it_there(
+        project: Path, release_history: Path) -> None:
+    at33 = cells(project, "v0.33.0")["0001"]["v0.33.0"]
+    assert at33["state"] == "needed" and at33["applies"] == "clean", at33
+    file_move, hunk_move = moved(at33)
+    assert file_move.startswith(f"{CHAT} was deleted in ") and "each of its hunks followed its code" in file_move
+    assert hunk_move.startswith(f"{CHAT} hunk 1 (@@ -1460,7 +1460,7 @@) -> {TEMPLATE} line 24 (score 100%, the code "
+                                "moved in "), hunk_move
+    assert "(release v0.33.0)" in hunk_move
+    assert f"{CHAT} #1 moved to {TEMPLATE}" in str(at33["summary"])
+
+    code, out = vpatch(project, "update", "--to", "v0.33.0")
+    assert code == 0, out
+    assert f"moved: {CHAT} hunk 1 (@@ -1460,7 +1460,7 @@) -> {TEMPLATE}" in out
+    assert "its probe probes/template.yaml must fail on the new pin and pass with the re-targeted patch" in out
+    patch = Patch.load(project / "patches" / "0001-template-path.patch")
+    assert patch.paths == (TEMPLATE,) and CHAT.encode() not in patch.diff
+    assert TEMPLATE_CHANGE[1].encode() in patch.diff
+    message = git(project, "log", "-1", "--format=%B")
+    assert f"Re-targeted: upstream moved {CHAT} hunk 1" in message and "Probes re-validated on v0.33.0" in message
+
+    after = cells(project)["0001"]["v0.33.0"]
+    assert after["state"] == "needed" and after["applies"] == "clean" and not moved(after), after
+    assert vpatch(project, "apply")[0] == 0
+    assert TEMPLATE_CHANGE[1] in (project / ".vpatch" / "tree" / TEMPLATE).read_text()
+
+
+def test_a_hunk_follows_code_moved_out_of_a_file_that_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    old, new = (vgit.read_blobs(release_history, "v0.33.0", [KV, PLANNING])[p] or b"" for p in (KV, PLANNING))
+    assert b"def estimate_max_model_len(" not in old and KV_CHANGE[0].encode() in new
+    root = tmp_path / "kv"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "0001-max-model-len.patch").write_bytes(mail(
+        "Never search below length 1", diff_on(release_history, tmp_path, "v0.32.0", KV, KV_CHANGE)))
+    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
+                                      "patches: patches\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    at33 = cells(root, "v0.33.0")["0001"]["v0.33.0"]
+    assert at33["state"] == "needed" and at33["applies"] == "clean", at33
+    (hunk_move,) = moved(at33)
+    assert hunk_move.startswith(f"{KV} hunk 1 (@@ -1080,7 +1080,7 @@) -> {PLANNING} line 127 (score 100%"), hunk_move
+    # apply onto the release puts it where the code is
+    code, out = vpatch(root, "apply", "--ref", "v0.33.0")
+    assert code == 0, out
+    assert KV_CHANGE[1] in (root / ".vpatch" / "tree" / PLANNING).read_text()
+    assert KV_CHANGE[1] not in (root / ".vpatch" / "tree" / KV).read_text()
+    # no probe, and `git am -3` of the old patch cannot place it: the update stops rather than trust the search
+    code, out = vpatch(root, "update", "--to", "v0.33.0")
+    assert code != 0 and "has no probe to prove the result; the project is unchanged" in out, out
+    assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
