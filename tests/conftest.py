@@ -23,6 +23,12 @@ FIXTURE_MARKERS = {
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    import ciprofile
+
+    ciprofile.register(config)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
