@@ -51,6 +51,8 @@ class Profile:
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        if not self.phases:  # nothing ran (--collect-only, an error at collection)
+            return
         starts, others = self._server_starts(time.time())
         data = {
             "wall_s": round(time.time() - self.began, 1),
@@ -59,8 +61,9 @@ class Profile:
             "server_starts": starts,
             "other_server_image_containers": others,
         }
-        if config.cache is not None:
-            config.cache.set(CACHE_KEY, data)
+        cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+        if cache is not None:
+            cache.set(CACHE_KEY, data)
         tr = terminalreporter
         tr.write_sep("=", "time per test module (setup + call + teardown; top 15; scripts/ci-profile: all)")
         for row in data["modules"][:15]:

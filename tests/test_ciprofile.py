@@ -17,7 +17,7 @@ def test_seconds_per_module_and_the_server_start_line_are_printed_and_kept(tmp_p
         "import time, pytest\n\n@pytest.fixture(scope='module')\ndef server():\n    time.sleep(0.6)\n\n"
         "def test_a(server):\n    time.sleep(0.3)\n\ndef test_b(server):\n    pass\n")
     (tmp_path / "test_fast.py").write_text("def test_c():\n    pass\n")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", str(tmp_path)],
                           cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "time per test module" in done.stdout and "real vLLM server starts: " in done.stdout, done.stdout
