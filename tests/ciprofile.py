@@ -5,7 +5,8 @@ A server start is a `start` event of the shared docker daemon for a container of
 (or an image built on it: its label io.vpatch.test.key) that vpatch rendered from a serve: section (the label
 io.vpatch.serve.definition): `vpatch serve`, a deploy's candidate, a rollback starting the parked production
 again, `verify --live`. Containers of that image that only run a command (the lint's flag dump, `vllm serve
-serve`) are counted apart. A private daemon's containers (test_deploy_daemon_restart.py) are not seen.
+serve`) are counted apart. Not seen: a private daemon's containers (test_deploy_daemon_restart.py), and
+containers whose name lacks this run's token (serverimage.unique_name): another run's on the shared daemon.
 
 Under xdist the controller does all of it: the workers' reports carry each phase's duration and times.
 """
@@ -37,6 +38,7 @@ class Phase:
 @dataclass
 class Profile:
     began: float = field(default_factory=time.time)
+    token: str = ""
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     tests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     phases: list[Phase] = field(default_factory=list)
@@ -92,7 +94,9 @@ class Profile:
             event = json.loads(line)
             attributes = event.get("Actor", {}).get("Attributes", {})
             if RENDERED_LABEL not in attributes:
-                others += 1
+                others += 1  # their names are docker's own: any run's on the shared daemon
+                continue
+            if f"-{self.token}-" not in attributes.get("name", ""):
                 continue
             at = int(event["timeNano"]) / 1e9
             # Two xdist workers can run tests at that moment: both modules are named.
@@ -103,5 +107,7 @@ class Profile:
 
 
 def register(config: pytest.Config) -> None:
+    from serverimage import run_token
+
     if not hasattr(config, "workerinput"):  # an xdist worker: its controller profiles the whole run
-        config.pluginmanager.register(Profile(), "vpatch-ci-profile")
+        config.pluginmanager.register(Profile(token=run_token()), "vpatch-ci-profile")
