@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,15 +21,31 @@ FIXTURE_MARKERS = {
     "docker": ("docker",),
     "pip_index": ("network",),
     "vllm_server_image": ("vllm_server", "docker"),
+    "tiny_production_server": ("vllm_server", "docker"),
+}
+# Every test of a real vLLM server runs on one xdist worker (--dist loadgroup), the rest beside it on the other:
+# the shared production server (tiny_production, a session fixture: once per worker) then starts once per run,
+# and two servers never load at once on two cores (timings the tests wait on stay those of one server).
+FIXTURE_GROUPS = {
+    "vllm_server_image": "vllm-server",
 }
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    import ciprofile
+
+    ciprofile.register(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
             for marker in FIXTURE_MARKERS.get(fixture, ()):
                 if item.get_closest_marker(marker) is None:
                     item.add_marker(marker)
+            if fixture in FIXTURE_GROUPS and item.get_closest_marker("xdist_group") is None:
+                item.add_marker(pytest.mark.xdist_group(FIXTURE_GROUPS[fixture]))
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +63,8 @@ def hermetic_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("GIT_DIR", raising=False)
     monkeypatch.delenv("GIT_INDEX_FILE", raising=False)
+    # xdist's workers get COLUMNS=80 from their controller: the commands' tables would wrap there and nowhere else.
+    monkeypatch.delenv("COLUMNS", raising=False)
     return home
 
 
@@ -231,3 +250,20 @@ def vllm_server_image() -> str:
     from serverimage import ensure_server_image
 
     return ensure_server_image()
+
+
+@pytest.fixture(scope="session")
+def tiny_production_server(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Any]:
+    """The serve and deploy tests' production server, started once per session (worker) by `vpatch serve`."""
+    from deployhost import production_host
+
+    with production_host(tmp_path_factory, vllm_server_image) as host:
+        yield host
+
+
+@pytest.fixture
+def tiny_production(tiny_production_server: Any) -> Any:
+    """The shared production host (tests/deployhost.py `Host`), checked before the test and repaired if an
+    earlier test broke it. Use it for any test that needs a running vLLM server of the tiny model."""
+    tiny_production_server.ensure()
+    return tiny_production_server

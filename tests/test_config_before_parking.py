@@ -1,29 +1,26 @@
 """A definition that can never deploy is refused before production is touched: against a real production
-server (the vLLM 0.32.0 CPU server image, one container for the module), each bad images/tiny.yaml makes
-`vpatch deploy` exit 1 naming the key, and production is the same container (id and start time), still
-healthy, with no deploy journal written. On the GPU host each of these cost a 15-minute outage before.
+server (the vLLM 0.32.0 CPU server image: the session's `tiny_production`, shared with the serve and deploy
+tests), each bad images/tiny.yaml makes `vpatch deploy` exit 1 naming the key, and production is the same
+container (id and start time), still healthy, with no deploy journal written. On the GPU host each of these
+cost a 15-minute outage before.
 """
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from serverimage import free_port, tiny_serve, write_project
+from deployhost import Host
+from serverimage import tiny_serve, write_project
 from typer.testing import CliRunner
 
 from vpatch.cli import app
-from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.docker import Docker
-from vpatch.serve.render import render
 
 pytestmark = pytest.mark.docker
 
@@ -68,30 +65,13 @@ class Production:
         assert not (Path(self.env["VPATCH_STATE"]) / "deploy" / f"{NAME}.json").exists()  # no journal begun
 
 
-@pytest.fixture(scope="module")
-def production(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Production]:
-    root = tmp_path_factory.mktemp("before-parking")
-    (root / "checks").mkdir()
-    (root / "checks" / "q.yaml").write_text("- {ask: 'What is 17 * 23?', expect: '391'}\n")
-    env = {"VPATCH_STATE": str(tmp_path_factory.mktemp("state")), "VPATCH_CACHE": str(tmp_path_factory.mktemp("cache"))}
-    port, container = free_port(), f"vpatch-config-test-{uuid.uuid4().hex[:8]}"
-    docker = Docker.connect()
-    prod = Production(root, vllm_server_image, port, container, "", "", env)
-    prod.write(prod.serve())
-    definition = ImageDefinition.load(root, NAME)
-    assert definition.serve is not None
-    docker.run_cli(render(definition.serve, vllm_server_image, definition=NAME).argv)
-    try:
-        server, deadline = Server(f"http://127.0.0.1:{port}"), time.monotonic() + 600
-        while not server.healthy():
-            assert time.monotonic() < deadline, docker.container_logs(container, tail=30)
-            time.sleep(1)
-        info = docker.container(container)
-        assert info is not None
-        prod.id, prod.started_at = info.id, info.started_at
-        yield prod
-    finally:
-        docker.remove_container(container)
+@pytest.fixture
+def production(tiny_production: Host) -> Production:
+    """The shared production server as this module's tests see it: its container's id and start time now."""
+    info = tiny_production.docker.container(tiny_production.container)
+    assert info is not None
+    return Production(tiny_production.root, tiny_production.image, tiny_production.port, tiny_production.container,
+                      info.id, info.started_at, tiny_production.env)
 
 
 CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, str, str]] = [

@@ -18,14 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from deployhost import KV_NORMAL, NAME, Spawned, json_of
-from serverimage import free_port, tiny_serve, write_project
+from serverimage import free_port, tiny_serve, unique_name, write_project
 
 from vpatch.definition import ImageDefinition
 from vpatch.deploy.client import Server
@@ -33,6 +32,7 @@ from vpatch.deploy.journal import Journal, Phase
 from vpatch.docker import Docker
 from vpatch.serve.render import render
 
+# Its own production server, on its own private daemon (the shared one is never restarted): it cannot share.
 pytestmark = [pytest.mark.docker, pytest.mark.vllm_server]
 
 
@@ -92,7 +92,7 @@ def test_a_daemon_restart_in_the_checks_is_waited_for_and_production_restored(
     monkeypatch.setenv("DOCKER_HOST", private_daemon.host)
     env = {"DOCKER_HOST": private_daemon.host, "VPATCH_STATE": str(tmp_path / "state"), "VPATCH_CACHE": str(tmp_path / "cache")}
     monkeypatch.setenv("VPATCH_STATE", env["VPATCH_STATE"])
-    port, container = free_port(), f"vpatch-daemon-test-{uuid.uuid4().hex[:8]}"
+    port, container = free_port(), unique_name("vpatch-daemon-test")
     serve = tiny_serve(port, container, kv_cache_memory_bytes=KV_NORMAL, max_num_seqs=4)
     serve["container"]["restart"] = "unless-stopped"
     write_project(tmp_path, vllm_server_image, serve, name=NAME)

@@ -1,8 +1,8 @@
 """`vpatch deploy` against the real vLLM CPU server in docker: pass, roll back on each kind of failure, survive kills.
 
-The tests share one production server (module scope, tests/deployhost.py) and run in file order: each
-rolled-back deploy must leave that production container running and alive again, which the next test then
-relies on.
+The tests share the session's production server (`tiny_production`, tests/deployhost.py): each finds it serving
+the default yaml, with no journal and nothing parked, in any order; a test that leaves it broken costs the next
+one a restart (printed, and counted by the run's server starts).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from deployhost import (
@@ -19,7 +18,6 @@ from deployhost import (
     KV_BLOCK,
     KV_MINIMUM,
     KV_PREEMPT,
-    KV_TOO_SMALL,
     NAME,
     STALL_S,
     Host,
@@ -27,7 +25,6 @@ from deployhost import (
     health_ms,
     injecting_image,
     json_of,
-    production_host,
     stop_engine,
     wait_engine_core_pid,
 )
@@ -37,22 +34,25 @@ from vpatch.deploy.journal import Phase
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Host]:
-    """The project and its production server, started once for the module (about a minute or more)."""
-    with production_host(tmp_path_factory, vllm_server_image) as h:
-        yield h
+@pytest.fixture
+def host(tiny_production: Host) -> Host:
+    return tiny_production
 
 
 def test_candidate_that_dies_at_start_is_rolled_back(host: Host) -> None:
+    """The candidate's pool is one block short (8 blocks of 128: one max-model-len request counting the null
+    block): vLLM 0.32.0 refuses it at start, so no candidate can reach the livelock; the deploy rolls back at
+    start or health. (One test for both: each candidate that dies costs two server starts.)"""
     before = host.production()
-    host.write_yaml(kv_bytes=KV_TOO_SMALL)
+    host.write_yaml(kv_bytes=8 * KV_BLOCK, checks={"kv_pool": {"min_tokens": 1024}, "ceiling": {"max_tokens": 16}})
     code, out, err = host.deploy("--image", host.image, "--json")
     report = json.loads(out)
     assert code == 6 and report["decision"] == "rolled back", err
     failed = report["candidate"]["checks"][-1]
-    assert failed["status"] == "fail" and failed["name"] in ("started", "health")
+    assert failed["name"] == report["failed_check"], out
+    assert failed["status"] == "fail" and failed["name"] in ("started", "health"), out + err
     assert "To serve at least one request" in failed["detail"]
+    assert "the estimated maximum model length is 896" in failed["detail"], failed
     host.assert_production_restored(before)
 
 
@@ -244,26 +244,33 @@ def test_the_ceiling_check_on_a_pool_sized_at_the_startup_minimum(host: Host) ->
     assert ceiling["status"] == "pass" and "1,008 + 16 tokens, finish length" in ceiling["figure"], out
     assert "pool 9 x 128 (1,024 usable)" in ceiling["figure"]
     assert code == 0 and report["decision"] == "deployed", err
-    # Put the module's production back (the parked one): this deploy was about the pool, not a switch.
+    # Then --prune never removes the parked container --rollback would bring back; --rollback puts it back (the
+    # candidate stopped and kept); then --prune removes the candidate. (After this deploy, not a deploy of its
+    # own: each successful deploy and its rollback cost two server starts.)
+    journal = host.journal()
+    assert journal is not None and journal.phase is Phase.DEPLOYED and journal.parked_id
+    parked = journal.parked_id
+    deployed = host.production()
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 0 and "deployed" in status.stdout, status.stdout
+    pruned = host.run("deploy", NAME, "--prune", "--keep", "0")
+    assert pruned.returncode == 0 and f"kept    {journal.parked_name} (`--rollback` brings it back)" in pruned.stdout
+    assert host.docker.container(parked) is not None
+    print(f"\n$ vpatch deploy {NAME} --status\n{status.stdout}$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
     code, out, err = host.deploy("--rollback")
-    assert code == 0, err
+    assert code == 0 and "rolled back" in out, err
     now = host.production()
-    assert now["id"] == before["id"] and now["status"] == "running" and host.server.healthy()
-    for name in host.kept_candidates():
-        host.docker.remove_container(name)
-
-
-def test_a_pool_one_block_short_is_refused_at_start_by_vllm_0_32(host: Host) -> None:
-    """The one-block-short pool itself (8 blocks: one max-model-len request counting the null block): vLLM
-    0.32.0 refuses it at start, so no candidate can reach the livelock; the deploy rolls back at health."""
-    before = host.production()
-    host.write_yaml(kv_bytes=8 * KV_BLOCK, checks={"kv_pool": {"min_tokens": 1024}, "ceiling": {"max_tokens": 16}})
-    code, out, err = host.deploy("--image", host.image, "--json")
-    report = json_of(out)
-    failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
-    assert code == 6 and failed["name"] in ("started", "health"), out + err
-    assert "the estimated maximum model length is 896" in failed["detail"], failed
-    host.assert_production_restored(before)
+    assert now["id"] == parked and now["status"] == "running" and now["restart"] == "unless-stopped"
+    assert host.server.healthy()
+    kept = host.left_behind("candidate")
+    assert len(kept) == 1, kept
+    info = host.docker.container(kept[0])
+    assert info is not None and info.id == deployed["id"] and info.status == "exited" and info.restart_policy == "no"
+    pruned = host.run("deploy", NAME, "--prune", "--keep", "0")
+    assert pruned.returncode == 0 and f"removed {kept[0]}" in pruned.stdout, pruned.stdout
+    assert host.left_behind("candidate") == [] and host.docker.container(parked) is not None
+    print(f"$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
+    assert parked == before["id"]
 
 
 def test_a_failing_before_switch_hook_stops_before_production_is_touched(host: Host) -> None:
@@ -295,38 +302,10 @@ def test_passing_deploy_reports_baseline_and_candidate_side_by_side(host: Host) 
     print(out)  # the README's example report comes from here (pytest -s)
 
 
-def test_prune_keeps_what_rollback_brings_back_then_rollback_after_a_successful_deploy(host: Host) -> None:
-    """After the passing deploy above: --prune never removes the parked container --rollback would bring back;
-    --rollback puts it back (the candidate stopped and kept); then --prune removes the candidate."""
-    journal = host.journal()
-    assert journal is not None and journal.phase is Phase.DEPLOYED and journal.parked_id
-    parked = journal.parked_id
-    deployed = host.production()
-    status = host.run("deploy", NAME, "--status")
-    assert status.returncode == 0 and "deployed" in status.stdout, status.stdout
-    pruned = host.run("deploy", NAME, "--prune", "--keep", "0")
-    assert pruned.returncode == 0 and f"kept    {journal.parked_name} (`--rollback` brings it back)" in pruned.stdout
-    assert host.docker.container(parked) is not None
-    print(f"\n$ vpatch deploy {NAME} --status\n{status.stdout}$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
-    code, out, err = host.deploy("--rollback")
-    assert code == 0 and "rolled back" in out, err
-    now = host.production()
-    assert now["id"] == parked and now["status"] == "running" and now["restart"] == "unless-stopped"
-    assert host.server.healthy()
-    kept = host.left_behind("candidate")
-    assert len(kept) == 1, kept
-    info = host.docker.container(kept[0])
-    assert info is not None and info.id == deployed["id"] and info.status == "exited" and info.restart_policy == "no"
-    pruned = host.run("deploy", NAME, "--prune", "--keep", "0")
-    assert pruned.returncode == 0 and f"removed {kept[0]}" in pruned.stdout, pruned.stdout
-    assert host.left_behind("candidate") == [] and host.docker.container(parked) is not None
-    print(f"$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
-
-
 def test_rollback_with_the_parked_container_gone_leaves_the_candidate_serving_and_fails(host: Host) -> None:
     """#23: the parked container removed by hand; --rollback must not stop the only server. --status and
     --rollback need only the journal and the daemon: the question file and the serve: section are gone too.
-    Last in the module: production is the candidate afterwards."""
+    Production is the candidate afterwards, restart policy "no" (the next test's Host.ensure() sets it back)."""
     before = host.production()
     host.write_yaml()
     proc = host.spawn("--image", host.image)

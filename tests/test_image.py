@@ -23,6 +23,9 @@ from vpatch.definition import ImageDefinition, Strategy
 from vpatch.docker import Docker, DockerError, buildkit_invocation
 from vpatch.errors import ConfigError, VpatchError
 
+# One worker runs the module: its session fixtures build the base images and the series once.
+pytestmark = pytest.mark.xdist_group("image")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -14,7 +14,6 @@ import json
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REAL_CACHE
-from serverimage import free_port
+from serverimage import free_port, unique_name
 from typer.testing import CliRunner
 
 from vpatch.cli import app
@@ -32,6 +31,8 @@ from vpatch.docker import Docker
 from vpatch.retired import RETIRED_FILE, RetiredPatch, with_entries
 from vpatch.serve.render import render
 
+# Its own production server, not the shared tiny one: the shipped vllm-cpu definition serving the image this
+# module builds (update + build in the module fixture). It runs on the real-server worker (conftest.py).
 pytestmark = [pytest.mark.docker, pytest.mark.releases]
 REPO = Path(__file__).resolve().parent.parent
 NAME = "vllm-cpu"
@@ -111,8 +112,8 @@ def loop(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str, relea
     for folder in ("patches", "checks"):
         shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     (root / "images").mkdir()
-    uid = uuid.uuid4().hex[:8]
-    repository, container, port = f"vpatch-test/live-{uid}", f"vpatch-live-{uid}", free_port()
+    uid = unique_name("live")
+    repository, container, port = f"vpatch-test/{uid}", f"vpatch-{uid}", free_port()
     # The shipped definition, with this module's own repository, container name and port, on this machine's
     # server image (the shipped base.image is the tag the recipe had when it was written).
     doc = yaml.safe_load((REPO / "images" / f"{NAME}.yaml").read_text())

@@ -21,7 +21,8 @@ from conftest import REAL_CACHE
 from vpatch import git, probe_env, probe_file
 from vpatch.series import Series
 
-pytestmark = [pytest.mark.releases, pytest.mark.probe_venv]
+# One worker runs the module: its fixture runs the check on every tree once.
+pytestmark = [pytest.mark.releases, pytest.mark.probe_venv, pytest.mark.xdist_group("qsa-fp8")]
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = Path(__file__).resolve().parent / "qsa_fp8_check.py"

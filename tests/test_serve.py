@@ -1,7 +1,9 @@
 """vpatch serve against the real vLLM 0.32.0 CPU server image in docker (no fake server).
 
-One server is started from a yaml for the module; the refusals start nothing (they are checked to leave
-that server as it was), and the drift cases compare the yaml, edited, with that running server.
+The server is the session's production (`tiny_production`, tests/deployhost.py: started by `vpatch serve` from
+its yaml, shared with the deploy tests); the refusals start nothing (they are checked to leave that server as
+it was), and the drift cases compare the yaml, edited, with that running server. The server that dies at
+start and vLLM's own `serve serve` refusal run containers of their own: they are about a start that fails.
 """
 
 from __future__ import annotations
@@ -10,12 +12,12 @@ import json
 import shlex
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverimage import SERVED_NAME, free_port, tiny_serve, write_project
+from deployhost import Host
+from serverimage import SERVED_NAME, free_port, tiny_serve, unique_name, write_project
 from typer.testing import CliRunner
 
 from vpatch.cli import app
@@ -28,40 +30,23 @@ pytestmark = [pytest.mark.docker, pytest.mark.vllm_server]
 
 
 class Served:
-    def __init__(self, root: Path, image: str, port: int, name: str, cache: Path, result: Any) -> None:
-        self.root, self.image, self.port, self.name, self.cache, self.result = root, image, port, name, cache, result
+    def __init__(self, host: Host) -> None:
+        self.host, self.root, self.image, self.port, self.name = host, host.root, host.image, host.port, host.container
+        self.cache, self.result = Path(host.env["VPATCH_CACHE"]), host.serve_result
 
     def serve_section(self, **overrides: Any) -> dict[str, Any]:
-        return tiny_serve(self.port, self.name, **overrides)
+        return self.host.serve_section(**overrides)
 
     def vpatch(self, *args: str, serve: dict[str, Any] | None = None) -> Any:
         write_project(self.root, self.image, serve or self.serve_section())
         return CliRunner().invoke(app, ["-C", str(self.root), *args])
 
 
-@pytest.fixture(scope="module")
-def served(vllm_server_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """`vpatch serve tiny` from a yaml, run once for the module; the container is removed afterwards."""
-    docker = Docker.connect()
-    root = tmp_path_factory.mktemp("serve-project")
-    cache = tmp_path_factory.mktemp("serve-cache")
-    name = f"vpatch-serve-test-{uuid.uuid4().hex[:8]}"  # the daemon is shared: a name no one else uses
-    port = free_port()
-    write_project(root, vllm_server_image, tiny_serve(port, name))
-    mp = pytest.MonkeyPatch()
-    mp.setenv("VPATCH_CACHE", str(cache))  # the lint's flag cache, shared by this module's tests
-    try:
-        result = CliRunner().invoke(app, ["-C", str(root), "serve", "tiny"])
-        yield Served(root, vllm_server_image, port, name, cache, result)
-    finally:
-        mp.undo()
-        docker.remove_container(name)
-
-
-@pytest.fixture(autouse=True)
-def shared_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if "served" in request.fixturenames:
-        monkeypatch.setenv("VPATCH_CACHE", str(request.getfixturevalue("served").cache))
+@pytest.fixture
+def served(tiny_production: Host, monkeypatch: pytest.MonkeyPatch) -> Served:
+    """The shared production server, started by `vpatch serve tiny`; its output is kept as `result`."""
+    monkeypatch.setenv("VPATCH_CACHE", tiny_production.env["VPATCH_CACHE"])  # the lint's flag cache, shared
+    return Served(tiny_production)
 
 
 def get(url: str) -> tuple[int, bytes]:
@@ -79,7 +64,7 @@ def test_serve_starts_the_yaml_and_it_becomes_healthy(served: Served) -> None:
     models = json.loads(body)["data"]
     assert [m["id"] for m in models] == [SERVED_NAME] and models[0]["max_model_len"] == 1024
     logs = Docker.connect().container_logs(served.name)
-    assert "CPU KV cache size: 2,048 tokens" in logs
+    assert "CPU KV cache size: 8,192 tokens" in logs  # KV_NORMAL: 8 MiB at 1 KiB a token
 
 
 def test_print_is_exactly_what_ran(served: Served) -> None:
@@ -98,7 +83,7 @@ def test_print_is_exactly_what_ran(served: Served) -> None:
     options = argv[3:image_at]
     pairs = list(zip(options[::2], options[1::2]))
     assert ("--name", served.name) in pairs and info.name == served.name
-    assert ("--restart", "no") in pairs and info.restart_policy == "no"
+    assert ("--restart", "unless-stopped") in pairs and info.restart_policy == "unless-stopped"
     assert ("--network", "host") in pairs and info.network_mode == "host"
     assert ("--shm-size", "1g") in pairs and info.shm_size == 1024**3
     envs = [v for k, v in pairs if k == "--env"]
@@ -117,7 +102,7 @@ def test_print_is_exactly_what_ran(served: Served) -> None:
 def test_serve_repeated_after_a_serving_entrypoint_is_refused_before_anything_starts(served: Served) -> None:
     docker = Docker.connect()
     before = docker.container(served.name)
-    other = f"{served.name}-again"
+    other = unique_name("vpatch-serve-test-again")
     result = served.vpatch("serve", "tiny", serve=tiny_serve(free_port(), other, command=["serve"]))
     assert result.exit_code == 1, result.output
     assert "the image's entrypoint is already `vllm serve`" in result.output
@@ -190,7 +175,7 @@ def test_a_server_that_dies_at_start_is_stopped_not_left_restarting(served: Serv
     """The incident's lane restarted every second for hours: a start that fails ends stopped, restart policy no,
     with vLLM's own reason in the error. Here: a KV budget of 512 tokens for max_model_len 1024."""
     docker = Docker.connect()
-    name = f"{served.name}-dies"
+    name = unique_name("vpatch-serve-test-dies")
     dying = tiny_serve(free_port(), name, kv_cache_memory_bytes=512 * 1024)
     dying["container"]["restart"] = "unless-stopped"
     try:

@@ -21,7 +21,7 @@ from vpatch.docker import Docker
 from vpatch.serve import drift
 from vpatch.serve.render import for_definition
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("serve-drift")]  # one worker builds the module's image
 
 PIN = Pin("v0.29.0", "ff9cd35769848aaabb41d2b2f0caada8b431f17e")
 

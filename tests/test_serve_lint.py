@@ -20,7 +20,7 @@ from vpatch.serve import lint
 from vpatch.serve.config import ContainerOptions, ServeConfig
 from vpatch.serve.render import render
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("serve-lint")]  # one worker builds the module's images
 
 OPTIONS = ["--port", "--max-model-len", "--enforce-eager", "--no-enforce-eager", "--kv-cache-dtype", "-tp",
            "--tensor-parallel-size", "--served-model-name"]

@@ -20,7 +20,7 @@ from vpatch.errors import ProcessError, VpatchError
 from vpatch.serve import run
 from vpatch.serve.render import for_definition
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("serve-start")]  # one worker builds the module's image
 
 
 @pytest.fixture(scope="module")
