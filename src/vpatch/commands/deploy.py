@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vpatch.commands import console, echo, load_config, progress
 from vpatch.errors import ExitCode, VpatchError
+
+if TYPE_CHECKING:
+    from vpatch.serve.config import ServeConfig
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int,
@@ -22,10 +26,13 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     if where or rollback or prune:
         docker = Docker.connect()
         if where:
-            found = switch.status(definition=name, docker=docker)
+            serve = _serve_if_readable(project, name)
+            found = switch.status(definition=name, docker=docker, container=serve.container.name if serve else None,
+                                  port=serve.port if serve else None)
             for line in shown.status_lines(name, found):
                 echo(line)
-            return ExitCode.UNFINISHED if found.journal is not None and not found.journal.phase.settled else ExitCode.OK
+            unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
+            return ExitCode.UNFINISHED if unfinished else ExitCode.OK
         elif rollback:
             restored = switch.rollback(definition=name, docker=docker, progress=progress)
             echo(f"rolled back: {switch.describe(restored)}")
@@ -67,3 +74,14 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
         for line in shown.lines(result):
             echo(line)
     return result.decision.exit_code
+
+
+def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
+    """images/NAME.yaml's serve: section when it reads: --status then also finds another definition's
+    unfinished deploy on its container or port (a renamed definition's). Recovery never needs it."""
+    from vpatch.definition import ImageDefinition
+
+    try:
+        return ImageDefinition.load(load_config(project).root, name).serve
+    except VpatchError:
+        return None

@@ -47,7 +47,7 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
 
     served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
     echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
-         f"{run.health_url(definition.serve.port if definition.serve else 0)}")
+         f"{run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ''}")
     echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
          f"vLLM {served.lint.vllm_version}")
     return ExitCode.OK

@@ -112,6 +112,14 @@ class ServeConfig:
     enforce_eager: bool | None = None
 
     @property
+    def model_name(self) -> str:
+        """The name /v1/models lists: served_model_name (typed or in extra_args, its first name), else the model."""
+        if self.served_model_name:
+            return self.served_model_name.split()[0]
+        use = self.flag("--served-model-name")
+        return use.value.split()[0] if use is not None and use.value else self.model
+
+    @property
     def environment(self) -> dict[str, str]:
         return dict(self.env)
 
@@ -160,6 +168,11 @@ class ServeConfig:
         )
         _check_serve_words(doc, config, key)
         _check_flags(doc, config, key)
+        if config.container.network == "none":
+            # docker takes --network none with --publish, and the health wait then polls a port nothing reaches.
+            doc.fail(f"{key}.container.network", f"is none: the container has no network, so nothing reaches "
+                     f"{key}.port ({config.port}) and the health wait could never end",
+                     hint="use host, the default bridge (leave the key out) or a docker network of yours")
         return config
 
 
