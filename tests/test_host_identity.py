@@ -220,3 +220,105 @@ def test_x50_x55_a_definition_that_is_no_file_is_named_as_such(tmp_path: Path, s
     said = {"folder": "images/tiny.yaml is a folder", "dangling": "which does not exist",
             "loop": "which does not exist (or loops)", "long": "is not an image definition name"}[shape]
     assert said in info.value.message and "no image definition" not in info.value.message
+
+
+def deploy_section(tmp_path: Path, **deploy: object) -> str:
+    import yaml
+
+    serve = tiny_serve(18610, "audit-tiny")
+    return tiny_yaml("vpatch-test/vllm:x", serve) + yaml.safe_dump({"deploy": deploy}, sort_keys=False)
+
+
+def parsed(tmp_path: Path, text: str) -> ImageDefinition:
+    return ImageDefinition.parse(text, name="tiny", path=tmp_path / "images" / "tiny.yaml",
+                                 source="images/tiny.yaml").validate()
+
+
+@pytest.mark.parametrize(("written", "said"), [
+    ("max_num_seqs: 010", "key 'serve.max_num_seqs' is written 010, which YAML 1.1 reads as 8"),  # X03
+    ("max_num_seqs: 0x10", "is written 0x10, which YAML 1.1 reads as 16"),
+    ("max_num_seqs: 1_0", "is written 1_0, which YAML 1.1 reads as 10"),
+    ("health_timeout: 1:30", "is written 1:30, which YAML 1.1 reads as 90"),
+    ('port: "18610"', "key 'serve.port' must be a positive whole number, not '18610'"),  # S04: the quotes shown
+    ("port: 018610", "not 018610 (YAML reads it as text: a leading zero)"),  # X02
+])
+def test_typed_keys_are_read_as_written(tmp_path: Path, written: str, said: str) -> None:
+    key = written.partition(": ")[0]
+    serve = tiny_serve(18610, "audit-tiny")
+    serve[key] = 1
+    text = tiny_yaml("vpatch-test/vllm:x", serve).replace(f"  {key}: 1\n", f"  {written}\n")
+    assert written in text
+    with pytest.raises(ConfigError) as info:
+        parsed(tmp_path, text)
+    assert said in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize(("deploy", "said"), [
+    ({"checks": {"block_cost": {"prompt_tokens": 100, "max_ratio": 0.5}}},
+     "'deploy.checks.block_cost.max_ratio' is 0.5: the ratio is the blocks the request holds over"),  # X30
+    ({"checks": {"log_scan": {"patterns": []}}}, "'deploy.checks.log_scan.patterns' is an empty list"),  # D28
+    ({"checks": {"tool_call": {"extra": {"stream": False}}}}, "'deploy.checks.tool_call.extra.stream' is a field"),  # X36
+    ({"checks": {"tool_call": {"extra": {"tool_choice": "none"}}}}, "'deploy.checks.tool_call.extra.tool_choice'"),  # X37
+    ({"checks": {"parallel": {"requests": 100000, "prompt_tokens": 8}}},
+     "'deploy.checks.parallel.requests' is 100,000: the check sends them all at once, to production too"),  # X44
+    ({"request_timeout_s": 0.001}, "'deploy.request_timeout_s' is 0.001 s, under 1 s"),  # X28
+    ({"stall_s": 0.001}, "'deploy.stall_s' is 0.001 s, under 1 s"),  # X29
+    ({"start_watch_s": 30000}, "'deploy.start_watch_s' is 30000 s, over 3600 s"),  # X27
+])
+def test_a_check_that_can_never_pass_or_tests_nothing_is_refused(tmp_path: Path, deploy: dict[str, object],
+                                                                 said: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parsed(tmp_path, deploy_section(tmp_path, **deploy)).deploy  # noqa: B018 (the section loads lazily)
+    assert said in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize(("serve", "said"), [
+    ({"model": "/models/tiny-qwen3 "}, "'serve.model' has white space at its start or end"),  # X90
+    ({"tensor_parallel_size": 4, "container": {"gpus": "device=0,1"}},
+     "x pipeline_parallel_size is 4, but serve.container.gpus (device=0,1) gives 2 GPU(s)"),  # X09
+    ({"tensor_parallel_size": 4, "container": {"gpus": "2"}}, "gives 2 GPU(s)"),  # X10
+    ({"health_timeout": 10**12}, "'serve.health_timeout' is 1,000,000,000,000 s, over a week"),  # X97
+    ({"command": ["serve", "--"]}, "'serve.command[1]' is `--`: it ends vLLM's options"),  # R15
+])
+def test_serve_values_that_would_misbehave_are_refused(tmp_path: Path, serve: dict[str, object], said: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        definition(tmp_path, **serve)
+    assert said in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize(("image", "said"), [
+    ({"registry": "local_host:port"}, "'image.registry' must be host[:port]"),  # S78, B06
+    ({"tag": "t" * 200}, "(200 characters; docker takes at most 128)"),  # X17
+])
+def test_image_names_docker_would_refuse_later_are_refused_now(tmp_path: Path, image: dict[str, str], said: str) -> None:
+    import yaml
+
+    doc = yaml.safe_load(tiny_yaml("vpatch-test/vllm:x", tiny_serve(18610, "audit-tiny")))
+    doc["image"].update(image)
+    with pytest.raises(ConfigError) as info:
+        parsed(tmp_path, yaml.safe_dump(doc))
+    assert said in info.value.message, info.value.message
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["serve", "tiny", "--print", "--diff"], "--print and --diff cannot be combined"),  # F01
+    (["serve", "tiny", "--print", "--replace"], "--print and --replace cannot be combined"),  # X60
+    (["serve", "tiny", "--print", "--check"], "--print and --check cannot be combined"),  # X61
+    (["serve", "tiny", "--print", "--image", "Not Valid; rm -rf /"], "--image 'Not Valid; rm -rf /' is not an image"),  # F06
+    (["serve", "tiny", "--print", "--image", "Vpatch-Test/VLLM:x"], "is not an image reference"),  # X64
+    (["serve", "tiny", "--print", "--image", ""], "--image '' is not an image reference"),  # X63
+    (["deploy", "tiny", "--status", "--rollback"], "--status and --rollback cannot be combined"),  # F02
+    (["deploy", "tiny", "--rollback", "--prune"], "--rollback and --prune cannot be combined"),  # X53
+    (["deploy", "tiny", "--status", "--json"], "--json goes with a deploy's report only"),  # X54
+    (["deploy", "tiny", "--keep", "0"], "--keep goes with --prune only"),  # X52
+    (["deploy", "tiny", "--image", ""], "--image is empty"),  # X63b
+    (["deploy", "tiny", "--rollback", "--image", "x"], "--image goes with a deploy only"),  # F08
+])
+def test_flags_that_would_be_ignored_are_refused(tmp_path: Path, state: Path, args: list[str], said: str) -> None:
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+
+    result = CliRunner().invoke(app, ["-C", str(tmp_path), *args])
+    assert result.exit_code == 1 and said in result.output, result.output
+    assert not state.exists()  # nothing was begun

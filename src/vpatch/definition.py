@@ -207,10 +207,13 @@ class ImageDefinition:
             doc.fail("image.repository", f"is not a valid repository name: {repository!r} (e.g. ml/vllm-flash)")
         tag = doc.string(img, "image.tag")
         if not _TAG.match(tag):
-            doc.fail("image.tag", f"is not a valid tag: {tag!r}")
+            doc.fail("image.tag", f"is not a valid tag: {tag[:60]!r}{'...' if len(tag) > 60 else ''}"
+                     + (f" ({len(tag)} characters; docker takes at most 128)" if len(tag) > 128 else
+                        " (letters, digits, '_', '.', '-'; not beginning with '.' or '-')"))
         registry = doc.optional_string(img, "image.registry")
-        if registry is not None and ("/" in registry or " " in registry):
-            doc.fail("image.registry", f"must be host[:port], not {registry!r}")
+        if registry is not None and ("/" in registry or " " in registry or not _REGISTRY.match(registry)):
+            # `local_host:port` was rendered into every tag: docker refuses it only at the push.
+            doc.fail("image.registry", f"must be host[:port] (letters, digits, '-', '.', a numeric port), not {registry!r}")
 
         base_data = doc.section(top, "base", optional={"image", "digest"}) or {}
         base = Base(image=doc.optional_string(base_data, "base.image"), digest=doc.optional_string(base_data, "base.digest"))

@@ -12,9 +12,12 @@ if TYPE_CHECKING:
     from vpatch.serve.config import ServeConfig
 
 
-def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int,
+def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
         as_json: bool) -> ExitCode:
     import json
+
+    _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
+    keep = 1 if keep is None else keep
 
     from vpatch.definition import ImageDefinition
     from vpatch.deploy import report as deploy_report
@@ -85,3 +88,25 @@ def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
         return ImageDefinition.load(load_config(project).root, name).serve
     except VpatchError:
         return None
+
+
+def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
+                         as_json: bool) -> None:
+    """Options that would be ignored are refused: each ignored one did something else without a word (the
+    audit: `--keep 0` without --prune began a real deploy, `--status --rollback` only showed the status)."""
+    modes = [flag for flag, on in (("--status", where), ("--rollback", rollback), ("--prune", prune)) if on]
+    if len(modes) > 1:
+        raise VpatchError(f"{' and '.join(modes)} cannot be combined: each is a command of its own",
+                          hint=f"run `vpatch deploy {name} {modes[0]}`, then `vpatch deploy {name} {modes[1]}`")
+    if keep is not None and not prune:
+        raise VpatchError("--keep goes with --prune only; without it a real deploy would begin",
+                          hint=f"`vpatch deploy {name} --prune --keep {keep}`")
+    if image is not None and modes:
+        raise VpatchError(f"--image goes with a deploy only: {modes[0]} acts on what the journal recorded",
+                          hint=f"`vpatch deploy {name} {modes[0]}` without --image")
+    if image is not None and not image.strip():
+        raise VpatchError("--image is empty: the deploy would switch to the definition's moving tag",
+                          hint=f"name the candidate image, or leave --image out for images/{name}.yaml's moving tag")
+    if as_json and modes:
+        raise VpatchError(f"--json goes with a deploy's report only, not {modes[0]}",
+                          hint=f"`vpatch deploy {name} {modes[0]}` without --json")

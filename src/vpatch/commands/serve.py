@@ -5,14 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config, progress
-from vpatch.errors import ExitCode
+from vpatch.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
         check: bool) -> ExitCode:
-    from vpatch.definition import ImageDefinition
+    from vpatch.definition import ImageDefinition, image_reference_ok
     from vpatch.serve import render
 
+    modes = [flag for flag, on in (("--print", print_only), ("--diff", diff), ("--check", check)) if on]
+    if len(modes) > 1 or (replace and modes):
+        both = modes if len(modes) > 1 else [modes[0], "--replace"]
+        # Each ignored option did something else without a word (`--print --diff` printed, exit 0).
+        raise VpatchError(f"{' and '.join(both)} cannot be combined: each is a command of its own",
+                          hint=f"run `vpatch serve {name} {both[0]}`, then `vpatch serve {name} {both[1]}`")
+    if json_out and not diff:
+        raise VpatchError("--json goes with --diff only", hint=f"`vpatch serve {name} --diff --json`")
+    if image is not None and (check or not image_reference_ok(image)):
+        raise VpatchError(f"--image {image!r} is not an image reference (lower-case [registry/]path[:tag])"
+                          if not check else "--image goes not with --check: --check asks the running container",
+                          hint="name the image as `docker images` shows it, e.g. ml/vllm:cpu-next")
     # The whole definition, every section and the rules between them, before anything is shown or touched.
     definition = ImageDefinition.load(load_config(project).root, name).validate()
     if print_only:
