@@ -194,3 +194,49 @@ def test_x73_serve_on_a_port_another_server_answers_is_refused_before_the_start(
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _StandInVllm(BaseHTTPRequestHandler):
+    """The few answers the liveness rule reads from vLLM (/health, /v1/models, /metrics, a 1-token completion).
+    A stand-in, and said so: the real vLLM CPU server reaches /health on this machine, but its worker dies
+    (SIGILL) at the first completion, so a rollback's health wait cannot be run against it here. What is
+    under test is which containers the rollback acts on, not vLLM."""
+
+    def _answer(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._answer(json.dumps({"data": [{"id": "tiny"}]}).encode() if self.path == "/v1/models" else b"")
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(json.dumps({"usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("recorded", ["now", "before the identity fields"])
+def test_a_rollback_of_its_own_containers_still_restores_production(host: Host, stand_in: str, recorded: str) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandInVllm)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        host.port = int(server.server_address[1])
+        parked = host.start(stand_in, f"-parked-{STARTED}", "tiny", running=False)
+        host.docker.run_cli(["docker", "run", "--detach", "--name", host.base, "--label", f"{LABEL_DEFINITION}=tiny",
+                             "--label", f"io.vpatch.deploy={STARTED}", stand_in])
+        candidate = host.docker.container(host.base)
+        assert candidate is not None
+        extra = {"model": "tiny", "parked_label": "tiny", "restore_timeout_s": 30} if recorded == "now" else {}
+        host.journal(parked_id=parked.id, parked_name=parked.name, parked_restart="no", candidate_id=candidate.id,
+                     **extra)
+        code, out = host.vpatch("deploy", "tiny", "--rollback")
+        assert code == 0 and "rolled back" in out, out
+        assert host.state_of("") == (parked.id, "running")
+        assert host.state_of(f"-candidate-{STARTED}") == (candidate.id, "exited")
+    finally:
+        server.shutdown()
+        server.server_close()
