@@ -240,3 +240,14 @@ def test_a_rollback_of_its_own_containers_still_restores_production(host: Host, 
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_check_with_a_state_path_that_is_a_file_still_gives_its_verdict(host: Host, stand_in: str,
+                                                                             vllm_server_image: str) -> None:
+    """The stall memory cannot be kept: the verdict comes all the same (the stand-in answers nothing: down)."""
+    host.start(stand_in, "", "tiny")
+    write_project(host.root, vllm_server_image, tiny_serve(host.port, host.base))
+    host.state.parent.mkdir(parents=True, exist_ok=True)
+    host.state.write_text("not a folder")
+    code, out = host.vpatch("serve", "tiny", "--check")
+    assert code == 1 and f"{host.base} (running" in out and "down:" in out and "internal error" not in out, out

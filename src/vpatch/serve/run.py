@@ -113,8 +113,12 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Ch
     why = health.down(docker, info.id)
     if why is not None:
         return Checked(name, info.status, info.health, alive.Verdict("down", why, 0.0))
-    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state: str | None = str(state_dir / f"{definition.name}-alive.json")
+    except OSError:
+        state = None  # a read-only or broken state folder loses the stall memory between checks, not the verdict
     verdict = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
                           timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
-                          state=str(state_dir / f"{definition.name}-alive.json"))
+                          state=state)
     return Checked(name, info.status, info.health, verdict)
