@@ -69,7 +69,9 @@ def test_x73_a_port_something_answers_on_is_refused_before_the_start(other_serve
 
 def definition(tmp_path: Path, **overrides: object) -> ImageDefinition:
     container = overrides.pop("container", None)
-    serve = tiny_serve(18610, "audit-tiny", **overrides)
+    port = overrides.pop("port", 18610)
+    assert isinstance(port, int)
+    serve = tiny_serve(port, "audit-tiny", **overrides)
     if isinstance(container, dict):
         serve["container"] = {**serve["container"], **container}
     return ImageDefinition.parse(tiny_yaml("vpatch-test/vllm:x", serve), name="tiny",
@@ -322,3 +324,18 @@ def test_flags_that_would_be_ignored_are_refused(tmp_path: Path, state: Path, ar
     result = CliRunner().invoke(app, ["-C", str(tmp_path), *args])
     assert result.exit_code == 1 and said in result.output, result.output
     assert not state.exists()  # nothing was begun
+
+
+def test_x73_the_containers_own_health_check_asks_for_the_served_model(tmp_path: Path, other_server: int) -> None:
+    """The health command docker runs, run here as it is rendered: another server on the port is down."""
+    import shlex
+
+    from vpatch.serve.render import health_check
+
+    serve = definition(tmp_path, port=other_server).serve
+    assert serve is not None
+    words = shlex.split(health_check(serve).command)
+    assert words[-2:] == ["--model", "tiny"]
+    ran = subprocess.run([sys.executable, *words[1:-4], "--state", str(tmp_path / "s.json"), *words[-2:]],
+                         capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 1 and ran.stdout.startswith("down: ") and "'someone-else'" in ran.stdout, ran.stdout

@@ -30,7 +30,7 @@ STALL_S = 30
 HEALTH_STATE = "/tmp/vpatch-alive.json"
 
 
-def health_command(port: int, host: str | None = None) -> str:
+def health_command(port: int, host: str | None = None, model: str | None = None) -> str:
     """The shell line docker runs as the health check: the liveness rule's own source, given to python3 -c.
 
     The source travels compressed and base64-encoded on one line, so that `serve --print` (and `docker
@@ -40,7 +40,8 @@ def health_command(port: int, host: str | None = None) -> str:
     source = Path(alive.__file__).read_text(encoding="utf-8")
     blob = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
     return shlex.join(["python3", "-c", f'{_UNPACK}"{blob}")))', alive.base_url(port, host), "--timeout",
-                       str(PROBE_TIMEOUT_S), "--stall-s", str(STALL_S), "--state", HEALTH_STATE])
+                       str(PROBE_TIMEOUT_S), "--stall-s", str(STALL_S), "--state", HEALTH_STATE,
+                       *(["--model", model] if model else [])])
 
 
 _UNPACK = "import base64,zlib;exec(zlib.decompress(base64.b64decode("
@@ -64,7 +65,8 @@ class HealthCheck:
 
 def health_check(serve: ServeConfig) -> HealthCheck:
     # The start period is the time the server may take to load; failures before its first success do not count.
-    return HealthCheck(health_command(serve.port, serve.host), HEALTH_INTERVAL_S, PROBE_TIMEOUT_S + 15,
+    # The served model too: on a host-network port another server could answer /health for this one.
+    return HealthCheck(health_command(serve.port, serve.host, serve.model_name), HEALTH_INTERVAL_S, PROBE_TIMEOUT_S + 15,
                        HEALTH_RETRIES, int(serve.health_timeout))
 
 
