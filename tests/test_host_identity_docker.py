@@ -251,3 +251,17 @@ def test_serve_check_with_a_state_path_that_is_a_file_still_gives_its_verdict(ho
     host.state.write_text("not a folder")
     code, out = host.vpatch("serve", "tiny", "--check")
     assert code == 1 and f"{host.base} (running" in out and "down:" in out and "internal error" not in out, out
+
+
+def test_serve_refuses_while_a_deploy_is_unfinished_on_its_container(host: Host, vllm_server_image: str) -> None:
+    """A deploy killed half-way (no lock held any more): a server started now would stand where the rollback
+    acts. Both the definition's own unfinished deploy and a renamed definition's are named."""
+    write_project(host.root, vllm_server_image, tiny_serve(host.port, host.base))
+    write_project(host.root, vllm_server_image, tiny_serve(host.port, host.base), name="tiny2")
+    host.journal()
+    for name in ("tiny", "tiny2"):
+        code, out = host.vpatch("serve", name, "--replace")
+        assert code == 1 and f"a deploy of tiny is unfinished (phase checking, started {STARTED})" in out, out
+        assert host.state_of("") is None
+    code, out = host.vpatch("deploy", "tiny2", "--rollback")
+    assert code == 1 and "an unfinished deploy of tiny (checking) holds" in out and "deploy tiny --rollback" in out, out

@@ -37,6 +37,14 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
             unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
             return ExitCode.UNFINISHED if unfinished else ExitCode.OK
         elif rollback:
+            from vpatch.deploy.journal import Journal
+
+            serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
+            for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
+                # A renamed definition (tiny.yaml -> tiny2.yaml): its deploy is recorded under the old name.
+                raise VpatchError(f"no deploy of {name} is recorded on this host, but an unfinished deploy of "
+                                  f"{other.definition} ({other.phase.value}) holds {other.container} (port {other.port})",
+                                  hint=f"`vpatch deploy {other.definition} --rollback` restores production")
             restored = switch.rollback(definition=name, docker=docker, progress=progress)
             echo(f"rolled back: {switch.describe(restored)}")
         else:

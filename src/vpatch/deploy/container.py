@@ -244,8 +244,8 @@ def _nothing_to_restore(docker: Docker, journal: Journal, candidate: ContainerIn
     journal.advance(journal.phase, note=f"rollback refused: {missing}")
     raise NothingRestored(
         f"nothing restored: {missing}; {left}",
-        hint=f"`vpatch serve {journal.definition}` starts production from the yaml; once production is sound, "
-        f"remove the journal {journal.path}")
+        hint=f"nothing is left to roll back: remove the journal {journal.path}, then `vpatch serve "
+        f"{journal.definition} --replace` starts production from the yaml (serve refuses while the journal is unfinished)")
 
 
 def _retire_candidate(docker: Docker, journal: Journal, candidate: ContainerInfo | None,
