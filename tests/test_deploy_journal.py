@@ -14,7 +14,7 @@ def test_journal_round_trips_each_phase_and_lives_in_the_state_folder(tmp_path: 
     monkeypatch.setenv("VPATCH_STATE", str(tmp_path / "state"))
     journal = Journal("flash-next", "vllm-flash-next", "ml/vllm-flash:new", Phase.BASELINE, "20260924-201500").save()
     assert journal.path == tmp_path / "state" / "deploy" / "flash-next.json"
-    parked = journal.advance(Phase.PARKING, parked_id="abc123", parked_name="vllm-flash-next-parked-20260924-201500",
+    parked = journal.advance(Phase.PARKING, parked_id="abc123abc123", parked_name="vllm-flash-next-parked-20260924-201500",
                              parked_restart="unless-stopped")
     assert Journal.load("flash-next") == parked and not parked.phase.settled
     assert Journal.load("flash-next").phase is Phase.PARKING  # type: ignore[union-attr]
@@ -39,8 +39,8 @@ def test_a_broken_journal_is_refused_with_a_hint(tmp_path: Path, monkeypatch: py
 
 
 GOOD = {"definition": "x", "container": "vllm-x", "image": "ml/x:new", "phase": "deployed", "started": "20260924-201500",
-        "parked_id": "abc123", "parked_name": "vllm-x-parked-20260924-201500", "parked_restart": "unless-stopped",
-        "candidate_started": True, "candidate_id": "def456", "candidate_kept_as": None, "note": ""}
+        "parked_id": "abc123abc123", "parked_name": "vllm-x-parked-20260924-201500", "parked_restart": "unless-stopped",
+        "candidate_started": True, "candidate_id": "def456def456", "candidate_kept_as": None, "note": ""}
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -76,7 +76,7 @@ def test_a_complete_journal_loads_and_a_missing_field_is_named(tmp_path: Path, m
     path = tmp_path / "deploy" / "x.json"
     path.write_text(json.dumps(GOOD))
     loaded = Journal.load("x")
-    assert loaded is not None and loaded.phase is Phase.DEPLOYED and loaded.parked_id == "abc123"
+    assert loaded is not None and loaded.phase is Phase.DEPLOYED and loaded.parked_id == "abc123abc123"
     assert loaded.path == path  # saved again, it is written under its own name
     path.write_text(json.dumps({k: v for k, v in GOOD.items() if k != "image"}))
     with pytest.raises(JournalError, match="field 'image' is missing"):

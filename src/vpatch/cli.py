@@ -270,7 +270,7 @@ def deploy(
         "--status", help="Say where the last deploy stands: journal phase and containers; exit 8 while unfinished.")] = False,
     prune: Annotated[bool, typer.Option(
         "--prune", help="Remove old parked and candidate containers (never the one --rollback brings back).")] = False,
-    keep: Annotated[int, typer.Option("--keep", min=0, help="With --prune: keep the N newest of each kind.")] = 1,
+    keep: Annotated[int | None, typer.Option("--keep", min=0, help="With --prune: keep the N newest of each kind (1).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""

@@ -10,6 +10,7 @@ cross-section rules included (consistency.py), that serve and deploy run before 
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from vpatch.serve.config import ServeConfig
 
 IMAGES_DIR = "images"
+MAX_NAME = 100  # a file name (NAME.yaml, NAME.json, NAME-alive.json) must stay under the 255 bytes filesystems allow
 OFFICIAL_REPOSITORY = "vllm/vllm-openai"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -36,7 +38,19 @@ _RELEASE = re.compile(r"^v\d+\.\d+\.\d+(?:[.-]?[a-z0-9.]+)?$")
 
 def definition_name_ok(name: str) -> bool:
     """Whether `name` can name images/<name>.yaml (and the files named after it, such as its deploy journal)."""
-    return bool(_NAME.match(name))
+    return bool(_NAME.match(name)) and len(name) <= MAX_NAME
+
+
+def _not_a_file(path: Path) -> str:
+    """What stands at `path` instead of a file ("" for a file or nothing): a folder, a broken link."""
+    try:
+        if path.is_dir():
+            return "is a folder, not a file"
+        if path.is_symlink() and not path.exists():
+            return f"is a symbolic link to {os.readlink(path)!r}, which does not exist (or loops)"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    return ""
 
 
 def image_reference_ok(ref: str) -> bool:
@@ -157,9 +171,17 @@ class ImageDefinition:
 
     @classmethod
     def load(cls, root: Path, name: str) -> ImageDefinition:
+        if not definition_name_ok(name):
+            raise ConfigError(f"{name[:60]!r}{'...' if len(name) > 60 else ''} is not an image definition name "
+                              f"(lower-case letters, digits, '.', '_', '-', at most {MAX_NAME} characters)",
+                              hint=f"name one of {IMAGES_DIR}/*.yaml without the .yaml")
         path = root / IMAGES_DIR / f"{name}.yaml"
+        what = _not_a_file(path)
+        if what:
+            raise ConfigError(f"{IMAGES_DIR}/{name}.yaml {what}",
+                              hint=f"make {IMAGES_DIR}/{name}.yaml the definition's YAML file")
         if not path.is_file():
-            known = sorted(p.stem for p in (root / IMAGES_DIR).glob("*.yaml"))
+            known = sorted(p.stem for p in (root / IMAGES_DIR).glob("*.yaml") if p.is_file())
             raise ConfigError(
                 f"no image definition {name!r} ({IMAGES_DIR}/{name}.yaml)",
                 hint=f"known images: {', '.join(known)}" if known else f"create {IMAGES_DIR}/{name}.yaml",
@@ -185,10 +207,13 @@ class ImageDefinition:
             doc.fail("image.repository", f"is not a valid repository name: {repository!r} (e.g. ml/vllm-flash)")
         tag = doc.string(img, "image.tag")
         if not _TAG.match(tag):
-            doc.fail("image.tag", f"is not a valid tag: {tag!r}")
+            doc.fail("image.tag", f"is not a valid tag: {tag[:60]!r}{'...' if len(tag) > 60 else ''}"
+                     + (f" ({len(tag)} characters; docker takes at most 128)" if len(tag) > 128 else
+                        " (letters, digits, '_', '.', '-'; not beginning with '.' or '-')"))
         registry = doc.optional_string(img, "image.registry")
-        if registry is not None and ("/" in registry or " " in registry):
-            doc.fail("image.registry", f"must be host[:port], not {registry!r}")
+        if registry is not None and ("/" in registry or " " in registry or not _REGISTRY.match(registry)):
+            # `local_host:port` was rendered into every tag: docker refuses it only at the push.
+            doc.fail("image.registry", f"must be host[:port] (letters, digits, '-', '.', a numeric port), not {registry!r}")
 
         base_data = doc.section(top, "base", optional={"image", "digest"}) or {}
         base = Base(image=doc.optional_string(base_data, "base.image"), digest=doc.optional_string(base_data, "base.digest"))

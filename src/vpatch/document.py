@@ -4,6 +4,7 @@ names the file and the key path; text keys take scalars as written; a present bu
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -121,7 +122,8 @@ class Document:
         name = key.rsplit(".", 1)[-1]
         value = data.get(name, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            self.fail(key, f"must be a finite positive number, not {_shown(value, _raw(data, name, value))}")
+            self.fail(key, f"must be a finite positive number, not {_written(data, name, value)}")
+        self._as_written(data, name, key, value, _DECIMAL)
         return float(value)
 
     def count(self, data: dict[str, Any], key: str, default: int | None = None, *, zero: bool = False) -> int:
@@ -129,14 +131,42 @@ class Document:
         value = data.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if zero else 1):
             what = "non-negative" if zero else "positive"
-            self.fail(key, f"must be a {what} whole number, not {_shown(value, _raw(data, name, value))}")
+            self.fail(key, f"must be a {what} whole number, not {_written(data, name, value)}")
+        self._as_written(data, name, key, value, _WHOLE)
         return value
+
+    def _as_written(self, data: Any, name: str, key: str, value: Any, form: re.Pattern[str]) -> None:
+        """A number must be written as a plain decimal: YAML 1.1 reads `010` as 8 (octal), `0x10` as 16,
+        `1_000` as 1000 and `1:30` as 90, where YAML 1.2 and every reader of the file see something else."""
+        from vpatch.yamlload import source_text
+
+        raw = source_text(data, name)
+        if raw is not None and not form.match(raw):
+            self.fail(key, f"is written {raw}, which YAML 1.1 reads as {value!r} (a leading zero is octal, 0x hex, "
+                      "_ and : group digits) and YAML 1.2 otherwise", hint=f"write the number plainly: {name}: {value}")
 
     def flag(self, data: dict[str, Any], key: str) -> bool:
         value = data.get(key.rsplit(".", 1)[-1])
         if not isinstance(value, bool):
             self.fail(key, f"must be true or false, not {_shown(value)}")
         return value
+
+
+_WHOLE = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$")
+_DECIMAL = re.compile(r"^[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$")
+
+
+def _written(container: Any, index: Any, value: Any) -> str:
+    """A refused value as the file has it: a quoted "18610" keeps its quotes (it is text), a plain 018610
+    says that YAML read it as text."""
+    from vpatch.yamlload import source_text
+
+    raw = source_text(container, index)
+    if raw is None:
+        return _shown(value)  # quoted: repr() shows the quotes that make it a string
+    if isinstance(value, str):
+        return f"{raw} (YAML reads it as text{': a leading zero' if raw[:1] == '0' else ''})"
+    return _shown(value, raw)
 
 
 def _raw(container: Any, index: Any, value: Any) -> str:

@@ -23,7 +23,23 @@ class Record(Protocol):
 
 def save(path: Path, record: Record) -> None:
     """Write `record` to `path` (fsynced: a journal is only worth its name once it is on the disk)."""
-    atomic_write(path, (json.dumps(record.to_dict(), indent=2) + "\n").encode())
+    try:
+        atomic_write(path, (json.dumps(record.to_dict(), indent=2) + "\n").encode())
+    except OSError as exc:
+        # Read-only, full, a file where the folder should be: the old record (if any) stays as it was.
+        raise JournalError(f"cannot write {path}: {exc.strerror or exc}",
+                           hint=f"{path.parent} must be a writable folder with free space; $VPATCH_STATE moves "
+                           "vpatch's state folder elsewhere") from None
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once: with two, json would keep the last one without a word."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} is given twice")
+        out[key] = value
+    return out
 
 
 def load(path: Path, parse: Callable[[dict[str, Any]], R], *, what: str, hint: str) -> R | None:
@@ -38,7 +54,7 @@ def load(path: Path, parse: Callable[[dict[str, Any]], R], *, what: str, hint: s
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8
         raise JournalError(f"{what} {path} is unreadable: {exc}", hint=hint) from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_unique)
         if not isinstance(data, dict):
             raise TypeError(f"it must be a JSON object, not {type(data).__name__}")
         return parse(data)

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vpatch.commands import console, echo, load_config, progress
 from vpatch.errors import ExitCode, VpatchError
 
+if TYPE_CHECKING:
+    from vpatch.serve.config import ServeConfig
 
-def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int,
+
+def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
         as_json: bool) -> ExitCode:
     import json
+
+    _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
+    keep = 1 if keep is None else keep
 
     from vpatch.definition import ImageDefinition
     from vpatch.deploy import report as deploy_report
@@ -22,11 +29,22 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     if where or rollback or prune:
         docker = Docker.connect()
         if where:
-            found = switch.status(definition=name, docker=docker)
+            serve = _serve_if_readable(project, name)
+            found = switch.status(definition=name, docker=docker, container=serve.container.name if serve else None,
+                                  port=serve.port if serve else None)
             for line in shown.status_lines(name, found):
                 echo(line)
-            return ExitCode.UNFINISHED if found.journal is not None and not found.journal.phase.settled else ExitCode.OK
+            unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
+            return ExitCode.UNFINISHED if unfinished else ExitCode.OK
         elif rollback:
+            from vpatch.deploy.journal import Journal
+
+            serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
+            for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
+                # A renamed definition (tiny.yaml -> tiny2.yaml): its deploy is recorded under the old name.
+                raise VpatchError(f"no deploy of {name} is recorded on this host, but an unfinished deploy of "
+                                  f"{other.definition} ({other.phase.value}) holds {other.container} (port {other.port})",
+                                  hint=f"`vpatch deploy {other.definition} --rollback` restores production")
             restored = switch.rollback(definition=name, docker=docker, progress=progress)
             echo(f"rolled back: {switch.describe(restored)}")
         else:
@@ -67,3 +85,36 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
         for line in shown.lines(result):
             echo(line)
     return result.decision.exit_code
+
+
+def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
+    """images/NAME.yaml's serve: section when it reads: --status then also finds another definition's
+    unfinished deploy on its container or port (a renamed definition's). Recovery never needs it."""
+    from vpatch.definition import ImageDefinition
+
+    try:
+        return ImageDefinition.load(load_config(project).root, name).serve
+    except VpatchError:
+        return None
+
+
+def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
+                         as_json: bool) -> None:
+    """Options that would be ignored are refused: each ignored one did something else without a word (the
+    audit: `--keep 0` without --prune began a real deploy, `--status --rollback` only showed the status)."""
+    modes = [flag for flag, on in (("--status", where), ("--rollback", rollback), ("--prune", prune)) if on]
+    if len(modes) > 1:
+        raise VpatchError(f"{' and '.join(modes)} cannot be combined: each is a command of its own",
+                          hint=f"run `vpatch deploy {name} {modes[0]}`, then `vpatch deploy {name} {modes[1]}`")
+    if keep is not None and not prune:
+        raise VpatchError("--keep goes with --prune only; without it a real deploy would begin",
+                          hint=f"`vpatch deploy {name} --prune --keep {keep}`")
+    if image is not None and modes:
+        raise VpatchError(f"--image goes with a deploy only: {modes[0]} acts on what the journal recorded",
+                          hint=f"`vpatch deploy {name} {modes[0]}` without --image")
+    if image is not None and not image.strip():
+        raise VpatchError("--image is empty: the deploy would switch to the definition's moving tag",
+                          hint=f"name the candidate image, or leave --image out for images/{name}.yaml's moving tag")
+    if as_json and modes:
+        raise VpatchError(f"--json goes with a deploy's report only, not {modes[0]}",
+                          hint=f"`vpatch deploy {name} {modes[0]}` without --json")

@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vpatch.commands import echo, load_config, progress
-from vpatch.errors import ExitCode
+from vpatch.errors import ExitCode, VpatchError
+
+if TYPE_CHECKING:
+    from vpatch.serve.config import ServeConfig
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
         check: bool) -> ExitCode:
-    from vpatch.definition import ImageDefinition
+    from vpatch.definition import ImageDefinition, image_reference_ok
     from vpatch.serve import render
 
+    modes = [flag for flag, on in (("--print", print_only), ("--diff", diff), ("--check", check)) if on]
+    if len(modes) > 1 or (replace and modes):
+        both = modes if len(modes) > 1 else [modes[0], "--replace"]
+        # Each ignored option did something else without a word (`--print --diff` printed, exit 0).
+        raise VpatchError(f"{' and '.join(both)} cannot be combined: each is a command of its own",
+                          hint=f"run `vpatch serve {name} {both[0]}`, then `vpatch serve {name} {both[1]}`")
+    if json_out and not diff:
+        raise VpatchError("--json goes with --diff only", hint=f"`vpatch serve {name} --diff --json`")
+    if image is not None and (check or not image_reference_ok(image)):
+        raise VpatchError(f"--image {image!r} is not an image reference (lower-case [registry/]path[:tag])"
+                          if not check else "--image goes not with --check: --check asks the running container",
+                          hint="name the image as `docker images` shows it, e.g. ml/vllm:cpu-next")
     # The whole definition, every section and the rules between them, before anything is shown or touched.
     definition = ImageDefinition.load(load_config(project).root, name).validate()
     if print_only:
@@ -45,9 +61,29 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
         return ExitCode.DRIFT if result.drifts else ExitCode.OK
     from vpatch.serve import run
 
+    _refuse_unfinished_deploys(definition.name, definition.serve)
     served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
     echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
-         f"{run.health_url(definition.serve.port if definition.serve else 0)}")
+         f"{run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ''}")
     echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
          f"vLLM {served.lint.vllm_version}")
     return ExitCode.OK
+
+
+def _refuse_unfinished_deploys(name: str, serve: ServeConfig | None) -> None:
+    """A deploy left unfinished (killed, or its rollback failed) on this container or port: starting a server
+    there would put a container the journal does not know where its rollback acts. Its own lock refuses a
+    running deploy; this refuses one that ended half-way."""
+    from vpatch.deploy.journal import Journal
+    from vpatch.deploy.switch import holders
+
+    if serve is None:
+        return
+    own = Journal.load(name)
+    found = ([own] if own is not None and not own.phase.settled else []) + holders(name, serve.container.name, serve.port)
+    for journal in found:
+        raise VpatchError(f"a deploy of {journal.definition} is unfinished (phase {journal.phase.value}, started "
+                          f"{journal.started}) on {journal.container} (port {journal.port}): a server started now "
+                          "would stand where its rollback acts",
+                          hint=f"`vpatch deploy {journal.definition} --status` shows where it stands; `vpatch deploy "
+                          f"{journal.definition} --rollback` restores production")

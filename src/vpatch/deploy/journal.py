@@ -9,8 +9,9 @@ daemon, not a checkout, so a second checkout or a fresh clone finds it; and it i
 from __future__ import annotations
 
 import math
-import os
+import re
 from dataclasses import MISSING, asdict, dataclass, fields, replace
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
@@ -54,17 +55,40 @@ class Journal:
     # What a rollback needs besides the daemon, so it never depends on images/<name>.yaml still parsing.
     port: int | None = None  # where production answers (serve.port)
     health_timeout_s: float | None = None  # how long a restored production container may take to be alive
+    # Added later (an older journal lacks them; each has a default that keeps its old meaning).
+    host: str | None = None  # serve.host: where production listens (the health wait asks there)
+    model: str | None = None  # the name /v1/models must list: an answer from another server is no answer
+    restore_timeout_s: float | None = None  # the larger of serve.health_timeout and deploy.health_timeout_s
+    parked_label: str | None = None  # the definition label production carried when it was parked ("" none)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port or 8000}"
+        from vpatch.serve.alive import base_url
+
+        return base_url(self.port or 8000, self.host)
+
+    @property
+    def restore_wait_s(self) -> float:
+        """How long a restored production container may take to be alive: the longer of what its definition
+        gives a start and what the deploy gave the candidate (a candidate given 5 s must not cut production's
+        load short), 900 s for a journal that records neither."""
+        recorded = [t for t in (self.restore_timeout_s, self.health_timeout_s) if t is not None]
+        return max(recorded) if recorded else 900.0
 
     @staticmethod
     def folder() -> Path:
-        if os.environ.get("VPATCH_STATE"):
-            return Path(os.environ["VPATCH_STATE"]) / "deploy"
-        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-        return base / "vpatch" / "deploy"
+        from vpatch.lock import state_dir
+
+        return state_dir() / "deploy"
+
+    @classmethod
+    def all(cls) -> list[Journal]:
+        """Every deploy journal on this host (any definition): what holds a container name or a port."""
+        try:
+            paths = sorted(cls.folder().glob("*.json"))
+        except OSError:
+            return []
+        return [j for p in paths if definition_name_ok(p.stem) and (j := cls.load(p.stem)) is not None]
 
     @classmethod
     def path_for(cls, definition: str) -> Path:
@@ -134,7 +158,7 @@ class Journal:
             elif not isinstance(value, str) or (not value and name != "note"):
                 _refuse(source, name, f"must be a non-empty string, not {value!r}")
             values[name] = value
-        return cls(**values)
+        return validate(cls(**values), source)
 
     def save(self) -> Journal:
         records.save(self.path, self)
@@ -143,6 +167,54 @@ class Journal:
     def advance(self, phase: Phase, **changes: str | bool | int | float | None) -> Journal:
         """The journal moved to `phase` (with `changes`), written to disk before the step it announces."""
         return replace(self, phase=phase, **changes).save()  # type: ignore[arg-type]
+
+
+_STARTED = re.compile(r"^\d{8}-\d{6}$")
+_ID = re.compile(r"^[0-9a-f]{12,64}$")
+_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]+$")
+_RESTART = re.compile(r"^(no|always|unless-stopped|on-failure(:\d+)?)$")
+MAX_WAIT_S = 7 * 24 * 3600.0  # no server takes a week to load: a larger wait is a typo (1e300 was accepted)
+
+
+def validate(journal: Journal, source: str = "the deploy journal") -> Journal:
+    """The journal as a whole, before anything acts on it: each value of its kind (a real time, container
+    ids and names docker could have given, a restart policy docker takes, waits a server could need) and
+    roles that cannot coincide (the parked production is never the candidate). A hand-edited journal that
+    fails is refused, never acted on (seen: parked_id == candidate_id made --rollback stop the only server)."""
+    if not definition_name_ok(journal.definition):
+        _refuse(source, "definition", f"is not an image definition name: {journal.definition!r}")
+    if not _STARTED.match(journal.started):
+        _refuse(source, "started", f"must be a time as YYYYmmdd-HHMMSS (as vpatch writes it), not {journal.started!r}")
+    try:
+        datetime.strptime(journal.started, "%Y%m%d-%H%M%S")
+    except ValueError:
+        _refuse(source, "started", f"is no real time: {journal.started!r}")
+    for name in ("container", "parked_name", "candidate_kept_as"):
+        value = getattr(journal, name)
+        if value is not None and not _NAME.match(value):
+            _refuse(source, name, f"is not a container name docker accepts: {value!r}")
+    for name in ("parked_id", "candidate_id"):
+        value = getattr(journal, name)
+        if value is not None and not _ID.match(value):
+            _refuse(source, name, f"must be a container id (12 to 64 hex digits, as docker gives it), not {value!r}")
+    if journal.parked_id and journal.candidate_id and (journal.parked_id.startswith(journal.candidate_id)
+                                                       or journal.candidate_id.startswith(journal.parked_id)):
+        _refuse(source, "candidate_id", f"names the parked production container ({journal.parked_id[:12]}): the "
+                "candidate and the parked production are two containers")
+    if journal.parked_restart is not None and not _RESTART.match(journal.parked_restart):
+        _refuse(source, "parked_restart", "must be a restart policy docker takes (no, always, unless-stopped, "
+                f"on-failure[:N]), not {journal.parked_restart!r}")
+    for name in ("health_timeout_s", "restore_timeout_s"):
+        value = getattr(journal, name)
+        if value is not None and value > MAX_WAIT_S:
+            _refuse(source, name, f"is {value:g} s, more than a week ({MAX_WAIT_S:.0f} s): no server takes that "
+                    "long to load")
+    if any(c.isspace() for c in journal.image) or any(c.isspace() for c in journal.model or ""):
+        _refuse(source, "image" if any(c.isspace() for c in journal.image) else "model",
+                "holds white space, which no image reference or served model name does")
+    if journal.phase in (Phase.PARKING,) and journal.parked_id is None:
+        _refuse(source, "parked_id", "is missing while the phase is parking (the id is written before the park)")
+    return journal
 
 
 def _refuse(source: str, field: str, message: str) -> NoReturn:

@@ -216,7 +216,8 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     progress(f"start: {image} as {container} on port {port} (removed afterwards)")
     cid = start(docker, command)
     try:
-        took = wait_alive(docker, cid, health_url(port), timeout=serve.health_timeout, progress=progress)
+        took = wait_alive(docker, cid, health_url(port, serve.host), timeout=serve.health_timeout, progress=progress,
+                          model=serve.model_name)
         progress(f"healthy after {took:.0f}s")
         server = Server(f"http://127.0.0.1:{port}", timeout=600)
         return LiveReport(live, tuple(run(live, server, progress, fail_fast=False)))

@@ -24,7 +24,11 @@ class Pruned:
 
 def prune(docker: Docker, definition: str, *, keep: int) -> Pruned:
     """Remove all but the `keep` newest parked and the `keep` newest candidate containers of `definition`."""
-    with held(definition):
+    first = Journal.load(definition)
+    if first is None:
+        raise VpatchError(f"no deploy of {definition} is recorded on this host; nothing to prune",
+                          hint="prune removes what deploys left behind, named after the journal's production container")
+    with held(first.container, first.port, f"vpatch deploy {definition} --prune"):
         return _prune(docker, definition, keep=keep)
 
 

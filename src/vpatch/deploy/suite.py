@@ -138,11 +138,17 @@ class Suite:
         patterns = log.get("patterns", list(DEFAULT_LOG_PATTERNS))
         if not isinstance(patterns, list) or not all(isinstance(p, str) and p.strip() for p in patterns):
             doc.fail("deploy.checks.log_scan.patterns", f"must be a list of non-empty strings, not {patterns!r}")
+        if not patterns:
+            doc.fail("deploy.checks.log_scan.patterns", "is an empty list: the log scan would find nothing in any log",
+                     hint=f"leave the key out for the defaults ({', '.join(DEFAULT_LOG_PATTERNS)}), or name patterns")
         return cls(
-            start_watch_s=_number(doc, top, "deploy.start_watch_s", 20.0),
-            health_timeout_s=_number(doc, top, "deploy.health_timeout_s", 900.0),
-            request_timeout_s=_number(doc, top, "deploy.request_timeout_s", 600.0),
-            stall_s=_number(doc, top, "deploy.stall_s", 30.0),
+            start_watch_s=_seconds(doc, top, "deploy.start_watch_s", 20.0, 1.0, 3600.0,
+                               "a crash loop shows in seconds; 30000 reads like milliseconds"),
+            health_timeout_s=_seconds(doc, top, "deploy.health_timeout_s", 900.0, 1.0, _WEEK, "no server loads for a week"),
+            request_timeout_s=_seconds(doc, top, "deploy.request_timeout_s", 600.0, 1.0, _WEEK,
+                                       "no check request is answered in under a second of a loaded server"),
+            stall_s=_seconds(doc, top, "deploy.stall_s", 30.0, 1.0, _WEEK,
+                             "under a second every request still waiting for its next token counts as a stall"),
             kv_pool=_kv_pool(doc, checks.get("kv_pool")),
             block_cost=_block_cost(doc, checks.get("block_cost")),
             needles=_needles(doc, checks.get("needles")),
@@ -157,6 +163,21 @@ class Suite:
 
 def _number(doc: Document, data: dict[str, Any], key: str, default: float | None = None) -> float:
     return doc.number(data, key, default)  # finite: .nan would pass every comparison's check
+
+
+_WEEK = 7 * 24 * 3600.0
+_MAX_PARALLEL = 1024  # requests sent at once, by the baseline to production too
+# Request fields the tool-call check sets itself and reads back: `extra` overriding one tests something else.
+_TOOL_CALL_OWN = ("stream", "stream_options", "tools", "tool_choice", "messages", "model", "max_tokens", "n")
+
+
+def _seconds(doc: Document, data: dict[str, Any], key: str, default: float, low: float, high: float, why: str) -> float:
+    """A wait in seconds within what a check can use: below `low` it can never pass, above `high` it is a typo."""
+    value = _number(doc, data, key, default)
+    if not low <= value <= high:
+        doc.fail(key, f"is {value:g} s, {'under' if value < low else 'over'} {low if value < low else high:g} s: {why}",
+                 hint=f"give {key} in seconds, between {low:g} and {high:g}")
+    return value
 
 
 def _count(doc: Document, data: dict[str, Any], key: str, default: int | None = None, *, zero: bool = False) -> int:
@@ -189,10 +210,16 @@ def _block_cost(doc: Document, value: Any) -> BlockCostCheck | None:
     data = _section(doc, value, key, {"prompt_tokens"}, {"max_tokens", "max_ratio"})
     if data is None:
         return None
+    max_ratio = _number(doc, data, f"{key}.max_ratio", 1.25)
+    if max_ratio < 1:
+        # held / predicted: a request holds at least the blocks its tokens fill, so the ratio is never below 1.
+        doc.fail(f"{key}.max_ratio", f"is {max_ratio:g}: the ratio is the blocks the request holds over the "
+                 "ceil(tokens / block_size) its tokens need, at least 1, so the check could never pass",
+                 hint=f"give {key}.max_ratio at 1 or above (1.25: a quarter more than predicted)")
     return BlockCostCheck(
         prompt_tokens=_count(doc, data, f"{key}.prompt_tokens"),
         max_tokens=_count(doc, data, f"{key}.max_tokens", 16),
-        max_ratio=_number(doc, data, f"{key}.max_ratio", 1.25),
+        max_ratio=max_ratio,
     )
 
 
@@ -217,6 +244,11 @@ def _tool_call(doc: Document, value: Any) -> ToolCallCheck | None:
     extra = data.get("extra") or {}
     if not isinstance(extra, dict):
         doc.fail("deploy.checks.tool_call.extra", f"must be a mapping of request fields, not {extra!r}")
+    for name in extra:
+        if name in _TOOL_CALL_OWN:
+            doc.fail(f"deploy.checks.tool_call.extra.{name}", "is a field the check sets itself and reads back "
+                     f"({', '.join(_TOOL_CALL_OWN)}): overridden, the check would test something else or never pass",
+                     hint="extra adds fields (e.g. structured_outputs); remove this one")
     return ToolCallCheck(extra=dict(extra))
 
 
@@ -264,8 +296,13 @@ def _parallel(doc: Document, value: Any) -> ParallelCheck | None:
     data = _section(doc, value, key, {"requests", "prompt_tokens"}, {"max_tokens", "max_preemptions"})
     if data is None:
         return None
+    requests = _count(doc, data, f"{key}.requests")
+    if requests > _MAX_PARALLEL:
+        doc.fail(f"{key}.requests", f"is {requests:,}: the check sends them all at once, to production too in the "
+                 f"baseline ({requests:,} x (prompt_tokens + max_tokens) tokens); at most {_MAX_PARALLEL:,}",
+                 hint="a few more than serve.max_num_seqs shows preemptions; more only loads production")
     return ParallelCheck(
-        requests=_count(doc, data, f"{key}.requests"),
+        requests=requests,
         prompt_tokens=_count(doc, data, f"{key}.prompt_tokens"),
         max_tokens=_count(doc, data, f"{key}.max_tokens", 64),
         max_preemptions=_count(doc, data, f"{key}.max_preemptions", 0, zero=True),

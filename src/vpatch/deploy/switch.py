@@ -32,6 +32,7 @@ from vpatch.deploy.suite import Suite
 from vpatch.docker import Docker
 from vpatch.errors import ExitCode, ProcessError, VpatchError
 from vpatch.progress import Progress
+from vpatch.serve.alive import base_url as alive_url
 
 if TYPE_CHECKING:
     from vpatch.serve.config import ServeConfig
@@ -87,7 +88,7 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
     """Switch the container of `serve` to `image` with the checks of `suite`, then the patches' live checks
     of `live`; roll back when one fails."""
     # Ctrl-C and SIGTERM are ours from the first instruction on, whatever the process inherited.
-    with interruptible(), held(definition):
+    with interruptible(), held(serve.container.name, serve.port, f"vpatch deploy {definition}"):
         return _deploy(definition=definition, serve=serve, suite=suite, image=image, docker=docker, cache=cache,
                        progress=progress, live=live)
 
@@ -95,7 +96,8 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
 def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
             progress: Progress, live: LivePlan | None) -> Report:
     from vpatch.serve import lint
-    from vpatch.serve.render import render
+    from vpatch.serve.health import refuse_taken_port
+    from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY, render
     from vpatch.serve.run import start
 
     current = Journal.load(definition)
@@ -103,14 +105,24 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         raise VpatchError(
             f"a deploy of {definition} did not finish (phase {current.phase.value}, started {current.started})",
             hint=f"`vpatch deploy {definition} --status` shows where things are; `--rollback` restores production")
+    name = serve.container.name
+    _refuse_others(definition, name, serve.port)
+    production = docker.container(name)
+    owner = production.labels.get(LABEL_DEFINITION) if production is not None else None
+    if production is not None and owner not in (None, definition):
+        raise VpatchError(f"the container {name} ({production.id[:12]}, {production.status}) is labelled for the "
+                          f"definition {owner!r}, not {definition!r}: a deploy of {definition} would park another "
+                          "definition's production", hint=f"deploy it as `vpatch deploy {owner}`, or give "
+                          f"serve.container.name another name in images/{definition}.yaml")
+    started = stamp()
     # Lint before anything is stopped: an entrypoint that already serves plus `serve` again, or a flag the
     # image's vLLM does not know, is refused while production still runs untouched.
-    command = render(serve, image, definition=definition, restart="no")
+    command = render(serve, image, definition=definition, restart="no", labels={LABEL_DEPLOY: started})
     lint.check(docker, command, definition=definition, cache=cache, progress=progress)
-    name = serve.container.name
-    server = Server(f"http://127.0.0.1:{serve.port}", timeout=suite.request_timeout_s)
-    journal = Journal(definition, name, image, Phase.BASELINE, started=stamp(), port=serve.port,
-                      health_timeout_s=suite.health_timeout_s).save()
+    server = Server(alive_url(serve.port, serve.host), timeout=suite.request_timeout_s)
+    journal = Journal(definition, name, image, Phase.BASELINE, started=started, port=serve.port,
+                      health_timeout_s=suite.health_timeout_s, host=serve.host, model=serve.model_name,
+                      restore_timeout_s=float(max(serve.health_timeout, suite.health_timeout_s))).save()
     steps: list[Step] = []
     clock = time.monotonic()
 
@@ -119,7 +131,6 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         steps.append(Step(label, time.monotonic() - clock))
         clock = time.monotonic()
 
-    production = docker.container(name)
     baseline: Outcome | None = None
     base_live: list[PatchOutcome] = []
     cand_live: list[PatchOutcome] = []
@@ -148,6 +159,9 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             progress(f"park: {name} -> {name}-parked-{journal.started} (restart policy no, stopped)")
             journal = park(docker, journal, production.id, production.restart_policy)
             step("park")
+        # Production is stopped: whatever still answers on its port is someone else's, and the health wait
+        # would ask it instead of the candidate.
+        refuse_taken_port(serve.port, serve.host, source=f"images/{definition}.yaml")
         journal = journal.advance(Phase.STARTING, candidate_started=True)
         progress(f"start: {image} as {name} on port {serve.port}")
         cid = start(docker, command)
@@ -155,7 +169,8 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         step("start")
         starts: list[tuple[str, Callable[[], CheckResult]]] = [
             ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
-            ("health", lambda: wait_alive(docker, cid, server.base_url, suite.health_timeout_s, progress))]
+            ("health", lambda: wait_alive(docker, cid, server.base_url, suite.health_timeout_s, progress,
+                                          model=serve.model_name))]
         for label, check in starts:
             progress(f"check: {label}")
             result = check()
@@ -223,7 +238,7 @@ def _rollback_or_raise(docker: Docker, definition: str, progress: Progress, why:
     journal = Journal.load(definition)
     assert journal is not None
     try:
-        return restore(docker, journal, url=journal.url, health_timeout=journal.health_timeout_s or 900.0,
+        return restore(docker, journal, url=journal.url, health_timeout=journal.restore_wait_s,
                        progress=progress, automatic=True)
     except VpatchError as exc:
         raise RollbackError(f"{why}; and the rollback failed: {exc.message}",
@@ -233,8 +248,12 @@ def _rollback_or_raise(docker: Docker, definition: str, progress: Progress, why:
 def rollback(*, definition: str, docker: Docker, progress: Progress) -> Restored:
     """`vpatch deploy NAME --rollback`: bring the parked container back, after a kill or after a deploy. It
     needs only the journal and the daemon (never images/NAME.yaml: recovery must not depend on it)."""
-    with held(definition):
-        journal = Journal.load(definition)
+    first = Journal.load(definition)
+    if first is None:
+        raise VpatchError(f"no deploy of {definition} is recorded on this host ({Journal.path_for(definition)})",
+                          hint="nothing to roll back; `docker ps -a` shows the containers")
+    with held(first.container, first.port, f"vpatch deploy {definition} --rollback"):
+        journal = Journal.load(definition)  # again, under the lock: a deploy may have moved it meanwhile
         if journal is None:
             raise VpatchError(f"no deploy of {definition} is recorded on this host ({Journal.path_for(definition)})",
                               hint="nothing to roll back; `docker ps -a` shows the containers")
@@ -244,27 +263,46 @@ def rollback(*, definition: str, docker: Docker, progress: Progress) -> Restored
             journal.advance(Phase.ROLLED_BACK, note="stopped during the baseline: nothing had been switched")
             raise VpatchError(f"the last deploy of {definition} stopped during the baseline; nothing had been switched",
                               hint="production was never touched; the journal is now closed")
-        return restore(docker, journal, url=journal.url, health_timeout=journal.health_timeout_s or 900.0,
-                       progress=progress)
+        return restore(docker, journal, url=journal.url, health_timeout=journal.restore_wait_s, progress=progress)
+
+
+def holders(definition: str, container: str, port: int | None) -> list[Journal]:
+    """The unfinished deploys of other definitions on `container` or `port`: a definition renamed mid-deploy
+    (tiny.yaml -> tiny2.yaml) finds its deploy under the old name here."""
+    return [j for j in Journal.all() if j.definition != definition and not j.phase.settled
+            and (j.container == container or (port is not None and j.port == port))]
+
+
+def _refuse_others(definition: str, container: str, port: int) -> None:
+    for other in holders(definition, container, port):
+        shared = f"the container {container}" if other.container == container else f"port {port}"
+        raise VpatchError(
+            f"an unfinished deploy of {other.definition} (phase {other.phase.value}, started {other.started}) "
+            f"holds {shared}: a deploy of {definition} there would act on its containers",
+            hint=f"if images/{other.definition}.yaml was renamed to {definition}.yaml, finish that deploy first: "
+            f"`vpatch deploy {other.definition} --status`, then `vpatch deploy {other.definition} --rollback`")
 
 
 @dataclass(frozen=True)
 class Where:
     journal: Journal | None
     containers: tuple[tuple[str, str, str], ...]  # (role, name, status) as the daemon sees them now
+    others: tuple[Journal, ...] = ()  # other definitions' unfinished deploys on the same container or port
 
 
-def status(*, definition: str, docker: Docker) -> Where:
-    """`vpatch deploy NAME --status`: the journal and the containers it names, as they are now."""
+def status(*, definition: str, docker: Docker, container: str | None = None, port: int | None = None) -> Where:
+    """`vpatch deploy NAME --status`: the journal and the containers it names, as they are now; with the
+    definition's `container` and `port` (when its yaml reads), other definitions' unfinished deploys there."""
     journal = Journal.load(definition)
+    others = tuple(holders(definition, container, port)) if container is not None else ()
     if journal is None:
-        return Where(None, ())
+        return Where(None, (), others)
     rows = []
     for role, ref in (("production name", journal.container), ("parked", journal.parked_id),
                       ("candidate", journal.candidate_id)):
         info = docker.container(ref) if ref else None
         rows.append((role, info.name if info else (ref or "-"), f"{info.status} ({info.restart_policy})" if info else "absent"))
-    return Where(journal, tuple(rows))
+    return Where(journal, tuple(rows), others)
 
 
 def _hooks(commands: Sequence[Sequence[str]], label: str, progress: Progress, *, strict: bool) -> list[str]:

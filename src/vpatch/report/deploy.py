@@ -14,14 +14,20 @@ if TYPE_CHECKING:
 
 def status_lines(name: str, found: Where) -> list[str]:
     """The journal's phase and the containers it names; an unfinished deploy says how to restore production."""
+    lines = []
     if found.journal is None:
-        return [f"no deploy of {name} is recorded on this host"]
-    j = found.journal
-    lines = [f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else "")]
-    for role, cname, state in found.containers:
-        lines.append(f"  {role:16} {cname:40} {state}")
-    if not j.phase.settled:
-        lines.append(f"unfinished: `vpatch deploy {name} --rollback` restores production")
+        lines.append(f"no deploy of {name} is recorded on this host")
+    else:
+        j = found.journal
+        lines.append(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
+        for role, cname, state in found.containers:
+            lines.append(f"  {role:16} {cname:40} {state}")
+        if not j.phase.settled:
+            lines.append(f"unfinished: `vpatch deploy {name} --rollback` restores production")
+    for other in found.others:
+        # A renamed definition (tiny.yaml -> tiny2.yaml) finds the deploy it left under the old name.
+        lines.append(f"unfinished: a deploy of {other.definition} ({other.phase.value}, started {other.started}) holds "
+                     f"{other.container} (port {other.port}): `vpatch deploy {other.definition} --rollback` restores production")
     return lines
 
 

@@ -114,6 +114,26 @@ class Verdict:
         return f"{self.state}: {self.detail} ({self.seconds:.1f}s)"
 
 
+def url_host(host: str | None) -> str:
+    """The address to ask for a server listening on `host`: a wildcard (none, 0.0.0.0, ::) is asked on the
+    loopback; an IPv6 literal gets its brackets (`http://::1:8000` is no URL, `http://[::1]:8000` is)."""
+    if not host or host in ("0.0.0.0", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def base_url(port: int, host: str | None = None) -> str:
+    return f"http://{url_host(host)}:{port}"
+
+
+def served_models(base_url: str, timeout: float) -> list[str]:
+    """The model names the server at `base_url` serves (/v1/models)."""
+    with open_url(f"{base_url.rstrip('/')}/v1/models", timeout=timeout) as resp:
+        data = json.load(resp)
+    listed = data.get("data") if isinstance(data, dict) else None
+    return [str(m.get("id")) for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+
+
 def read_counters(base_url: str, timeout: float = 5.0) -> Counters:
     with open_url(f"{base_url}/metrics", timeout=timeout) as resp:
         return Counters.parse(resp.read().decode("utf-8", "replace"), time.time())
@@ -145,10 +165,13 @@ def stalled_since(now: Counters, last: dict[str, Any] | None, own_tokens: float)
     return float(last.get("stalled_since") or before.at)
 
 
-def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state: str | None = None) -> Verdict:
+def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state: str | None = None,
+          model: str | None = None) -> Verdict:
     """One liveness verdict. A busy engine whose counters move is alive without being disturbed; an idle
     one must answer a 1-token completion within `timeout`; requests outstanding and no token for `stall_s`
-    across checks (remembered in the file `state`) is a stall."""
+    across checks (remembered in the file `state`) is a stall. With `model`, the answer must come from the
+    server that serves it: another server on the port (seen: a second HTTP server on a host-network port
+    answered /health and a completion while the container died on "Address already in use") is down."""
     began = time.monotonic()
     base_url = base_url.rstrip("/")
 
@@ -159,9 +182,16 @@ def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state:
         with open_url(f"{base_url}/health", timeout=min(timeout, 5.0)) as resp:
             if int(resp.status) != 200:
                 return verdict("down", f"/health answered {resp.status}")
+        if model is not None:
+            names = served_models(base_url, min(timeout, 5.0))
+            if model not in names:
+                return verdict("down", f"{base_url} answers, but not for {model!r}: its /v1/models names "
+                               f"{', '.join(map(repr, names)) or 'no model'} (another server on this port?)")
         before = read_counters(base_url, timeout=min(timeout, 5.0))
     except (Unreachable, HttpError) as exc:
         return verdict("down", str(exc))
+    except ValueError as exc:  # /v1/models that is no JSON: not a vLLM server
+        return verdict("down", f"{base_url}/v1/models is not a vLLM answer: {exc}")
     last = load_state(state)
     own = 0.0
     if before.outstanding <= 0 or last is None or not before.moved_since(Counters(**last["counters"])):
@@ -211,9 +241,9 @@ def save_state(path: str | None, data: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python alive.py URL [--timeout S] [--stall-s S] [--state FILE]`: one line, exit 0 alive / 1 not."""
+    """`python alive.py URL [--timeout S] [--stall-s S] [--state FILE] [--model NAME]`: one line, exit 0 alive / 1 not."""
     options = {"--timeout": 20.0, "--stall-s": 30.0}
-    state = None
+    state = model = None
     url = "http://127.0.0.1:8000"
     args = iter(argv)
     for arg in args:
@@ -221,9 +251,11 @@ def main(argv: list[str]) -> int:
             options[arg] = float(next(args))
         elif arg == "--state":
             state = next(args)
+        elif arg == "--model":
+            model = next(args)
         else:
             url = arg
-    result = check(url, timeout=options["--timeout"], stall_s=options["--stall-s"], state=state)
+    result = check(url, timeout=options["--timeout"], stall_s=options["--stall-s"], state=state, model=model)
     print(result.line(), flush=True)
     return 0 if result.alive else 1
 

@@ -112,6 +112,14 @@ class ServeConfig:
     enforce_eager: bool | None = None
 
     @property
+    def model_name(self) -> str:
+        """The name /v1/models lists: served_model_name (typed or in extra_args, its first name), else the model."""
+        if self.served_model_name:
+            return self.served_model_name.split()[0]
+        use = self.flag("--served-model-name")
+        return use.value.split()[0] if use is not None and use.value else self.model
+
+    @property
     def environment(self) -> dict[str, str]:
         return dict(self.env)
 
@@ -158,8 +166,21 @@ class ServeConfig:
             health_timeout=doc.count(data, f"{key}.health_timeout", DEFAULT_HEALTH_TIMEOUT),
             **typed,
         )
+        if config.health_timeout > _MAX_HEALTH_TIMEOUT:
+            # docker's --health-start-period takes it too, and refuses 10^12 s with only "see docker run --help".
+            doc.fail(f"{key}.health_timeout", f"is {config.health_timeout:,} s, over a week ({_MAX_HEALTH_TIMEOUT:,} s): "
+                     "no server loads that long", hint=f"give {key}.health_timeout in seconds (the GPU host loads in ~900)")
+        if config.model != config.model.strip():
+            doc.fail(f"{key}.model", f"has white space at its start or end ({config.model!r}): vLLM would look for "
+                     "a model of that name", hint=f"write {key}.model without the spaces")
+        _check_parallel(doc, config, key)
         _check_serve_words(doc, config, key)
         _check_flags(doc, config, key)
+        if config.container.network == "none":
+            # docker takes --network none with --publish, and the health wait then polls a port nothing reaches.
+            doc.fail(f"{key}.container.network", f"is none: the container has no network, so nothing reaches "
+                     f"{key}.port ({config.port}) and the health wait could never end",
+                     hint="use host, the default bridge (leave the key out) or a docker network of yours")
         return config
 
 
@@ -249,6 +270,29 @@ def _check_flags(doc: Document, config: ServeConfig, key: str) -> None:
                  hint=f"set {key}.tool_call_parser (e.g. hermes, qwen3_coder)")
 
 
+_MAX_HEALTH_TIMEOUT = 7 * 24 * 3600
+
+
+def _gpu_count(gpus: str | None) -> int | None:
+    """How many GPUs `container.gpus` gives: a count, or a device list; None for all (or none given)."""
+    if gpus is None or gpus == "all":
+        return None
+    if gpus.isdigit():
+        return int(gpus)
+    devices = gpus.removeprefix("device=").strip('"')
+    return len([d for d in devices.split(",") if d])
+
+
+def _check_parallel(doc: Document, config: ServeConfig, key: str) -> None:
+    """tensor_parallel_size x pipeline_parallel_size workers need as many GPUs: fewer named is a start that fails."""
+    have = _gpu_count(config.container.gpus)
+    need = (config.tensor_parallel_size or 1) * (config.pipeline_parallel_size or 1)
+    if have is not None and have > 0 and need > have:
+        doc.fail(f"{key}.tensor_parallel_size", f"x pipeline_parallel_size is {need}, but {key}.container.gpus "
+                 f"({config.container.gpus}) gives {have} GPU(s): vLLM needs one per worker",
+                 hint=f"name {need} GPUs in {key}.container.gpus, or lower tensor_parallel_size")
+
+
 def _norm(word: str) -> list[str]:
     return word.casefold().split()
 
@@ -261,6 +305,12 @@ def _check_serve_words(doc: Document, config: ServeConfig, key: str) -> None:
             doc.fail(f"{key}.command[{i}]", f"is {word!r}, not the word `serve`: vLLM's CLI takes its subcommand "
                      "exactly (lower case, one word of its own)",
                      hint="write serve, or leave it out when the image's entrypoint already is `vllm serve`")
+    for part, words in (("command", config.command), ("extra_args", config.extra_args)):
+        if "--" in words:
+            # The lint said "has no flag --" and blamed serve.extra_args even where the `--` was in command.
+            doc.fail(f"{key}.{part}[{words.index('--')}]", "is `--`: it ends vLLM's options, and every word "
+                     "after it (the model, the flags) would be read as a positional argument",
+                     hint=f"remove the `--` from {key}.{part}")
     if config.command.count("serve") > 1:
         doc.fail(f"{key}.command", f"says `serve` twice: {config.command!r}", hint="say serve once")
     if _norm(config.model)[:1] == ["serve"]:

@@ -6,6 +6,7 @@ The liveness rule itself is serve/alive.py (the container's own health check run
 from __future__ import annotations
 
 import re
+import socket
 import time
 
 from vpatch.docker import Docker
@@ -19,8 +20,29 @@ _REPORT_EVERY_S = 15.0
 _ERROR_LINE = re.compile(r"^(?:\(.*?\) )?(?:ERROR .*?\] )?([A-Z]\w*(?:Error|Exception): .+)$", re.M)
 
 
-def base_url(port: int, host: str = "127.0.0.1") -> str:
-    return f"http://{host}:{port}"
+def base_url(port: int, host: str | None = None) -> str:
+    return alive.base_url(port, host)
+
+
+def refuse_taken_port(port: int, host: str | None, *, source: str) -> None:
+    """Before a start: nothing may answer where the new server is to listen. Something that does would make
+    the server fail on "Address already in use" while the health wait asks the other one (the audit's
+    "healthy after 0s" for a server that died 30 s later)."""
+    where = alive.url_host(host).strip("[]")
+    try:
+        with socket.create_connection((where, port), timeout=2.0):
+            pass
+    except OSError:
+        return  # refused, unreachable, timed out: nothing listens there
+    try:
+        names = alive.served_models(base_url(port, host), timeout=3.0)
+        said = f" (its /v1/models names {', '.join(map(repr, names)) or 'no model'})"
+    except (alive.Unreachable, alive.HttpError, ValueError):
+        said = " (not a vLLM server: it has no /v1/models)"
+    raise VpatchError(f"something already listens on {where}:{port}{said}: a new server could not listen there, "
+                      "and the health wait would ask that one",
+                      hint=f"stop what listens on port {port} (`ss -ltnp 'sport = :{port}'` names it), or choose "
+                      f"another serve.port in {source}")
 
 
 def why_it_died(log: str) -> str:
@@ -56,10 +78,13 @@ class NotAlive(VpatchError):
 
 
 def wait_alive(docker: Docker, container: str, url: str, *, timeout: float, progress: Progress | None = None,
-               probe_timeout: float = 20.0) -> float:
+               probe_timeout: float = 20.0, model: str | None = None,
+               timeout_key: str = "serve.health_timeout") -> float:
     """Seconds until the server at `url` is alive by serve/alive.py's rule (/health 200 and a 1-token
-    completion). Fails at once when the container exits or restarts (a crash loop is seen in seconds), and
-    after `timeout`; the error names the line that says why and carries the log's end."""
+    completion), from the server that serves `model` when given. Fails at once when the container exits or
+    restarts (a crash loop is seen in seconds), and after `timeout` (the setting `timeout_key`); the error
+    names the line that says why and carries the log's end. The container must still run once the answer
+    came: an answer while it is gone came from someone else."""
     began = time.monotonic()
     last_report = began
     verdict: alive.Verdict | None = None
@@ -67,13 +92,16 @@ def wait_alive(docker: Docker, container: str, url: str, *, timeout: float, prog
         why = down(docker, container)
         if why is not None:
             raise _not_alive(docker, container, f"{why} (before {url} was alive)", why)
-        verdict = alive.check(url, timeout=probe_timeout)
+        verdict = alive.check(url, timeout=probe_timeout, model=model)
         if verdict.alive:
+            why = down(docker, container)
+            if why is not None:
+                raise _not_alive(docker, container, f"{why} (while {url} answered: another server answers there)", why)
             return time.monotonic() - began
         now = time.monotonic()
         if now - began > timeout:
             raise _not_alive(docker, container, f"{url} was not alive within {timeout:.0f}s: {verdict.line()}",
-                             verdict.line(), hint="raise serve.health_timeout if the server needs longer to load")
+                             verdict.line(), hint=f"raise {timeout_key} if the server needs longer to load")
         if progress and now - last_report >= _REPORT_EVERY_S:
             last_report = now
             progress(f"waiting for {url}: {now - began:.0f}s, {verdict.state}")

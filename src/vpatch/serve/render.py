@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 # Labels every container vpatch starts carries: which image definition it serves, so that drift and
 # deploy can tell vpatch's containers from others.
 LABEL_DEFINITION = "io.vpatch.serve.definition"
+# A deploy's candidate also carries its deploy's id (the journal's `started`): a rollback stops and renames
+# only the container that carries it, never one that took the production name in the meantime.
+LABEL_DEPLOY = "io.vpatch.deploy"
 # The container's health check: serve/alive.py run by the image's python3 every HEALTH_INTERVAL_S; a
 # 1-token completion gets PROBE_TIMEOUT_S; HEALTH_RETRIES failures in a row make `docker ps` say unhealthy.
 HEALTH_INTERVAL_S = 10
@@ -27,7 +30,7 @@ STALL_S = 30
 HEALTH_STATE = "/tmp/vpatch-alive.json"
 
 
-def health_command(port: int, host: str | None = None) -> str:
+def health_command(port: int, host: str | None = None, model: str | None = None) -> str:
     """The shell line docker runs as the health check: the liveness rule's own source, given to python3 -c.
 
     The source travels compressed and base64-encoded on one line, so that `serve --print` (and `docker
@@ -36,9 +39,9 @@ def health_command(port: int, host: str | None = None) -> str:
 
     source = Path(alive.__file__).read_text(encoding="utf-8")
     blob = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")
-    where = host if host and host not in ("0.0.0.0", "::") else "127.0.0.1"
-    return shlex.join(["python3", "-c", f'{_UNPACK}"{blob}")))', f"http://{where}:{port}", "--timeout",
-                       str(PROBE_TIMEOUT_S), "--stall-s", str(STALL_S), "--state", HEALTH_STATE])
+    return shlex.join(["python3", "-c", f'{_UNPACK}"{blob}")))', alive.base_url(port, host), "--timeout",
+                       str(PROBE_TIMEOUT_S), "--stall-s", str(STALL_S), "--state", HEALTH_STATE,
+                       *(["--model", model] if model else [])])
 
 
 _UNPACK = "import base64,zlib;exec(zlib.decompress(base64.b64decode("
@@ -62,7 +65,8 @@ class HealthCheck:
 
 def health_check(serve: ServeConfig) -> HealthCheck:
     # The start period is the time the server may take to load; failures before its first success do not count.
-    return HealthCheck(health_command(serve.port, serve.host), HEALTH_INTERVAL_S, PROBE_TIMEOUT_S + 15,
+    # The served model too: on a host-network port another server could answer /health for this one.
+    return HealthCheck(health_command(serve.port, serve.host, serve.model_name), HEALTH_INTERVAL_S, PROBE_TIMEOUT_S + 15,
                        HEALTH_RETRIES, int(serve.health_timeout))
 
 
@@ -96,6 +100,7 @@ def render(
     name: str | None = None,
     restart: str | None = None,
     docker: str = "docker",
+    labels: dict[str, str] | None = None,
 ) -> RunCommand:
     """The `docker run` that starts `serve` from `image` (detached).
 
@@ -110,6 +115,8 @@ def render(
         options = replace(options, restart=restart)
     argv: list[str] = [docker, "run", "--detach", "--name", options.name,
                        "--label", f"{LABEL_DEFINITION}={definition}", "--restart", options.restart]
+    for key, value in (labels or {}).items():
+        argv[-2:-2] = ["--label", f"{key}={value}"]
     if options.gpus is not None:
         # The CLI reads --gpus as CSV: a device list with commas has to be one quoted field.
         argv += ["--gpus", f'"{options.gpus}"' if "," in options.gpus else options.gpus]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from vpatch import lock
 from vpatch.definition import ImageDefinition
 from vpatch.docker import Docker, DockerError
 from vpatch.errors import VpatchError
 from vpatch.progress import Progress
 from vpatch.serve import alive, health, lint, render, runerror
-from vpatch.serve.render import RunCommand
+from vpatch.serve.render import LABEL_DEFINITION, RunCommand
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Served:
     replaced: str | None  # id of the container that had the name before (--replace), if any
 
 
-def health_url(port: int, host: str = "127.0.0.1") -> str:
+def health_url(port: int, host: str | None = None) -> str:
     return health.base_url(port, host)
 
 
@@ -33,6 +34,16 @@ def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: st
     command = render.for_definition(definition, image=image)
     assert definition.serve is not None  # for_definition refused a definition without serve:
     report = lint.check(docker, command, definition=definition.name, cache=cache, progress=progress)
+    # The lock deploy, rollback and prune take on this container name and port: a serve --replace never
+    # removes the candidate a deploy is checking.
+    with lock.host_resources(lock.host_lock_folder(), container=command.name, port=definition.serve.port,
+                             holder=f"vpatch serve {definition.name}"):
+        return _serve(docker, definition, command, report, replace=replace, progress=progress)
+
+
+def _serve(docker: Docker, definition: ImageDefinition, command: RunCommand, report: lint.LintReport, *,
+           replace: bool, progress: Progress | None) -> Served:
+    assert definition.serve is not None
     existing = docker.container(command.name)
     if existing is not None and not replace:
         raise VpatchError(
@@ -41,13 +52,22 @@ def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: st
             f"vpatch deploy {definition.name} switches with checks and rollback",
         )
     if existing is not None:
+        owner = existing.labels.get(LABEL_DEFINITION)
+        if owner is not None and owner != definition.name:
+            raise VpatchError(
+                f"the container {command.name} ({existing.id[:12]}, {existing.status}) is labelled for the "
+                f"definition {owner!r}, not {definition.name!r}: --replace removes only {definition.name}'s",
+                hint=f"`vpatch serve {owner} ...` manages it; or give serve.container.name another name in "
+                f"images/{definition.name}.yaml")
         if progress:
             progress(f"removing the container {command.name} ({existing.id[:12]}, {existing.status})")
         docker.remove_container(existing.id)
+    serve_cfg = definition.serve
+    health.refuse_taken_port(serve_cfg.port, serve_cfg.host, source=f"images/{definition.name}.yaml")
     container_id = start(docker, command, progress=progress)
     try:
-        seconds = health.wait_alive(docker, container_id, health_url(definition.serve.port),
-                                    timeout=definition.serve.health_timeout, progress=progress)
+        seconds = health.wait_alive(docker, container_id, health_url(serve_cfg.port, serve_cfg.host),
+                                    timeout=serve_cfg.health_timeout, progress=progress, model=serve_cfg.model_name)
     except VpatchError as exc:
         # A server that never became healthy must not stay in a restart loop (the incident's `vllm serve
         # serve` restarted every second for hours): keep it, with its log, stopped.
@@ -93,7 +113,12 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Ch
     why = health.down(docker, info.id)
     if why is not None:
         return Checked(name, info.status, info.health, alive.Verdict("down", why, 0.0))
-    state_dir.mkdir(parents=True, exist_ok=True)
-    verdict = alive.check(health_url(definition.serve.port), timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
-                          state=str(state_dir / f"{definition.name}-alive.json"))
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        state: str | None = str(state_dir / f"{definition.name}-alive.json")
+    except OSError:
+        state = None  # a read-only or broken state folder loses the stall memory between checks, not the verdict
+    verdict = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
+                          timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
+                          state=state)
     return Checked(name, info.status, info.health, verdict)
