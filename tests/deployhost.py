@@ -78,13 +78,17 @@ class Host:
     env: dict[str, str]  # the journal's folder and a vpatch cache kept for the module (serve's lint caches there)
 
     def write_yaml(self, *, kv_bytes: int = KV_NORMAL, hooks: dict[str, list[list[str]]] | None = None,
-                   checks: dict[str, Any] | None = None, stall_s: float | None = None, **serve_keys: Any) -> None:
-        """images/tiny.yaml: SUITE (or only `checks`), the serve section with `serve_keys` on top."""
+                   checks: dict[str, Any] | None = None, stall_s: float | None = None, memory: str | None = None,
+                   **serve_keys: Any) -> None:
+        """images/tiny.yaml: SUITE (or only `checks`), the serve section with `serve_keys` on top; `memory`:
+        the container's memory limit (serve.container.memory)."""
         import yaml
 
         serve = tiny_serve(self.port, self.container, kv_cache_memory_bytes=kv_bytes, max_num_seqs=4,
                            enable_auto_tool_choice=True, tool_call_parser="hermes", **serve_keys)
         serve["container"]["restart"] = "unless-stopped"
+        if memory is not None:
+            serve["container"]["memory"] = memory
         write_project(self.root, self.image, serve, name=NAME)
         path = self.root / "images" / f"{NAME}.yaml"
         doc = yaml.safe_load(path.read_text())

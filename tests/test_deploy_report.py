@@ -150,3 +150,21 @@ def test_the_report_page_has_the_decision_first_then_tables_then_each_plot_with_
     assert 'id="kv-candidate-held"' in page and 'id="kv-candidate-predicted"' in page
     unfinished = deploy_html.render(DeployRecord("tiny", "c", "img:1", "20261201-120000", "k1"), phase="checking")
     assert "Unfinished: the deploy of img:1 stopped during checking" in unfinished
+
+
+def test_the_container_memory_limit_is_read_and_rendered_as_docker_run_memory(tmp_path: Path) -> None:
+    from serverimage import tiny_serve, write_project
+
+    from vpatch.serve.render import render
+
+    serve = tiny_serve(8000, "vpatch-memory")
+    serve["container"]["memory"] = "3g"
+    write_project(tmp_path, "img:1", serve)
+    definition = ImageDefinition.load(tmp_path, "tiny")
+    assert definition.serve is not None and definition.serve.container.memory == "3g"
+    argv = render(definition.serve, "img:1", definition="tiny").argv
+    assert argv[argv.index("--memory") + 1] == "3g"
+    serve["container"]["memory"] = "lots"
+    write_project(tmp_path, "img:1", serve)
+    with pytest.raises(ConfigError, match=r"serve\.container\.memory"):
+        ImageDefinition.load(tmp_path, "tiny").serve  # noqa: B018 (parsed on first use)

@@ -45,9 +45,10 @@ class Plot:
     id: str
     caption: str
     svg: str | None
-    samples: int  # the points plotted (markers in the SVG)
+    samples: int  # the samples plotted: one marker each in the SVG groups whose id starts with `counted`
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    counted: str = ""  # default: the plot's id followed by "-"
 
 
 def decision_line(record: DeployRecord, phase: str | None = None) -> tuple[str, str]:
@@ -123,7 +124,8 @@ def _figure(plot: Plot) -> str:
     numbers = _table(plot.header, plot.rows)
     if len(plot.rows) > 25:
         numbers = f"<details><summary>the {len(plot.rows)} numbers</summary>{numbers}</details>"
-    return (f'<figure id="plot-{plot.id}" data-plot="{plot.id}" data-samples="{plot.samples}">'
+    return (f'<figure id="plot-{plot.id}" data-plot="{plot.id}" data-samples="{plot.samples}" '
+            f'data-counted="{plot.counted or plot.id + "-"}">'
             f"<figcaption>{_e(plot.caption)}</figcaption>{body}{numbers}</figure>")
 
 
@@ -186,7 +188,7 @@ def _kv_blocks(sides: Sequence[tuple[str, Series]]) -> Plot | None:
     rows = tuple((name, f"{p.t - s.block_cost[0].t:.2f}", str(p.held), "-" if p.predicted is None else str(p.predicted))
                  for name, s in have for p in s.block_cost)
     return Plot("kv-blocks", "KV blocks held during the block-cost request, with the geometry's prediction",
-                _draw("kv-blocks", 1, draw), count, ("side", "s", "blocks held", "predicted"), rows)
+                _draw("kv-blocks", 1, draw), count, ("side", "s", "blocks held", "predicted"), rows, counted="kv-")
 
 
 def _requests(sides: Sequence[tuple[str, Series]]) -> Plot | None:
@@ -214,7 +216,7 @@ def _requests(sides: Sequence[tuple[str, Series]]) -> Plot | None:
                   f"{r.prompt_tokens:,}", str(r.completion_tokens)) for name, s in have for i, r in enumerate(s.requests))
     return Plot("requests", "Time to first token and decode rate per request, baseline against candidate",
                 _draw("requests", 2, draw), count,
-                ("side", "#", "check", "TTFT s", "decode tok/s", "prompt", "completion"), rows)
+                ("side", "#", "check", "TTFT s", "decode tok/s", "prompt", "completion"), rows, counted="ttft-")
 
 
 def _parallel(sides: Sequence[tuple[str, Series]]) -> Plot | None:
@@ -235,7 +237,7 @@ def _parallel(sides: Sequence[tuple[str, Series]]) -> Plot | None:
             ax.set_title(f"{name}" + (f": {sum(e.count for e in s.preemptions if e.check == 'parallel')} preemption(s) "
                                       "(dotted)" if any(e.check == "parallel" for e in s.preemptions) else ""))
             ax.set_xlabel("seconds since the parallel check began")
-            ax.set_ylabel("tokens received")
+            ax.set_ylabel("streamed events (one per token or more)")
             ax.legend(loc="upper left", fontsize=7)
     rows: list[tuple[str, ...]] = []
     for name, s in have:
