@@ -168,3 +168,31 @@ def test_the_container_memory_limit_is_read_and_rendered_as_docker_run_memory(tm
     write_project(tmp_path, "img:1", serve)
     with pytest.raises(ConfigError, match=r"serve\.container\.memory"):
         ImageDefinition.load(tmp_path, "tiny").serve  # noqa: B018 (parsed on first use)
+
+
+def test_deploy_report_renders_the_last_record_with_the_state_folder_only(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`vpatch deploy NAME --report` needs no yaml and no daemon: the project here has no images/ at all."""
+    from typer.testing import CliRunner
+
+    from vpatch.cli import app
+    from vpatch.deploy.journal import Journal, Phase
+
+    state = tmp_path / "state"
+    monkeypatch.setenv("VPATCH_STATE", str(state))
+    (tmp_path / "vpatch.yaml").write_text("pin:\n  ref: v0.32.0\n")
+    runner = CliRunner()
+    missing = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--report"])
+    assert missing.exit_code == 1 and "no deploy of tiny is recorded" in missing.stderr
+    _record(tmp_path, "20261201-090000", decision="deployed", image_id="sha256:aaa")
+    killed = DeployRecord("tiny", "c", "img:2", "20261201-100000", "k1").save()  # a kill -9 before any decision
+    Journal("tiny", "c", "img:2", Phase.CHECKING, started=killed.started).save()
+    out = tmp_path / "page.html"
+    shown = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--report", "--out", str(out)])
+    assert shown.exit_code == 0 and shown.stdout.strip() == f"report: {out}", shown.output
+    assert "Unfinished: the deploy of img:2 stopped during checking" in out.read_text()
+    again = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--report"])
+    assert again.exit_code == 0 and again.stdout.strip() == f"report: {killed.html_path}"
+    for args, why in ((["--out", str(out)], "--out needs --report"), (["--baseline", "old"], "--baseline old is not one of")):
+        bad = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", *args])
+        assert bad.exit_code == 1 and why in bad.stderr, bad.output
