@@ -96,7 +96,7 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
     before = long_requests(host)
     code, out, err = host.deploy("--image", host.image, "--json")
-    assert out, err[:1500] + host.docker.container_logs(host.container, tail=400)
+    assert out, err[:3000]
     report = json.loads(out)
     assert code == 0 and report["decision"] == "deployed", err
     # The baseline was measured (nothing recorded yet): production's own counters saw its requests (the
@@ -180,7 +180,7 @@ def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_repor
 
 # A candidate that needs more working memory under parallel load than its container has to spare (the
 # nightly of the two-builds write-up, on a CPU container): the server image with a wrapper entrypoint that,
-# once two requests run at once, allocates HOG_MIB and writes to every page of it, then, 5 s later, prints
+# once three requests run at once, allocates HOG_MIB and writes to every page of it, then, 5 s later, prints
 # the warning the write-up saw, 30 s later. The memory check must fail the deploy before that line is written.
 HOG = r'''
 import os, signal, subprocess, sys, threading, time, urllib.request
@@ -193,7 +193,7 @@ def watch(port, mib):
         except OSError:
             continue
         running = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running{"))
-        if running >= 2:
+        if running >= 3:  # the parallel check's four (a check's request and a health probe make two)
             hog = bytearray(mib * 1024 * 1024)
             hog[::4096] = b"\x01" * len(range(0, len(hog), 4096))  # resident: every page written
             print(f"[vpatch test image] holding {mib} MiB more", flush=True)
@@ -239,7 +239,7 @@ def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocat
     host.write_yaml(checks=checks, memory=f"{limit}m")
     image = hog_image(host.docker, host.image)
     code, out, err = host.deploy("--image", image, "--json", "--baseline", "none")
-    assert out, err[:1500] + host.docker.container_logs(host.container, tail=400)
+    assert out, err[:3000]
     report = json.loads(out)
     assert code == 6 and report["failed_check"] == "memory", err
     assert report["baseline"] is None
