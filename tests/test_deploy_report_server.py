@@ -181,7 +181,7 @@ def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_repor
 # A candidate that needs more working memory under parallel load than its container has to spare (the
 # nightly of the two-builds write-up, on a CPU container): the server image with a wrapper entrypoint that,
 # once three requests run at once, allocates HOG_MIB and writes to every page of it, then, 30 s later, prints
-# the warning the write-up saw, 30 s later. The memory check must fail the deploy before that line is written.
+# the warning the write-up saw. The memory check must fail the deploy before that line is written.
 HOG = r'''
 import os, signal, subprocess, sys, threading, time, urllib.request
 
