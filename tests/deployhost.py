@@ -92,11 +92,16 @@ class Host:
         return serve
 
     def write_yaml(self, *, kv_bytes: int = KV_NORMAL, hooks: dict[str, list[list[str]]] | None = None,
-                   checks: dict[str, Any] | None = None, stall_s: float | None = None, **serve_keys: Any) -> None:
-        """images/tiny.yaml: SUITE (or only `checks`), the serve section with `serve_keys` on top."""
+                   checks: dict[str, Any] | None = None, stall_s: float | None = None, memory: str | None = None,
+                   **serve_keys: Any) -> None:
+        """images/tiny.yaml: SUITE (or only `checks`), the serve section with `serve_keys` on top; `memory`:
+        the container's memory limit (serve.container.memory)."""
         import yaml
 
-        write_project(self.root, self.image, self.serve_section(kv_bytes=kv_bytes, **serve_keys), name=NAME)
+        serve = self.serve_section(kv_bytes=kv_bytes, **serve_keys)
+        if memory is not None:
+            serve["container"]["memory"] = memory
+        write_project(self.root, self.image, serve, name=NAME)
         path = self.root / "images" / f"{NAME}.yaml"
         doc = yaml.safe_load(path.read_text())
         doc["deploy"] = {**SUITE, **({"hooks": hooks} if hooks else {})}  # an empty hooks: is an error

@@ -272,12 +272,18 @@ def deploy(
         "--prune", help="Remove old parked and candidate containers (never the one --rollback brings back).")] = False,
     keep: Annotated[int | None, typer.Option("--keep", min=0, help="With --prune: keep the N newest of each kind (1).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The report as JSON on stdout.")] = False,
+    report: Annotated[bool, typer.Option(
+        "--report", help="Render the last deploy's HTML report again from its record (also after a kill).")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="With --report: write the page here.")] = None,
+    baseline: Annotated[str, typer.Option(
+        "--baseline", help="recorded: the figures recorded when the running image was deployed (measured when "
+        "there are none); measure: run the checks against production now; none: no baseline.")] = "recorded",
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
     from vpatch.commands import deploy
 
     _exit(deploy.run(project=state.project, name=name, image=image, rollback=rollback, where=where, prune=prune,
-                     keep=keep, as_json=as_json))
+                     keep=keep, as_json=as_json, report=report, out=out, baseline=baseline))
 
 
 probe_app = typer.Typer(cls=_Group, no_args_is_help=True,

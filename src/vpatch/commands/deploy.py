@@ -9,11 +9,12 @@ from vpatch.commands import console, echo, load_config, progress
 from vpatch.errors import ExitCode, VpatchError
 
 if TYPE_CHECKING:
+    from vpatch.deploy.record import DeployRecord
     from vpatch.serve.config import ServeConfig
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
-        as_json: bool) -> ExitCode:
+        as_json: bool, report: bool = False, out: Path | None = None, baseline: str = "recorded") -> ExitCode:
     import json
 
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
@@ -25,6 +26,24 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     from vpatch.docker import Docker
     from vpatch.report import deploy as shown
 
+    modes = {m.value: m for m in switch.BaselineMode}
+    if baseline not in modes:
+        raise VpatchError(f"--baseline {baseline} is not one of {', '.join(modes)}",
+                          hint="recorded (the default) spares production; measure measures it afresh; none skips it")
+    if out is not None and not report:
+        raise VpatchError("--out needs --report", hint=f"`vpatch deploy {name} --report --out FILE`")
+    if report:  # the state folder only: a report of a deploy that was killed must not need the yaml or the daemon
+        from vpatch.deploy.journal import Journal
+        from vpatch.deploy.record import DeployRecord
+
+        record = DeployRecord.latest(name)
+        if record is None:
+            raise VpatchError(f"no deploy of {name} is recorded on this host ({DeployRecord.folder()})",
+                              hint=f"`vpatch deploy {name}` writes one (and its report) as it runs")
+        journal = Journal.load(name)
+        phase = journal.phase.value if journal is not None and journal.started == record.started else None
+        echo(f"report: {_write_report(record, out, phase)}")
+        return ExitCode.OK
     # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
     if where or rollback or prune:
         docker = Docker.connect()
@@ -75,15 +94,20 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     for note in plan.notes:
         echo(f"live checks: {note}", err=True)
     result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
-                           docker=docker, cache=cache_dir(), progress=progress, live=plan)
+                           docker=docker, cache=cache_dir(), progress=progress, live=plan, baseline=modes[baseline])
+    page = _write_report(result.record, None, None) if result.record is not None else None
     if as_json:
         echo(json.dumps(deploy_report.to_json(result), indent=2))
+        if page is not None:
+            progress(f"report: {page}")
     else:
-        out = console()
+        shell = console()
         for table in shown.tables(result):
-            out.print(table)
+            shell.print(table)
         for line in shown.lines(result):
             echo(line)
+        if page is not None:
+            echo(f"report: {page}")
     return result.decision.exit_code
 
 
@@ -118,3 +142,13 @@ def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where:
     if as_json and modes:
         raise VpatchError(f"--json goes with a deploy's report only, not {modes[0]}",
                           hint=f"`vpatch deploy {name} {modes[0]}` without --json")
+
+
+def _write_report(record: DeployRecord, out: Path | None, phase: str | None) -> Path:
+    """The deploy's HTML page, written atomically beside its record (or to `out`); its path."""
+    from vpatch.fs import atomic_write
+    from vpatch.report import deploy_html
+
+    path = out or record.html_path
+    atomic_write(path, deploy_html.render(record, phase=phase).encode(), durable=False)
+    return path

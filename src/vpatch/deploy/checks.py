@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from vpatch.deploy.client import Server, ServerError, Timing
+from vpatch.deploy.memory import MemoryWatch, Source
 from vpatch.deploy.readings import (
     BlockCost,
     CacheGeometry,
@@ -23,8 +24,9 @@ from vpatch.deploy.readings import (
     log_findings,
     strict_json,
 )
-from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
-from vpatch.deploy.watchdog import Tick, Watchdog
+from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
+from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.deploy.watchdog import Aborted, Reading, Stalled, Tick, Watchdog
 from vpatch.progress import Progress
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
@@ -165,6 +167,22 @@ def judge_ceiling(timing: Timing, waiting_after: float | None, max_model_len: in
     return Status.PASS, figure, ""
 
 
+def judge_memory(points: Sequence[MemoryPoint], check: MemoryCheck) -> tuple[Status, str, str]:
+    """The lowest free memory any device reached while the checks sent requests, against the floor."""
+    if not points:
+        return Status.ERROR, "no memory reading", (
+            "measurement error: neither nvidia-smi nor docker's stats gave a reading while the checks ran")
+    low = min(points, key=lambda p: p.free_mib)
+    devices = sorted({p.device for p in points})
+    figure = (f"lowest {low.free_mib:,.0f} MiB free of {low.total_mib:,.0f} MiB on {low.device} at {low.t:.1f}s"
+              f"{f' ({low.check})' if low.check else ''}; floor {check.min_free_mib:,.0f} MiB; "
+              f"{len(points)} readings of {', '.join(devices)}")
+    if low.free_mib < check.min_free_mib:
+        return Status.FAIL, figure, (f"{low.device} went below the floor of {check.min_free_mib:,.0f} MiB free: "
+                                     "the candidate needs more working memory than the device has to spare")
+    return Status.PASS, figure, ""
+
+
 def judge_log(findings: Sequence[LogFinding]) -> tuple[Status, str, str]:
     if not findings:
         return Status.PASS, "no configured pattern in the log", ""
@@ -181,25 +199,110 @@ class Run:
     read_log: Callable[[], str]  # the container's whole log since it started
     progress: Progress
     baseline_pool: KvPool | None = None
+    memory_source: Source | None = None  # each GPU, or the container against its limit; None: not sampled
+    on_check: Callable[[Run], None] | None = None  # after each check (the deploy writes its record then)
     results: list[CheckResult] = field(default_factory=list)
     figures: Figures = field(default_factory=Figures)
     timings: list[Timing] = field(default_factory=list)
     watch: Watchdog = field(init=False)
+    recorder: Recorder = field(init=False)
+    memory: MemoryWatch | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.watch = Watchdog(self.server, self.suite.stall_s)
+        self.recorder = Recorder(started=time.monotonic())
+        self.watch.listeners.append(self._listen)
+        self._last: Reading | None = None
+        self._preempted: float | None = None
+        if self.memory_source is not None:
+            floor = self.suite.memory.min_free_mib if self.suite.memory else None
+            self.recorder.memory_floor_mib = floor
+            self.memory = MemoryWatch(self.memory_source, self.recorder, floor)
+
+    @property
+    def series(self) -> Series:
+        return self.recorder.freeze()
+
+    def _listen(self, reading: Reading) -> None:
+        """Tokens/s and preemptions over the run, from each /metrics reading the watchdog takes."""
+        if reading.preemptions is not None:
+            if self._preempted is None:
+                self._preempted = reading.preemptions
+            elif reading.preemptions > self._preempted + sum(e.count for e in self.recorder.preemptions):
+                total = int(reading.preemptions - self._preempted)
+                new = total - sum(e.count for e in self.recorder.preemptions)
+                self.recorder.add("preemptions", [Event(self.recorder.at(reading.at), self.recorder.check,
+                                                        f"{new} preemption(s), {total} in all", new)])
+        tokens = reading.stepped if reading.stepped is not None else reading.generated
+        last = self._last
+        if tokens is None:
+            return
+        if last is None or (last.stepped if last.stepped is not None else last.generated) is None:
+            self._last = reading
+            return
+        dt = reading.at - last.at
+        if dt < 0.2:
+            return  # readings at every token of the block-cost request: too close to say a rate
+        before = last.stepped if last.stepped is not None else last.generated
+        assert before is not None
+        self.recorder.add("throughput", [(self.recorder.at(reading.at), max(0.0, tokens - before) / dt)])
+        self._last = reading
+
+    def timed(self, check: str, timing: Timing, *, median: bool = True) -> None:
+        """A request's timing: in the per-request series, and (`median`) in the TTFT and decode medians."""
+        if median:
+            self.timings.append(timing)
+        self.recorder.add("requests", [RequestPoint(check, self.recorder.at(time.monotonic()), timing.ttft_s,
+                                                    timing.decode_tps, timing.seconds, timing.prompt_tokens,
+                                                    timing.completion_tokens)])
 
     def record(self, name: str, measure: Callable[[], tuple[Status, str, str]]) -> CheckResult:
         self.progress(f"check: {name}")
+        self.recorder.check = name
         start = time.monotonic()
         try:
             status, figure, detail = measure()
+        except Aborted as exc:
+            status, figure, detail = Status.ERROR, "stopped: the memory floor was crossed", exc.message
         except ServerError as exc:
+            if isinstance(exc, Stalled):
+                self.recorder.add("stalls", [Event(self.recorder.at(time.monotonic()), name, exc.message)])
             status, figure, detail = Status.FAIL, "request failed", exc.message
+        low = self._memory_low()
+        if low is not None:
+            self.results.append(low)  # first: the memory check is what failed, the check it stopped follows
+            self.progress(f"check: memory\n  {low.status.value}: {low.figure} ({low.detail})")
         result = CheckResult(name, status, figure, detail, time.monotonic() - start)
         self.results.append(result)
         self.progress(f"  {status.value}: {figure}" + (f" ({detail})" if detail and status is Status.FAIL else ""))
-        return result
+        if self.on_check is not None:
+            self.on_check(self)
+        return low or result
+
+    def _memory_low(self) -> CheckResult | None:
+        """The memory check's failure, once, as soon as a reading went below the floor."""
+        if self.memory is None or self.memory.breach is None or self.suite.memory is None:
+            return None
+        if any(r.name == "memory" for r in self.results):
+            return None
+        status, figure, detail = judge_memory(self.series.memory, self.suite.memory)
+        return CheckResult("memory", status, figure, detail or self.memory.breach)
+
+    def memory_check(self) -> None:
+        """The memory check's verdict over the whole pass (once the request checks ran without crossing)."""
+        if self.suite.memory is None:
+            self.skip("memory")
+            return
+        if any(r.name == "memory" for r in self.results):
+            return
+        if self.memory is None:
+            self.results.append(CheckResult("memory", Status.ERROR, "no memory source",
+                                            "this server's memory cannot be read (no container, no nvidia-smi)"))
+            return
+        self.memory.sample()
+        status, figure, detail = judge_memory(self.series.memory, self.suite.memory)
+        self.results.append(CheckResult("memory", status, figure, detail))
+        self.progress(f"check: memory\n  {status.value}: {figure}")
 
     def skip(self, name: str) -> None:
         self.results.append(CheckResult(name, Status.SKIP, "not configured"))
@@ -231,12 +334,25 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
     ]
     if log_scan:
         steps.append(("log scan", suite.log_patterns, lambda: _log_scan(run)))
-    for name, configured, measure in steps:
-        if not configured:
-            run.skip(name)
-            continue
-        if run.record(name, measure).failed and fail_fast:
-            break
+    if run.memory is not None:
+        memory = run.memory
+        if fail_fast:  # the baseline decides nothing: it measures on below the floor and only reports it
+            run.watch.abort = lambda: memory.breach
+        memory.start()
+    try:
+        failed = False
+        for name, configured, measure in steps:
+            if not configured:
+                run.skip(name)
+                continue
+            if run.record(name, measure).failed and fail_fast:
+                failed = True
+                break
+    finally:
+        if run.memory is not None:
+            run.memory.stop()
+    if not failed or not fail_fast:
+        run.memory_check()
     run.finish()
 
 
@@ -256,16 +372,34 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
     if geometry is None:
         return Status.FAIL, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
     cost = None
+    run.recorder.block_geometry = (geometry.blocks, geometry.block_size)
+    stepped = before.total("vllm:iteration_tokens_total_sum")
     # Sampling can miss a short request (seen on a fresh CPU server); a second request before failing.
     for attempt in range(2):
+        started = time.monotonic()
         timing, samples = _sampled_request(run, check.prompt_tokens, check.max_tokens, f"block-cost-{attempt}")
-        run.timings.append(timing)
+        run.timed("block cost", timing)
         cost = block_cost(timing.prompt_tokens + timing.completion_tokens, samples, geometry, before.kv_usage or 0.0)
+        run.recorder.block_cost = _block_points(run, started, geometry, before.kv_usage or 0.0, stepped)
         if cost.held:
             break
     assert cost is not None
     run.note(tokens_per_block=cost.tokens_per_block if cost.held else None, blocks_ratio=cost.ratio)
     return judge_block_cost(cost, check)
+
+
+def _block_points(run: Run, since: float, geometry: CacheGeometry, idle: float, stepped: float | None) -> list[BlockPoint]:
+    """Blocks held at each reading since `since`, beside the geometry's count for the tokens the engine had
+    stepped for the request by then (it runs alone: every token stepped is its own)."""
+    points = []
+    for r in sorted((r for r in run.watch.readings if r.at >= since and r.kv_usage is not None), key=lambda r: r.at):
+        assert r.kv_usage is not None
+        held = round(max(0.0, r.kv_usage - idle) * geometry.blocks)
+        predicted = None
+        if stepped is not None and r.stepped is not None:
+            predicted = geometry.predicted_blocks(int(max(0.0, r.stepped - stepped)))
+        points.append(BlockPoint(run.recorder.at(r.at), held, predicted))
+    return points
 
 
 def _sampled_request(run: Run, prompt_tokens: int, max_tokens: int, label: str) -> tuple[Timing, list[float]]:
@@ -297,9 +431,17 @@ def _chat(run: Run, messages: list[dict[str, str]], max_tokens: int,
     return run.watch.call(request)
 
 
-def _completion(run: Run, prompt: str | list[int], max_tokens: int) -> Callable[[Tick], Timing]:
+def _completion(run: Run, prompt: str | list[int], max_tokens: int,
+                progress: list[tuple[float, int]] | None = None) -> Callable[[Tick], Timing]:
+    """One streamed completion under the watch; `progress` gets (t, tokens received so far) at each event."""
     def request(tick: Tick) -> Timing:
-        return run.server.complete(prompt, max_tokens=max_tokens, on_token=tick)
+        def on_token() -> None:
+            tick()
+            if progress is not None:
+                progress.append((run.recorder.at(time.monotonic()), len(progress)))
+        if progress is not None:
+            progress.append((run.recorder.at(time.monotonic()), 0))
+        return run.server.complete(prompt, max_tokens=max_tokens, on_token=on_token)
     return request
 
 
@@ -318,7 +460,7 @@ def _needles(run: Run) -> tuple[Status, str, str]:
         text = f"{half}The access code for the north gate is {code}.\n{rest}"
         question = "What is the access code for the north gate? Answer with the code only."
         chat, timing = _chat(run, [{"role": "user", "content": text + "\n" + question}], check.max_tokens)
-        run.timings.append(timing)
+        run.timed("needles", timing)
         if code in chat.text:
             found += 1
         else:
@@ -334,7 +476,7 @@ def _tool_call(run: Run) -> tuple[Status, str, str]:
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
     extra = {"tools": [WEATHER_TOOL], "tool_choice": "auto", **run.suite.tool_call.extra}
     chat, timing = _chat(run, messages, 128, extra)
-    run.timings.append(timing)
+    run.timed("tool call", timing)
     return judge_tool_call(chat)
 
 
@@ -344,7 +486,7 @@ def _questions(run: Run) -> tuple[Status, str, str]:
     right = 0
     for q in check.questions:
         chat, timing = _chat(run, [{"role": "user", "content": q.ask}], check.max_tokens)
-        run.timings.append(timing)
+        run.timed("questions", timing)
         right += answer_is_right(chat.text, q.expect)
     run.note(questions_right=f"{right}/{len(check.questions)}")
     return judge_count("questions right", right, len(check.questions), check.min_right)
@@ -357,7 +499,13 @@ def _parallel(run: Run) -> tuple[Status, str, str]:
     before = run.server.metrics().preemptions or 0.0
 
     # Daemon threads under the watch: on a stall or Ctrl-C the rollback does not wait for them.
-    timings = run.watch.gather([_completion(run, p, check.max_tokens) for p in prompts], errors_as_values=True)
+    progress: list[list[tuple[float, int]]] = [[] for _ in prompts]
+    run.recorder.parallel = progress  # shared: a kill or a stall still leaves what each request got so far
+    timings = run.watch.gather([_completion(run, p, check.max_tokens, progress[i]) for i, p in enumerate(prompts)],
+                               errors_as_values=True)
+    for t in timings:
+        if isinstance(t, Timing):
+            run.timed("parallel", t, median=False)  # concurrent: not in the medians of requests sent alone
     preemptions = int((run.server.metrics().preemptions or 0.0) - before)
     run.note(preemptions=preemptions)
     return judge_parallel(timings, preemptions, check)
@@ -375,7 +523,7 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
     max_model_len = run.server.max_model_len
     prompt = run.server.token_ids(max_model_len - check.max_tokens, f"ceiling-{time.time_ns()}")
     timing = run.watch.call(_completion(run, prompt, check.max_tokens))
-    run.timings.append(timing)
+    run.timed("ceiling", timing)
     waiting = None
     for _ in range(20):  # the gauges follow the engine's step; give them a moment to settle
         waiting = run.server.metrics().total("vllm:num_requests_waiting")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -36,8 +37,11 @@ def _show(value: object) -> str:
 
 def figure_rows(report: Report) -> list[tuple[str, str, str]]:
     """(figure, baseline, candidate) for every figure either side measured."""
-    base = report.baseline.figures if report.baseline else Figures()
-    cand = report.candidate.figures
+    return figure_rows_of(report.baseline.figures if report.baseline else Figures(), report.candidate.figures)
+
+
+def figure_rows_of(base: Figures, cand: Figures) -> list[tuple[str, str, str]]:
+    """figure_rows for two sides' figures (a deploy's, or a record's read back)."""
     rows = []
     for key, label in _FIGURES:
         b, c = getattr(base, key), getattr(cand, key)
@@ -50,9 +54,14 @@ def figure_rows(report: Report) -> list[tuple[str, str, str]]:
 
 def check_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
     """(check, baseline status, candidate status, candidate figure and detail, seconds)."""
-    base = {c.name: c for c in report.baseline.checks} if report.baseline else {}
+    return check_rows_of(report.baseline.checks if report.baseline else (), report.candidate.checks)
+
+
+def check_rows_of(baseline: Sequence[CheckResult], candidate: Sequence[CheckResult]) -> list[tuple[str, str, str, str, str]]:
+    """check_rows for two sides' checks."""
+    base = {c.name: c for c in baseline}
     rows = []
-    for check in report.candidate.checks:
+    for check in candidate:
         b = base.get(check.name)
         text = check.figure + (f" - {check.detail}" if check.detail and check.failed else "")
         rows.append((check.name, b.status.value if b else "-", check.status.value, text, f"{check.seconds:.1f}"))
@@ -84,7 +93,8 @@ def to_json(report: Report) -> dict[str, Any]:
     def outcome(o: Any) -> dict[str, Any] | None:
         if o is None:
             return None
-        return {"checks": [_check(c) for c in o.checks], "figures": asdict(o.figures)}
+        return {"checks": [_check(c) for c in o.checks], "figures": asdict(o.figures), "series": o.series.to_json(),
+                "source": o.source, "recorded_at": o.recorded_at}
 
     failed = report.failed_check
     return {
@@ -96,4 +106,6 @@ def to_json(report: Report) -> dict[str, Any]:
         "parked_as": report.parked_as, "candidate_kept_as": report.candidate_kept_as,
         "rollback": report.rollback, "failed_hooks": list(report.hooks),
         "live": live_json(report.live), "alarms": report.live.alarms if report.live else [],
+        "record": str(report.record.path) if report.record else None,
+        "report": str(report.record.html_path) if report.record else None,
     }

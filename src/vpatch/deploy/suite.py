@@ -84,6 +84,14 @@ class CeilingCheck:
 
 
 @dataclass(frozen=True)
+class MemoryCheck:
+    """Free memory of every device (each GPU, or the container against its limit), sampled through every
+    check that sends requests: the first reading below the floor fails the check running then."""
+
+    min_free_mib: float
+
+
+@dataclass(frozen=True)
 class Hooks:
     before_switch: tuple[tuple[str, ...], ...] = ()  # argv lists, run before the production container is parked
     after_switch: tuple[tuple[str, ...], ...] = ()  # run after the decision (deployed or rolled back)
@@ -104,6 +112,7 @@ class Suite:
     questions: QuestionCheck | None = None
     parallel: ParallelCheck | None = None
     ceiling: CeilingCheck | None = None
+    memory: MemoryCheck | None = None
     log_patterns: tuple[str, ...] = DEFAULT_LOG_PATTERNS
     hooks: Hooks = field(default_factory=Hooks)
 
@@ -128,7 +137,7 @@ class Suite:
         # Present but empty (deploy: [], checks: false, hooks: 0) is an error, never the defaults.
         top = doc.filled(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "stall_s", "checks", "hooks"})
         checks = doc.section(top, "deploy.checks", optional={
-            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "ceiling", "log_scan"}) or {}
+            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "ceiling", "memory", "log_scan"}) or {}
         for name, value in checks.items():
             if not isinstance(value, dict):
                 doc.fail(f"deploy.checks.{name}", f"must be a mapping of its settings ({{}} for its defaults), not "
@@ -156,6 +165,7 @@ class Suite:
             questions=_questions(doc, checks.get("questions"), root),
             parallel=_parallel(doc, checks.get("parallel")),
             ceiling=_ceiling(doc, checks.get("ceiling")),
+            memory=_memory(doc, checks.get("memory")),
             log_patterns=tuple(patterns),
             hooks=Hooks(_commands(doc, hooks, "before_switch"), _commands(doc, hooks, "after_switch")),
         )
@@ -314,6 +324,13 @@ def _ceiling(doc: Document, value: Any) -> CeilingCheck | None:
     if data is None:
         return None
     return CeilingCheck(max_tokens=_count(doc, data, "deploy.checks.ceiling.max_tokens", 16))
+
+
+def _memory(doc: Document, value: Any) -> MemoryCheck | None:
+    data = _section(doc, value, "deploy.checks.memory", {"min_free_mib"}, set())
+    if data is None:
+        return None
+    return MemoryCheck(min_free_mib=_number(doc, data, "deploy.checks.memory.min_free_mib"))
 
 
 def _commands(doc: Document, hooks: dict[str, Any], name: str) -> tuple[tuple[str, ...], ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +27,11 @@ from vpatch.deploy.journal import Journal, Phase
 from vpatch.deploy.live import LiveReport, PatchOutcome
 from vpatch.deploy.live import Plan as LivePlan
 from vpatch.deploy.live import run as run_live
+from vpatch.deploy.memory import Source, container_source, gpu_source
 from vpatch.deploy.readings import kv_pool_from_log
+from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key
+from vpatch.deploy.record import Source as BaselineSource
+from vpatch.deploy.series import Series
 from vpatch.deploy.suite import Suite
 from vpatch.docker import Docker
 from vpatch.errors import ExitCode, ProcessError, VpatchError
@@ -55,6 +59,12 @@ class Outcome:
 
     checks: tuple[CheckResult, ...]
     figures: Figures
+    series: Series = field(default_factory=Series)  # the samples the checks took (deploy/series.py)
+    source: str = BaselineSource.MEASURED  # a baseline: measured now, or recorded at its own deploy
+    recorded_at: str | None = None  # a recorded baseline: when (ISO)
+
+    def side(self, image_id: str | None) -> Side:
+        return Side(self.checks, self.figures, self.series, self.source, self.recorded_at, image_id)
 
 
 @dataclass(frozen=True)
@@ -77,24 +87,36 @@ class Report:
     rollback: str  # one sentence: what state production is in
     hooks: tuple[str, ...] = field(default_factory=tuple)  # hook commands that failed (after_switch)
     live: LiveReport | None = None  # the patches' live checks (deploy/live.py); None: none planned
+    record: DeployRecord | None = None  # what was measured, as kept on disk (deploy/record.py)
 
     @property
     def failed_check(self) -> CheckResult | None:
         return next((c for c in self.candidate.checks if c.failed), None)
 
 
+class BaselineMode(str, Enum):
+    RECORDED = "recorded"  # the figures recorded when the running image was deployed; measured when there are none
+    MEASURE = "measure"  # run the suite against production now
+    NONE = "none"  # no baseline (a first deploy)
+
+
+def memory_source(docker: Docker, serve: ServeConfig, container: str) -> Source:
+    """Per card on a GPU host (nvidia-smi), else the container against its memory limit (docker's stats)."""
+    return gpu_source() if serve.container.gpus is not None else container_source(docker, container)
+
+
 def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
-           progress: Progress, live: LivePlan | None = None) -> Report:
+           progress: Progress, live: LivePlan | None = None, baseline: BaselineMode = BaselineMode.RECORDED) -> Report:
     """Switch the container of `serve` to `image` with the checks of `suite`, then the patches' live checks
     of `live`; roll back when one fails."""
     # Ctrl-C and SIGTERM are ours from the first instruction on, whatever the process inherited.
     with interruptible(), held(serve.container.name, serve.port, f"vpatch deploy {definition}"):
         return _deploy(definition=definition, serve=serve, suite=suite, image=image, docker=docker, cache=cache,
-                       progress=progress, live=live)
+                       progress=progress, live=live, mode=baseline)
 
 
 def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
-            progress: Progress, live: LivePlan | None) -> Report:
+            progress: Progress, live: LivePlan | None, mode: BaselineMode) -> Report:
     from vpatch.serve import lint
     from vpatch.serve.health import refuse_taken_port
     from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY, render
@@ -134,17 +156,33 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
     baseline: Outcome | None = None
     base_live: list[PatchOutcome] = []
     cand_live: list[PatchOutcome] = []
+    record = DeployRecord(definition, name, image, journal.started, suite_key(suite)).save()
     try:
         if production is not None and production.status == "running":
-            progress(f"baseline: checking the running {name} ({production.image_ref})")
-            prod_id, since = production.id, production.started_at
-            # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
-            run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress)
-            run_checks(run, fail_fast=False, log_scan=False)
-            # The live checks on the baseline are shown beside the candidate's; they decide nothing.
-            base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
-            served = tuple(run.results) + tuple(o.as_check() for o in base_live)
-            baseline = Outcome((*served, scan_log(run)), run.figures)
+            found = recorded_baseline(definition, production.image_id, record.suite_key) \
+                if mode is BaselineMode.RECORDED else None
+            if mode is BaselineMode.NONE:
+                progress(f"baseline: none (--baseline none); {name} is not measured")
+            elif found is not None:
+                baseline = Outcome(found.checks, found.figures, found.series, found.source, found.recorded_at)
+                progress(f"baseline: the figures recorded when {production.image_ref} was deployed "
+                         f"({found.recorded_at}); no request goes to production (--baseline measure measures it)")
+            else:
+                if mode is BaselineMode.RECORDED:
+                    progress(f"baseline: nothing recorded for {production.image_ref} ({production.image_id[:19]}) "
+                             "with this suite: measuring production")
+                progress(f"baseline: checking the running {name} ({production.image_ref})")
+                prod_id, since = production.id, production.started_at
+                # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
+                run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress,
+                          memory_source=memory_source(docker, serve, prod_id))
+                run_checks(run, fail_fast=False, log_scan=False)
+                # The live checks on the baseline are shown beside the candidate's; they decide nothing.
+                base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
+                served = tuple(run.results) + tuple(o.as_check() for o in base_live)
+                baseline = Outcome((*served, scan_log(run)), run.figures, run.series)
+            if baseline is not None:
+                record = replace(record, baseline=baseline.side(production.image_id)).save()
             step("baseline")
         _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
     except BaseException as exc:
@@ -153,6 +191,8 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         raise
     candidate: list[CheckResult] = []
     figures = Figures()
+    series = Series()
+    image_id: str | None = None
     restored: Restored | None
     try:
         if production is not None:
@@ -178,12 +218,23 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             progress(f"  {result.status.value}: {result.figure}" + (f" ({result.detail})" if result.failed else ""))
             if result.failed:
                 break
+        image_id = _image_id(docker, cid)
+        record = replace(record, candidate=Outcome(tuple(candidate), figures).side(image_id)).save()
         if not any(c.failed for c in candidate):
             pool = kv_pool_from_log(docker.container_logs(production.id)) if production and baseline else None
-            run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool)
+            starts_done = tuple(candidate)
+
+            def keep(run: Run) -> None:
+                # After each check: a kill -9 from here on leaves what was measured up to it.
+                nonlocal record
+                side = Outcome((*starts_done, *run.results), run.figures, run.series).side(image_id)
+                record = replace(record, candidate=side).save()
+            run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool,
+                      memory_source=memory_source(docker, serve, cid), on_check=keep)
             run_checks(run, fail_fast=True, log_scan=False)
             candidate += run.results
             figures = run.figures
+            series = run.series
             if live is not None and not any(c.failed for c in candidate):
                 cand_live = run_live(live, server, progress, fail_fast=True)
                 candidate += [o.as_check() for o in cand_live]
@@ -204,6 +255,9 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
     except VpatchError as exc:
         progress(f"error: {exc.message}; rolling back")
         restored = _rollback_or_raise(docker, definition, progress, exc.message)
+        kept = DeployRecord.load(record.path) or record  # the checks so far, as `keep` saved them
+        replace(kept, decision="error, rolled back", rollback=f"{exc.message}; {describe(restored)}",
+                steps=tuple((s.name, s.seconds) for s in steps), finished=now_iso()).save()
         raise VpatchError(f"{exc.message}\nrolled back: {describe(restored)}", hint=exc.hint) from exc
     else:
         if passed:
@@ -214,9 +268,16 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             step("rollback")
             decision = Decision.ROLLED_BACK
     failed_hooks = _hooks(suite.hooks.after_switch, "after_switch", progress, strict=False)
+    outcome = Outcome(tuple(candidate), figures, series)
+    failed = next((c for c in candidate if c.failed), None)
+    rolled = describe(restored) if restored else (f"{name} runs {image}; the old container is parked "
+                                                  f"as {journal.parked_name or '(none)'}")
+    record = replace(record, candidate=outcome.side(image_id), decision=decision.value,
+                     failed_check=failed.name if failed else None, rollback=rolled,
+                     steps=tuple((s.name, s.seconds) for s in steps), finished=now_iso()).save()
     return Report(
         definition=definition, container=name, image=image, decision=decision,
-        candidate=Outcome(tuple(candidate), figures), baseline=baseline, steps=tuple(steps),
+        candidate=outcome, baseline=baseline, steps=tuple(steps), record=record,
         parked_as=journal.parked_name if decision is Decision.DEPLOYED else None,
         candidate_kept_as=restored.candidate_kept_as if restored else None,
         rollback=describe(restored) if restored else f"{name} runs {image}; the old container is parked "
@@ -224,6 +285,11 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         hooks=tuple(failed_hooks),
         live=LiveReport(live, tuple(cand_live), tuple(base_live)) if live is not None else None,
     )
+
+
+def _image_id(docker: Docker, cid: str) -> str | None:
+    info = docker.container(cid)
+    return info.image_id if info else None
 
 
 def describe(restored: Restored) -> str:

@@ -29,6 +29,10 @@ class Stalled(ServerError):
     """Requests were outstanding and no token came for stall_s: the engine is stalled."""
 
 
+class Aborted(ServerError):
+    """The watch's `abort` said stop (the memory floor was crossed): the requests are abandoned."""
+
+
 @dataclass(frozen=True)
 class Reading:
     at: float  # time.monotonic()
@@ -37,13 +41,15 @@ class Reading:
     work: float | None  # tokens the engine has processed: generation + vllm:iteration_tokens_total_sum
     kv_usage: float | None
     preemptions: float | None
+    stepped: float | None = None  # vllm:iteration_tokens_total_sum: prompt and generated tokens the engine stepped
+    generated: float | None = None  # vllm:generation_tokens_total
 
     @classmethod
     def of(cls, metrics: Metrics, at: float) -> Reading:
         generated, stepped = metrics.total("vllm:generation_tokens_total"), metrics.total("vllm:iteration_tokens_total_sum")
         work = None if generated is None and stepped is None else (generated or 0.0) + (stepped or 0.0)
         return cls(at, metrics.total("vllm:num_requests_running"), metrics.total("vllm:num_requests_waiting"), work,
-                   metrics.kv_usage, metrics.preemptions)
+                   metrics.kv_usage, metrics.preemptions, stepped, generated)
 
     def show(self) -> str:
         def n(v: float | None) -> str:
@@ -63,6 +69,10 @@ class Watchdog:
         self._last_token: dict[int, float] = {}  # outstanding request -> when it last received something
         self.readings: list[Reading] = []
         self._sampler: threading.Thread | None = None
+        # Called with each reading as it is taken (the time series of the checks), on the sampling thread.
+        self.listeners: list[Callable[[Reading], None]] = []
+        # Asked while requests are outstanding: a reason to give up on them now (the memory floor), or None.
+        self.abort: Callable[[], str | None] | None = None
 
     # -- requests -------------------------------------------------------------------------------------------
     def _begin(self) -> tuple[int, Tick]:
@@ -112,6 +122,9 @@ class Watchdog:
                     why = self.stalled()
                     if why is not None:
                         raise Stalled(why)
+                    stop = self.abort() if self.abort is not None else None
+                    if stop is not None:
+                        raise Aborted(stop)
         finally:
             for rid in rids:
                 self._end(rid)  # abandoned on a stall or Ctrl-C: no longer counted as outstanding
@@ -172,4 +185,7 @@ class Watchdog:
         with self._lock:
             self.readings.append(reading)
             del self.readings[:-2000]
+            listeners = list(self.listeners)
+        for listen in listeners:
+            listen(reading)
         return reading

@@ -202,6 +202,27 @@ class Containers(Daemon):
         return [(int(row[pid]), str(row[cmd])) for row in top.get("Processes") or ()]
 
     @daemon_call
+    def container_memory(self, name: str) -> tuple[int, int] | None:
+        """(bytes used, limit in bytes) of the running container `name`, as `docker stats` shows them: the
+        cgroup's usage without its inactive page cache (the kernel drops that first), against its memory
+        limit (the host's memory when it has none). None when it is not running."""
+        import docker as dockersdk
+
+        try:
+            stats = self.client.api.stats(name, stream=False, one_shot=True)
+        except dockersdk.errors.NotFound:
+            return None
+        except dockersdk.errors.APIError as exc:
+            raise DockerError(f"cannot read the memory of {name}: {exc.explanation or exc}") from exc
+        memory = stats.get("memory_stats") or {}
+        if "usage" not in memory or not memory.get("limit"):
+            return None  # a stopped container reports empty memory_stats
+        detail = memory.get("stats") or {}
+        # cgroup v2 calls it inactive_file, v1 total_inactive_file (docker's CLI subtracts the same).
+        cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
+        return int(memory["usage"]) - int(cache), int(memory["limit"])
+
+    @daemon_call
     def remove_container(self, name: str) -> None:
         """Stop and delete the container `name` (nothing when there is none)."""
         import docker as dockersdk

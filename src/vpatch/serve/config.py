@@ -78,6 +78,7 @@ class ContainerOptions:
     shm_size: str | None = None  # e.g. 16g, when ipc is not host
     network: str | None = None  # e.g. host; otherwise the port is published as PORT:PORT
     volumes: tuple[str, ...] = ()  # docker -v values, e.g. /srv/models:/models:ro
+    memory: str | None = None  # docker --memory, e.g. 24g: the container's limit (deploy's memory check reads it)
 
 
 @dataclass(frozen=True)
@@ -354,7 +355,8 @@ def _env(doc: Document, data: dict[str, Any], key: str) -> tuple[tuple[str, str]
 
 
 def _container(doc: Document, parent: dict[str, Any], key: str, default_name: str) -> ContainerOptions:
-    data = doc.section(parent, key, optional={"name", "restart", "gpus", "ipc", "shm_size", "network", "volumes"}) or {}
+    data = doc.section(parent, key, optional={"name", "restart", "gpus", "ipc", "shm_size", "network", "volumes",
+                                                        "memory"}) or {}
     name = doc.string(data, f"{key}.name", default_name)
     if not _CONTAINER_NAME.match(name):
         doc.fail(f"{key}.name", f"is not a valid container name: {name!r}")
@@ -367,6 +369,9 @@ def _container(doc: Document, parent: dict[str, Any], key: str, default_name: st
     shm_size = doc.optional_string(data, f"{key}.shm_size")
     if shm_size is not None and not _SIZE.match(shm_size):
         doc.fail(f"{key}.shm_size", f"must be a size like 16g or 512m, not {shm_size!r}")
+    memory = doc.optional_string(data, f"{key}.memory")
+    if memory is not None and not _SIZE.match(memory):
+        doc.fail(f"{key}.memory", f"must be a size like 24g or 512m, not {memory!r}")
     volumes = doc.texts(data["volumes"], f"{key}.volumes") if "volumes" in data else ()
     for i, volume in enumerate(volumes):
         if volume.count(":") not in (1, 2) or not all(volume.split(":")[:2]):
@@ -379,4 +384,5 @@ def _container(doc: Document, parent: dict[str, Any], key: str, default_name: st
         shm_size=shm_size,
         network=doc.optional_string(data, f"{key}.network"),
         volumes=volumes,
+        memory=memory,
     )

@@ -124,6 +124,8 @@ def render(
         argv += ["--ipc", options.ipc]
     if options.shm_size is not None:
         argv += ["--shm-size", options.shm_size]
+    if options.memory is not None:
+        argv += ["--memory", options.memory]
     if options.network is not None:
         argv += ["--network", options.network]
     if options.network != "host":
