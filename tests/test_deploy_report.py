@@ -108,7 +108,7 @@ def _record(tmp: Path, started: str, *, decision: str | None, image_id: str, key
               CheckResult("memory", Status.FAIL if decision == "rolled back" else Status.PASS,
                           "lowest 150 MiB free", "container went below the floor"))
     side = Side(checks, Figures(kv_pool_tokens=8192, ttft_s=0.25), _series(), image_id=image_id)
-    return DeployRecord("tiny", "c", "img:1", started, key, baseline=None, candidate=side, decision=decision,
+    return DeployRecord("tiny", "tiny-prod", "img:1", started, key, baseline=None, candidate=side, decision=decision,
                         failed_check="memory" if decision == "rolled back" else None, rollback="production is back",
                         finished="2026-12-01T10:00:00+00:00").save()
 
@@ -148,7 +148,7 @@ def test_the_report_page_has_the_decision_first_then_tables_then_each_plot_with_
         figure = figure[:figure.index("</figure>")]
         assert "<svg" in figure and "<table>" in figure, plot
     assert 'id="kv-candidate-held"' in page and 'id="kv-candidate-predicted"' in page
-    unfinished = deploy_html.render(DeployRecord("tiny", "c", "img:1", "20261201-120000", "k1"), phase="checking")
+    unfinished = deploy_html.render(DeployRecord("tiny", "tiny-prod", "img:1", "20261201-120000", "k1"), phase="checking")
     assert "Unfinished: the deploy of img:1 stopped during checking" in unfinished
 
 
@@ -185,8 +185,8 @@ def test_deploy_report_renders_the_last_record_with_the_state_folder_only(tmp_pa
     missing = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--report"])
     assert missing.exit_code == 1 and "no deploy of tiny is recorded" in missing.stderr
     _record(tmp_path, "20261201-090000", decision="deployed", image_id="sha256:aaa")
-    killed = DeployRecord("tiny", "c", "img:2", "20261201-100000", "k1").save()  # a kill -9 before any decision
-    Journal("tiny", "c", "img:2", Phase.CHECKING, started=killed.started).save()
+    killed = DeployRecord("tiny", "tiny-prod", "img:2", "20261201-100000", "k1").save()  # a kill -9 before any decision
+    Journal("tiny", "tiny-prod", "img:2", Phase.CHECKING, started=killed.started).save()
     out = tmp_path / "page.html"
     shown = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--report", "--out", str(out)])
     assert shown.exit_code == 0 and shown.stdout.strip() == f"report: {out}", shown.output
