@@ -106,7 +106,9 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     cand, base = report["candidate"]["series"], report["baseline"]["series"]
     assert cand["block_geometry"] == [64, 128]  # 8,192 tokens in blocks of 128
     held = [p["held"] for p in cand["block_cost"]]
-    assert held and max(held) >= 7  # 800 + 32 tokens: 7 blocks of 128
+    # 800 + 32 tokens end in 7 blocks of 128; /metrics is read between steps, and the seventh block, held only
+    # for the last decode steps, can fall between two readings (docs/deploy-safety.md): at least 6 were seen.
+    assert held and max(held) >= 6
     predicted = [p["predicted"] for p in cand["block_cost"] if p["predicted"] is not None]
     assert predicted and max(predicted) in (6, 7), cand["block_cost"]  # the tokens stepped by the last reading
     by_check = [r["check"] for r in cand["requests"]]
@@ -143,12 +145,13 @@ def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_repor
     host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
     production = host.production()
     before = long_requests(host)
+    earlier = host.journal()  # the first test's deploy, settled: its record must not end the wait below
     proc = host.spawn("--image", host.image)
     record = None
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:  # until the record holds the candidate's block-cost check
+    while time.monotonic() < deadline:  # until this deploy's record holds the candidate's block-cost check
         journal = host.journal()
-        if journal is not None:
+        if journal is not None and (earlier is None or journal.started != earlier.started):
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("VPATCH_STATE", host.env["VPATCH_STATE"])
                 record = DeployRecord.load(DeployRecord.path_for(NAME, journal.started))

@@ -268,6 +268,8 @@ class Run:
             if isinstance(exc, Stalled):
                 self.recorder.add("stalls", [Event(self.recorder.at(time.monotonic()), name, exc.message)])
             status, figure, detail = Status.FAIL, "request failed", exc.message
+        if self.memory is not None:
+            self.memory.sample()  # at least one reading per check, while its load is still in place
         low = self._memory_low()
         if low is not None:
             self.results.append(low)  # first: the memory check is what failed, the check it stopped follows

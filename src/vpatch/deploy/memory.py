@@ -97,12 +97,15 @@ class MemoryWatch:
             self._stop.wait(self.every)
 
     def sample(self) -> list[MemoryPoint]:
+        # The check running when the reading began: a reading takes a while (docker's stats), a short check
+        # may be over by the time it returns.
+        check = self.recorder.check
         try:
             found = self.source()
         except VpatchError:
             return []  # the daemon away for a moment: the next reading may see it again
         now = self.recorder.at(time.monotonic())
-        points = [MemoryPoint(now, d.device, d.used_mib, d.total_mib, self.recorder.check) for d in found]
+        points = [MemoryPoint(now, d.device, d.used_mib, d.total_mib, check) for d in found]
         self.recorder.add("memory", points)
         if self.floor_mib is not None and self.breach is None:
             low = [p for p in points if p.free_mib < self.floor_mib]
