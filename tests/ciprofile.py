@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -42,6 +43,20 @@ class Profile:
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     tests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     phases: list[Phase] = field(default_factory=list)
+    # `docker events` follows the daemon from the session's start: asked only at the end, the daemon answers
+    # from the last 256 events it keeps, and a run's health checks alone make more than that.
+    events: Any = None
+    watcher: subprocess.Popen[bytes] | None = None
+
+    @pytest.hookimpl
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if shutil.which("docker") is None:
+            return
+        self.events = tempfile.TemporaryFile()
+        self.watcher = subprocess.Popen(
+            ["docker", "events", "--since", f"{self.began:.3f}", "--filter", "type=container", "--filter", "event=start",
+             "--filter", f"label={SERVER_LABEL}", "--format", "{{json .}}"],
+            stdout=self.events, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -55,7 +70,7 @@ class Profile:
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if not self.phases:  # nothing ran (--collect-only, an error at collection)
             return
-        starts, others = self._server_starts(time.time())
+        starts, others = self._server_starts()
         data = {
             "wall_s": round(time.time() - self.began, 1),
             "modules": [{"module": m, "seconds": round(s, 1), "tests": self.tests[m]}
@@ -80,17 +95,20 @@ class Profile:
             tr.write_line(f"real vLLM server starts: {len(starts)}" + (f" ({detail})" if detail else "")
                           + f"; other containers of the server image: {others}")
 
-    def _server_starts(self, until: float) -> tuple[list[dict[str, Any]] | None, int]:
+    def _server_starts(self) -> tuple[list[dict[str, Any]] | None, int]:
         """The shared daemon's start events since the session began, each with the module(s) running then."""
-        if shutil.which("docker") is None:
+        if self.watcher is None:
             return None, 0
-        done = subprocess.run(["docker", "events", "--since", f"{self.began:.3f}", "--until", f"{until:.3f}",
-                               "--filter", "type=container", "--filter", "event=start", "--filter", f"label={SERVER_LABEL}",
-                               "--format", "{{json .}}"], capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
+        time.sleep(1)  # the last start's event on its way through the pipe
+        self.watcher.terminate()
+        self.watcher.wait(timeout=30)
+        self.events.seek(0)
+        text = self.events.read().decode()
+        self.watcher = None
+        if not text and shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode:
             return None, 0
         starts, others = [], 0
-        for line in done.stdout.splitlines():
+        for line in text.splitlines():
             event = json.loads(line)
             attributes = event.get("Actor", {}).get("Attributes", {})
             if RENDERED_LABEL not in attributes:
