@@ -96,11 +96,7 @@ class HunkMove:
         return f"{self.old} hunk {self.hunk} ({self.header.split(' @@')[0]} @@)"
 
     def where(self) -> str:
-        if self.commit is None:
-            return ""
-        subject = f' "{self.subject}"' if self.subject else ""
-        release = f"release {self.release}" if self.release else "in no release yet"
-        return f"in {self.commit[:12]}{subject} ({release})"
+        return moves.where_words(self.commit, self.subject, self.release)
 
     def __str__(self) -> str:
         where = self.where()

@@ -37,6 +37,14 @@ _FLOOR = 30  # ... but a match below this is no candidate at all
 _VERSION = "2"  # bumped whenever what a cached Move holds changes
 
 
+
+def where_words(commit: str | None, subject: str | None, release: str | None) -> str:
+    """"in 1a2b3c4d5e6f "subject" (release v0.32.0)" - the commit and release that moved a file or its code."""
+    if commit is None:
+        return ""
+    said = f' "{subject}"' if subject else ""
+    return f"in {commit[:12]}{said} ({f'release {release}' if release else 'in no release yet'})"
+
 class Fate(str, Enum):
     MOVED = "moved"  # one successor: followed
     SPLIT = "split"  # two or more near-equal successors: a person must choose
@@ -60,12 +68,7 @@ class Move:
         return self.fate is Fate.MOVED
 
     def where(self) -> str:
-        """"in 1a2b3c4d5e6f "subject" (release v0.32.0)" - the commit and release that did it."""
-        if self.commit is None:
-            return ""
-        subject = f' "{self.subject}"' if self.subject else ""
-        release = f"release {self.release}" if self.release else "in no release yet"
-        return f"in {self.commit[:12]}{subject} ({release})"
+        return where_words(self.commit, self.subject, self.release)
 
     def __str__(self) -> str:
         where = self.where()
