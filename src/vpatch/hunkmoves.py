@@ -357,14 +357,7 @@ def _with_commit(repo: Path, pin: str, commit: str, ask: Ask, move: HunkMove, br
                                              (post and _positions(blob.splitlines(), list(post))))
                        for blob in blobs.values())
 
-    lo, hi = 0, len(line) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if gone(line[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    found = line[hi]
+    found = moves.first_where(line, gone)
     subject = commitcache.log_records(repo, None, found, commits=[found])[0].subject
     proof = lineage.first_release(repo, found, branch=branch)
     return replace(move, commit=found, subject=subject, release=proof.release if proof else None)

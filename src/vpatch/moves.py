@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -37,6 +37,19 @@ _FLOOR = 30  # ... but a match below this is no candidate at all
 _VERSION = "2"  # bumped whenever what a cached Move holds changes
 
 
+
+
+def first_where(line: Sequence[str], done: Callable[[str], bool]) -> str:
+    """The first commit of `line` (oldest first) where `done` holds, by bisection: it holds at the last commit
+    and, once it holds, at every later one."""
+    lo, hi = 0, len(line) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if done(line[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return line[hi]
 
 def where_words(commit: str | None, subject: str | None, release: str | None) -> str:
     """"in 1a2b3c4d5e6f "subject" (release v0.32.0)" - the commit and release that moved a file or its code."""
@@ -171,18 +184,11 @@ def _with_commit(repo: Path, pin: str, commit: str, move: Move, branch: str | No
     line = commitcache.first_parent_commits(repo, base, commit)
     if not line:
         return move
-    lo, hi = 0, len(line) - 1
 
     def gone(sha: str) -> bool:
         return git.read_blobs(repo, sha, [move.old])[move.old] is None
 
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if gone(line[mid]):
-            hi = mid
-        else:
-            lo = mid + 1
-    found = line[hi]
+    found = first_where(line, gone)
     subject = commitcache.log_records(repo, None, found, commits=[found])[0].subject
     proof = lineage.first_release(repo, found, branch=branch)
     via = None
