@@ -136,9 +136,20 @@ def test_a_restarting_container_is_drift(image: str, container: str, tmp_path: P
     serve["container"]["restart"] = "always"
     create(image, tmp_path, serve)
     docker = Docker.connect()
-    wait_for(docker, container, "restarting", lambda c: c.status == "restarting" or c.restart_count > 0)
-    wait_for(docker, container, "restarting", lambda c: c.status == "restarting")
-    (found,) = state_drift(image, container, tmp_path, serve)
+    # docker alternates "restarting" (a back-off that doubles from 100 ms) and a "running" of a few milliseconds;
+    # a read counts only when the container was restarting, with the same restart count, before and after it.
+    wait_for(docker, container, "restarted three times", lambda c: c.restart_count >= 3)
+    for _ in range(50):
+        wait_for(docker, container, "restarting", lambda c: c.status == "restarting")
+        before = docker.container(container)
+        found_now = state_drift(image, container, tmp_path, serve)
+        after = docker.container(container)
+        assert before is not None and after is not None
+        if after.status == "restarting" and after.restart_count == before.restart_count:
+            break
+    else:
+        pytest.fail(f"{container} was never read inside one restarting back-off")
+    (found,) = found_now
     assert found[1].startswith("restarting (restart ") and "last exit code 3" in found[1]
 
 
