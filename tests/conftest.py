@@ -184,7 +184,7 @@ def vpatch_cli(project: Project | Path, *args: str) -> tuple[int, str]:
     """`vpatch --project <root> ARGS` in this process (typer's CliRunner): its exit code and output."""
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     root = project.root if isinstance(project, Project) else project
     result = CliRunner().invoke(app, ["--project", str(root), *args])

@@ -28,8 +28,8 @@ import pytest
 from serverimage import tiny_serve, write_project
 from typer.testing import CliRunner
 
-from vpatch.cli import app
-from vpatch.definition import ImageDefinition
+from vpatch.commands.cli import app
+from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.docker import Docker

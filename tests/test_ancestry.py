@@ -12,7 +12,7 @@ import pytest
 from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch import lineage
+from vpatch.upstream import lineage
 from vpatch.upstream import cache_dir, mirror
 
 KV_FIXED = KV_V1.replace("break", "continue")

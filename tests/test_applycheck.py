@@ -7,9 +7,10 @@ from pathlib import Path
 
 from conftest import git as sh
 
-from vpatch import applycheck, git
-from vpatch.applycheck import Outcome
-from vpatch.filediff import parse_diff
+from vpatch import git
+from vpatch.verdict import applycheck
+from vpatch.verdict.applycheck import Outcome
+from vpatch.series.filediff import parse_diff
 
 
 def make_repo(tmp_path: Path) -> Path:

@@ -191,12 +191,12 @@ def test_the_checks_see_a_violation(tmp_path: Path) -> None:
     assert up == ["vpatch.update", "vpatch.update.run"]
     assert is_private(found[1].names[0]) and not is_private("__future__")
     assert layer_of("vpatch.docker.containers", table) == git_layer != layer_of("vpatch.image.build", table)
-    assert layer_of("vpatch.serve.config", table) != layer_of("vpatch.serve.run", table)  # the exact name wins
+    assert layer_of("vpatch.config.serve", table) != layer_of("vpatch.serve.run", table)  # the exact name wins
 
 
 # --- the git door: only vpatch/git/ builds git command lines ----------------------------------------
 
-GIT_DOOR = ("vpatch.git", "vpatch.catfile")  # the package, and its long-lived object reader
+GIT_DOOR = ("vpatch.git", "vpatch.git.catfile")  # the package, and its long-lived object reader
 
 
 def in_git_door(module: str) -> bool:

@@ -13,9 +13,9 @@ from conftest import KV_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
 from typer.testing import CliRunner
 
-from vpatch.cli import app
-from vpatch.config import Config
-from vpatch.errors import ConfigError, VpatchError
+from vpatch.commands.cli import app
+from vpatch.config.project import Config
+from vpatch.base.errors import ConfigError, VpatchError
 
 
 def committed(project: Project) -> Project:
@@ -100,8 +100,8 @@ def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
 
 
 def test_duplicate_keys_in_a_probe_and_an_image_definition(tmp_path: Path) -> None:
-    from vpatch.definition import ImageDefinition
-    from vpatch.probe_file import Probe
+    from vpatch.config.definition import ImageDefinition
+    from vpatch.probes.file import Probe
 
     probe = tmp_path / "p.yaml"
     probe.write_text("kind: files\nkind: command\nrun: [x]\n")
@@ -112,7 +112,7 @@ def test_duplicate_keys_in_a_probe_and_an_image_definition(tmp_path: Path) -> No
 
 
 def test_a_nul_byte_in_a_probe_command_is_refused(tmp_path: Path) -> None:
-    from vpatch.probe_file import Probe
+    from vpatch.probes.file import Probe
 
     probe = tmp_path / "p.yaml"
     probe.write_text('kind: command\nrun: ["{python}", "-c", "print(1)\\0"]\n')
@@ -122,7 +122,7 @@ def test_a_nul_byte_in_a_probe_command_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("image", ["my image:v1", "vllm/VLLM-openai:v1", "vllm/vllm-openai:", "UPPER"])
 def test_bad_base_image_names_are_refused(tmp_path: Path, image: str) -> None:
-    from vpatch.definition import ImageDefinition
+    from vpatch.config.definition import ImageDefinition
 
     with pytest.raises(ConfigError, match=r"base\.image"):
         ImageDefinition.parse(f"image:\n  repository: ml/prod\n  tag: prod\nbase:\n  image: '{image}'\n", name="prod",

@@ -13,7 +13,7 @@ import pytest
 from conftest import KV_V1, PARSER_V1, Project, ToyUpstream, git
 from helpers.gitmode import counting_git, history, series, status
 
-from vpatch import catfile
+from vpatch.git import catfile
 from vpatch import git as vgit
 from vpatch.upstream import cache_dir, mirror
 

@@ -18,7 +18,7 @@ from helpers.project import commit_all, state_of
 from helpers.shipped import committed_copy, shipped_files
 
 from vpatch import git as vgit
-from vpatch.config import Config
+from vpatch.config.project import Config
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / "scripts" / "ci-rebuild"

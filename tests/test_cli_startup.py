@@ -8,7 +8,7 @@ import sys
 
 from typer.testing import CliRunner
 
-from vpatch.cli import app
+from vpatch.commands.cli import app
 
 # Measured with typer 0.28: 318 modules for `vpatch status --help` (typer 0.29 with pydantic: 418).
 # The ceiling leaves room for vpatch's own growth, not for another library the size of pydantic.
@@ -16,7 +16,7 @@ MODULE_CEILING = 360
 
 _COUNT = """
 import contextlib, io, json, sys
-from vpatch.cli import main
+from vpatch.commands.cli import main
 sys.argv = ["vpatch", "status", "--help"]
 out = io.StringIO()
 code = 0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.config import Config
-from vpatch.errors import ConfigError
+from vpatch.config.project import Config
+from vpatch.base.errors import ConfigError
 
 
 def load(tmp_path: Path, text: str | bytes) -> Config:

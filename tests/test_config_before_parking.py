@@ -18,7 +18,7 @@ from deployhost import Host
 from serverimage import tiny_serve, write_project
 from typer.testing import CliRunner
 
-from vpatch.cli import app
+from vpatch.commands.cli import app
 from vpatch.deploy.client import Server
 from vpatch.docker import Docker
 

@@ -11,8 +11,8 @@ from conftest import KV_FIXED, KV_V1, PARSER_FIXED, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
-from vpatch import decision
-from vpatch.decision import Action, Case
+from vpatch.verdict import decision
+from vpatch.verdict.decision import Action, Case
 
 THREE = (PARSER_V1.replace("line 5\n", "line 5 fixed\n")
          .replace("line 20\n", "line 20a\nline 20b\nline 20c\n")

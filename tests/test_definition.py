@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vpatch.cli import app
-from vpatch.definition import ImageDefinition
-from vpatch.errors import ConfigError
+from vpatch.commands.cli import app
+from vpatch.config.definition import ImageDefinition
+from vpatch.base.errors import ConfigError
 from vpatch.serve.render import for_definition
 
 HEAD = "image:\n  repository: test/vllm\n  tag: tiny\n"
@@ -233,7 +233,7 @@ def test_the_image_part_loads_without_parsing_serve_or_deploy(tmp_path: Path) ->
 
 
 def test_loading_a_definition_imports_neither_serve_nor_deploy() -> None:
-    code = ("import sys; from pathlib import Path; from vpatch.definition import ImageDefinition; "
+    code = ("import sys; from pathlib import Path; from vpatch.config.definition import ImageDefinition; "
             "d = ImageDefinition.load(Path('.'), 'flash-next'); print(d.moving_ref); "
             "print(sorted(m for m in sys.modules if m.startswith(('vpatch.serve', 'vpatch.deploy'))))")
     root = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ import pytest
 from deployhost import KV_NORMAL, NAME, Spawned, json_of
 from serverimage import free_port, tiny_serve, unique_name, write_project
 
-from vpatch.definition import ImageDefinition
+from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.docker import Docker

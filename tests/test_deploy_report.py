@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.definition import ImageDefinition
+from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.checks import CheckResult, Figures, Status, judge_memory
 from vpatch.deploy.client import Server
 from vpatch.deploy.memory import DeviceMemory, MemoryWatch, parse_nvidia_smi
 from vpatch.deploy.record import DeployRecord, Side, Source, age, recorded_baseline
 from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
-from vpatch.deploy.suite import MemoryCheck, Suite
+from vpatch.config.deploy import MemoryCheck, Suite
 from vpatch.deploy.watchdog import Aborted, Tick, Watchdog
-from vpatch.errors import ConfigError
+from vpatch.base.errors import ConfigError
 from vpatch.report import deploy_html
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +175,7 @@ def test_deploy_report_renders_the_last_record_with_the_state_folder_only(tmp_pa
     """`vpatch deploy NAME --report` needs no yaml and no daemon: the project here has no images/ at all."""
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
     from vpatch.deploy.journal import Journal, Phase
 
     state = tmp_path / "state"

@@ -8,8 +8,8 @@ import pytest
 from conftest import KV_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
 
-from vpatch.errors import SeriesError
-from vpatch.series import Patch, Series
+from vpatch.base.errors import SeriesError
+from vpatch.series.files import Patch, Series
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import probe_env, probe_file
+from vpatch.probes import env as probe_env
+from vpatch.probes import file as probe_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu-check-0001"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from serverimage import free_port, tiny_serve, tiny_yaml
 
-from vpatch.definition import ImageDefinition
+from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.errors import ConfigError, JournalError, VpatchError
-from vpatch.lock import LockedError, LockFolderError, host_resources, state_dir
+from vpatch.base.errors import ConfigError, JournalError, VpatchError
+from vpatch.base.lock import LockedError, LockFolderError, host_resources, state_dir
 from vpatch.serve import alive, health
 from vpatch.serve.render import for_definition
 
@@ -159,7 +159,7 @@ def test_one_lock_per_container_name_and_port(state: Path) -> None:
                 with host_resources(folder, container=container, port=port, holder="vpatch serve tiny2"):
                     pass
         # Another process (as a second vpatch is): the kernel's lock, not this process's bookkeeping.
-        code = ("import sys; from pathlib import Path; from vpatch.lock import host_resources\n"
+        code = ("import sys; from pathlib import Path; from vpatch.base.lock import host_resources\n"
                 f"with host_resources(Path({str(folder)!r}), container='audit-tiny', port=1, holder='x'): pass")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert done.returncode == 1 and "another vpatch deploy tiny is running" in done.stderr
@@ -195,7 +195,7 @@ def test_x59_a_full_state_folder_is_a_clear_error(state: Path) -> None:
     """/dev/full answers every write with ENOSPC, as a full disk does."""
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
-    from vpatch import records
+    from vpatch.base import records
 
     with pytest.raises(OSError):
         Path("/dev/full").write_bytes(b"x")
@@ -319,7 +319,7 @@ def test_image_names_docker_would_refuse_later_are_refused_now(tmp_path: Path, i
 def test_flags_that_would_be_ignored_are_refused(tmp_path: Path, state: Path, args: list[str], said: str) -> None:
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     result = CliRunner().invoke(app, ["-C", str(tmp_path), *args])
     assert result.exit_code == 1 and said in result.output, result.output

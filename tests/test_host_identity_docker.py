@@ -24,7 +24,7 @@ import pytest
 from serverimage import free_port, tiny_serve, write_project
 from typer.testing import CliRunner
 
-from vpatch.cli import app
+from vpatch.commands.cli import app
 from vpatch.docker import ContainerInfo, Docker
 from vpatch.serve.render import LABEL_DEFINITION
 
@@ -155,7 +155,7 @@ def test_x110_serve_replace_waits_for_nothing_while_a_deploy_holds_the_container
     serve --replace is refused and the container the deploy is checking stays."""
     candidate = host.start(stand_in, "", "tiny")
     write_project(host.root, vllm_server_image, tiny_serve(host.port, host.base))
-    code = ("import sys, time; from pathlib import Path; from vpatch.lock import host_resources\n"
+    code = ("import sys, time; from pathlib import Path; from vpatch.base.lock import host_resources\n"
             f"with host_resources(Path({str(host.state / 'locks')!r}), container={host.base!r}, port={host.port}, "
             "holder='vpatch deploy tiny'):\n    print('held', flush=True); sys.stdin.read()")
     holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

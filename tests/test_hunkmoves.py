@@ -23,8 +23,9 @@ import pytest
 from conftest import git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch import hunkmoves, verdict
-from vpatch.series import Series
+from vpatch.upstream import hunkmoves
+from vpatch.verdict import judge as verdict
+from vpatch.series.files import Series
 from vpatch.upstream import cache_dir, commitcache, mirror
 
 
@@ -166,7 +167,7 @@ def status(root: Path, *against: str) -> tuple[int, dict[str, dict]]:  # type: i
 
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     args = [a for ref in against for a in ("--against", ref)]
     result = CliRunner().invoke(app, ["--project", str(root), "status", "--json", "--exit-code", *args])

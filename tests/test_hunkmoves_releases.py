@@ -17,8 +17,8 @@ from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
-from vpatch.cli import app
-from vpatch.series import Patch
+from vpatch.commands.cli import app
+from vpatch.series.files import Patch
 
 pytestmark = pytest.mark.releases
 CHAT = "vllm/renderers/chat_utils.py"

@@ -18,10 +18,10 @@ from imagebase import FLASH_MODULE, PACKAGE_DIR, PIN, SeriesFiles, ensure_base, 
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
-from vpatch.cli import app
-from vpatch.definition import ImageDefinition, Strategy
+from vpatch.commands.cli import app
+from vpatch.config.definition import ImageDefinition, Strategy
 from vpatch.docker import Docker, DockerError, buildkit_invocation
-from vpatch.errors import ConfigError, VpatchError
+from vpatch.base.errors import ConfigError, VpatchError
 
 # One worker runs the module: its session fixtures build the base images and the series once.
 pytestmark = pytest.mark.xdist_group("image")
@@ -479,8 +479,8 @@ def test_shipped_series_builds_and_verifies_on_the_test_base(bases: dict[str, st
                                                              monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                              release_history: Path) -> None:
     """`vpatch build flash-next` for this repository's own vpatch.yaml and patches/, on the v0.29.0 test base."""
-    from vpatch.config import Config
-    from vpatch.series import Series
+    from vpatch.config.project import Config
+    from vpatch.series.files import Series
 
     if not (REPO_ROOT / "vpatch.yaml").is_file() or not list((REPO_ROOT / "patches").glob("*.patch")):
         pytest.skip("the shipped series (vpatch.yaml, patches/) is not in this checkout")
@@ -547,9 +547,9 @@ def test_verify_probe_outcomes_are_a_trees(docker: Docker, bases: dict[str, str]
     v0.29.0 tree. The same rules give the same outcome: a traceback with exit 1 and a missing file are
     ERROR in both, never "the bug is there"."""
     from vpatch.image.verify import image_place
-    from vpatch.probe_file import Probe
-    from vpatch.probe_outcome import ProbeOutcome, interpret
-    from vpatch.probes import run_probe
+    from vpatch.probes.file import Probe
+    from vpatch.probes.outcome import ProbeOutcome, interpret
+    from vpatch.probes.runner import run_probe
 
     (tmp_path / "crash.py").write_text("open('vllm/no_such_file.py')\n")  # FileNotFoundError: traceback, exit 1
     (tmp_path / "bug.py").write_text("import sys\nsys.exit(0 if 'VPATCH_NEVER' in open('vllm/__init__.py').read() else 1)\n")

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from vpatch import git as vgit
-from vpatch.definition import ImageDefinition, Strategy
-from vpatch.errors import VpatchError
+from vpatch.config.definition import ImageDefinition, Strategy
+from vpatch.base.errors import VpatchError
 from vpatch.image.plan import Changes, Kind, choose, classify, content_hash, declared_args, vllm_buildargs
-from vpatch.series import Patch
+from vpatch.series.files import Patch
 
 DEFINITION = ImageDefinition(name="flash-next", path=Path("images/flash-next.yaml"), repository="ml/x", tag="next")
 

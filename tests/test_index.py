@@ -15,9 +15,9 @@ import pytest
 from helpers.sdists import FakePyPI, fake_sdist, tag_table
 from simpleindex import SimpleIndex, point_pip_at
 
-from vpatch.errors import UpstreamError
-from vpatch.lock import LockedError
-from vpatch.progress import Event, Reporter
+from vpatch.base.errors import UpstreamError
+from vpatch.base.lock import LockedError
+from vpatch.base.progress import Event, Reporter
 from vpatch.upstream import index as index_mod
 from vpatch.upstream import releases, sdists
 from vpatch.upstream.index import Index, IndexSettings
@@ -146,7 +146,7 @@ def test_downloads_run_in_parallel_but_bounded(tmp_path: Path) -> None:
 def test_a_second_releases_run_on_the_same_cache_refuses_and_names_the_first(tmp_path: Path) -> None:
     lock = releases.lock_path(tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, "-c", ("import sys, time; from pathlib import Path; from vpatch.lock import exclusive\n"
+        [sys.executable, "-c", ("import sys, time; from pathlib import Path; from vpatch.base.lock import exclusive\n"
                                 f"with exclusive(Path({str(lock)!r}), what='x'):\n"
                                 "  print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)

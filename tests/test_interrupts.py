@@ -19,8 +19,8 @@ from conftest import vpatch_cli as cli
 from helpers.project import commit_all, release, state_of
 from typer.testing import CliRunner
 
-from vpatch.cli import app
-from vpatch.config import Config
+from vpatch.commands.cli import app
+from vpatch.config.project import Config
 from vpatch.upstream import cache_dir, commitcache
 
 GITKILL = Path(__file__).with_name("gitkill.sh")
@@ -88,7 +88,9 @@ class Killer:
 def _die_at_write(n: int) -> None:
     """In a forked child only: SIGKILL this process right after its n-th atomic file write (export's: the tree's
     record, then the series files)."""
-    from vpatch import export, fs, records
+    from vpatch.tree import export
+    from vpatch.base import fs
+    from vpatch.base import records
 
     real, count = fs.atomic_write, [0]
 
@@ -323,7 +325,7 @@ def test_two_updates_at_once_one_wins_the_other_refuses(two: Project, killer: Ki
 
 
 def test_a_lock_left_by_a_dead_process_is_no_obstacle(two: Project) -> None:
-    (two.root / ".git" / "vpatch.lock").write_text("999999 update\n")
+    (two.root / ".git" / "vpatch.base.lock").write_text("999999 update\n")
     code, out = cli(two, "update", "--to", "v1.1")
     assert code == 0, out
     assert_updated(two, out)

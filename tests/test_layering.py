@@ -1,5 +1,5 @@
 """What the layering test (test_architecture.py) cannot see: the packages the config layer lives in import
-nothing (importing vpatch.serve.config runs vpatch/serve/__init__.py), and the definition's old homes are gone."""
+nothing (importing vpatch.config.serve runs vpatch/serve/__init__.py), and the definition's old homes are gone."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # The config layer, bottom of the project: errors and atomic writes, the YAML loader and the one document
 # reader, vpatch.yaml, and the image definition with its serve: and deploy: sections and the rules between them.
 CONFIG_LAYER = {
-    "vpatch.errors", "vpatch.fs", "vpatch.yamlload", "vpatch.document", "vpatch.config",
-    "vpatch.definition", "vpatch.consistency", "vpatch.serve.config", "vpatch.deploy.suite",
+    "vpatch.base.errors", "vpatch.base.fs", "vpatch.config.yamlload", "vpatch.config.document", "vpatch.config.project",
+    "vpatch.config.definition", "vpatch.config.consistency", "vpatch.config.serve", "vpatch.config.deploy",
 }
-# Importing vpatch.serve.config runs vpatch/serve/__init__.py: the packages must stay empty of imports.
+# Importing vpatch.config.serve runs vpatch/serve/__init__.py: the packages must stay empty of imports.
 PACKAGES = {"vpatch", "vpatch.serve", "vpatch.deploy"}
 
 
@@ -38,7 +38,7 @@ def test_the_packages_the_config_layer_lives_in_import_nothing() -> None:
 
 
 def test_nothing_imports_the_old_homes_of_the_definition() -> None:
-    """image/definition.py and image/strategy.py are gone; everything reads the one model in vpatch.definition."""
+    """image/definition.py and image/strategy.py are gone; everything reads the one model in vpatch.config.definition."""
     users = [p for p in SRC.rglob("*.py")
              if {"vpatch.image.definition", "vpatch.image.strategy"} & imports_of_file(p)]
     assert users == []

@@ -14,9 +14,9 @@ import pytest
 from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch import lineage
-from vpatch.config import Config
-from vpatch.series import Series
+from vpatch.upstream import lineage
+from vpatch.config.project import Config
+from vpatch.series.files import Series
 from vpatch.upstream import cache_dir, mirror
 
 SCHED = "".join(f"s {i}\n" for i in range(1, 21))

@@ -24,11 +24,11 @@ from conftest import REAL_CACHE
 from serverimage import free_port, unique_name
 from typer.testing import CliRunner
 
-from vpatch.cli import app
-from vpatch.definition import ImageDefinition
+from vpatch.commands.cli import app
+from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.client import Server
 from vpatch.docker import Docker
-from vpatch.retired import RETIRED_FILE, RetiredPatch, with_entries
+from vpatch.series.retired import RETIRED_FILE, RetiredPatch, with_entries
 from vpatch.serve.render import render
 
 # Its own production server, not the shared tiny one: the shipped vllm-cpu definition serving the image this

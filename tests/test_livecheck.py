@@ -11,11 +11,11 @@ import yaml
 from conftest import Project
 
 from vpatch.deploy.live import CaseOutcome, PatchOutcome, Planned, Role, observed_stream, observed_whole
-from vpatch.errors import SeriesError
-from vpatch.livecheck import Api, LiveCheck, LiveCheckError, regex_for
-from vpatch.livejudge import Observed, forced_token_problems, judge
-from vpatch.retired import RetiredPatch, retired_entries, with_entries
-from vpatch.series import Series
+from vpatch.base.errors import SeriesError
+from vpatch.deploy.livecheck import Api, LiveCheck, LiveCheckError, regex_for
+from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
+from vpatch.series.retired import RetiredPatch, retired_entries, with_entries
+from vpatch.series.files import Series
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "checks" / "live" / "0003-qwen3-tool-call-unclosed-function.yaml"

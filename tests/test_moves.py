@@ -13,7 +13,7 @@ import pytest
 from conftest import git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch import moves
+from vpatch.upstream import moves
 from vpatch.upstream import cache_dir, mirror
 
 SCHED = "".join(f"sched line {i}\n" for i in range(1, 31))
@@ -132,7 +132,7 @@ def status_json(root: Path, *args: str) -> tuple[int, dict]:  # type: ignore[typ
     """`vpatch status --json ARGS`: its exit code and the document on stdout (progress goes to stderr)."""
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     result = CliRunner().invoke(app, ["--project", str(root), "status", "--json", *args])
     return result.exit_code, json.loads(result.stdout)

@@ -18,10 +18,11 @@ from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
-from vpatch import probe_file, probes
-from vpatch.cli import app
+from vpatch.probes import file as probe_file
+from vpatch.probes import runner as probes
+from vpatch.commands.cli import app
 from vpatch.image.base import expected_files
-from vpatch.series import Patch, Series
+from vpatch.series.files import Patch, Series
 
 pytestmark = pytest.mark.releases
 OLD = "vllm/entrypoints/offline_utils.py"

@@ -9,7 +9,7 @@ from conftest import KV_V1, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
-from vpatch.series import Patch, Series
+from vpatch.series.files import Patch, Series
 
 # 0001 changes the parser in three places; hunk 2 grows the file by two lines, so hunk 3's new-side
 # line numbers move when hunk 2 is dropped.
@@ -202,7 +202,7 @@ def test_the_proof_refuses_a_hunk_found_only_elsewhere_in_the_file(project: Proj
 
 
 def test_a_narrowed_patch_without_last_update_gets_one_among_its_trailers(project: Project) -> None:
-    from vpatch.narrow import narrowed_patch
+    from vpatch.update.narrow import narrowed_patch
 
     path = project.make_patch(1, "parser-three", {"vllm/parser.py": THREE}, "Fix the parser in three places",
                               trailers="Origin: vendor\nForwarded: no")

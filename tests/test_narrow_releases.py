@@ -10,9 +10,9 @@ from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
-from vpatch.cli import app
-from vpatch.filediff import parse_diff
-from vpatch.series import Patch
+from vpatch.commands.cli import app
+from vpatch.series.filediff import parse_diff
+from vpatch.series.files import Patch
 
 pytestmark = pytest.mark.releases
 LOCAL_LINE = "# vpatch narrowing test: a local change upstream does not have\n"

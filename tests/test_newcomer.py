@@ -11,8 +11,8 @@ import pytest
 from conftest import KV_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
 
-from vpatch.probe_file import Probe
-from vpatch.probe_outcome import ProbeKind
+from vpatch.probes.file import Probe
+from vpatch.probes.outcome import ProbeKind
 
 KV_FIX = KV_V1.replace("break", "continue")
 GOOD = "kind: files\nfiles:\n  vllm/kv.py:\n    contains: [continue]\n    not_contains: [break]\n"
@@ -326,7 +326,7 @@ def test_update_dry_run_works_with_uncommitted_changes_and_writes_nothing(projec
     assert code == 0, out
     # nothing written: the project's files and its git state (the lock file aside) are as they were
     assert "would re-apply" in out
-    assert {k: v for k, v in snapshot(project.root).items() if k != ".git/vpatch.lock"} == before
+    assert {k: v for k, v in snapshot(project.root).items() if k != ".git/vpatch.base.lock"} == before
     code, out = run(project, "update", "--to", "v1.1")  # the real one still wants them committed
     assert code == 1 and "uncommitted changes in the series or the pin" in out
 
@@ -362,8 +362,8 @@ def test_new_prints_the_tree_and_the_next_step(project: Project) -> None:
 
 
 def test_a_filled_in_mail_address_is_not_template_text(project: Project) -> None:
-    from vpatch.series import Patch
-    from vpatch.trailers import unfinished
+    from vpatch.series.files import Patch
+    from vpatch.series.trailers import unfinished
 
     path = project.make_patch(1, "kv", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
                               trailers="Origin: vendor\nCo-authored-by: A Person <a.person@example.invalid>\n"
@@ -474,7 +474,7 @@ def test_new_without_a_git_identity_says_what_to_configure(project: Project, her
 def test_exit_codes_in_the_readme_and_in_status_help_come_from_one_table(project: Project) -> None:
     import re
 
-    from vpatch.errors import ExitCode, meaning
+    from vpatch.base.errors import ExitCode, meaning
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme.split("## Exit codes")[1].split("\n## ")[0], re.M))

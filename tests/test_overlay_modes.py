@@ -16,7 +16,7 @@ from conftest import Project, git, patch_of_head
 from imagebase import PACKAGE_DIR, ensure_base
 from typer.testing import CliRunner
 
-from vpatch.cli import app
+from vpatch.commands.cli import app
 from vpatch.docker import Docker, DockerError
 
 pytestmark = pytest.mark.docker

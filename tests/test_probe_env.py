@@ -16,11 +16,12 @@ from conftest import KV_FIXED, Project, ToyUpstream
 from helpers.probefiles import COMMAND_PROBE, SCRIPT, project_patch, write_probe
 from helpers.project import commit_all, release
 
-from vpatch import probe_env, probes
-from vpatch.probe_env import EnvError, Requirements
-from vpatch.probe_file import Probe
-from vpatch.probes import ProbeOutcome
-from vpatch.progress import Event
+from vpatch.probes import env as probe_env
+from vpatch.probes import runner as probes
+from vpatch.probes.env import EnvError, Requirements
+from vpatch.probes.file import Probe
+from vpatch.probes.runner import ProbeOutcome
+from vpatch.base.progress import Event
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -216,7 +217,7 @@ def test_status_shows_each_probe_on_stderr_and_keeps_json_on_stdout_clean(projec
 
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     project_patch(project, COMMAND_PROBE, SCRIPT)
 
@@ -233,7 +234,7 @@ def test_status_shows_each_probe_on_stderr_and_keeps_json_on_stdout_clean(projec
 def test_lock_probes_command_rewrites_the_lock_and_says_what_moved(wheels: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     lock = tmp_path / "requirements.lock"
     lock.write_text("# requires: tinypkg==1.1\n# omit: hugepkg\ntinypkg==1.0\n")
@@ -251,7 +252,7 @@ def test_update_shows_each_probe_it_runs_on_stderr(project: Project) -> None:
 
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     project_patch(project, COMMAND_PROBE, SCRIPT)
     commit_all(project)

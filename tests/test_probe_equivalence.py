@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE, RELEASE_VERSIONS
 
-from vpatch import git, probe_runs, probes, process
-from vpatch.errors import ProcessError
-from vpatch.probe_env import probe_venv
-from vpatch.probe_file import Probe, probe_for
-from vpatch.probe_outcome import ProbeKind, ProbeOutcome, Ran, argv, interpret
-from vpatch.series import Series
+from vpatch import git
+from vpatch.probes import workspace as probe_runs
+from vpatch.probes import runner as probes
+from vpatch.base import process
+from vpatch.base.errors import ProcessError
+from vpatch.probes.env import probe_venv
+from vpatch.probes.file import Probe, probe_for
+from vpatch.probes.outcome import ProbeKind, ProbeOutcome, Ran, argv, interpret
+from vpatch.series.files import Series
 
 pytestmark = pytest.mark.releases
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import git, probe_file, probes
-from vpatch.probes import ProbeOutcome
-from vpatch.series import Series
+from vpatch import git
+from vpatch.probes import file as probe_file
+from vpatch.probes import runner as probes
+from vpatch.probes.runner import ProbeOutcome
+from vpatch.series.files import Series
 
 pytestmark = pytest.mark.releases
 

@@ -115,7 +115,7 @@ def _cache_entries() -> dict[str, object]:
 def _status_json(project: Project, *args: str) -> str:
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     result = CliRunner().invoke(app, ["--project", str(project.root), "status", "--json", *args])
     assert result.exit_code == 0, result.output
@@ -246,8 +246,8 @@ def test_the_supervisor_passes_on_the_probe_s_exit_code_or_signal(toy_upstream: 
                                                                    code: str, says: str) -> None:
     from helpers.probefiles import write_probe
 
-    from vpatch import probes
-    from vpatch.probes import ProbeOutcome
+    from vpatch.probes import runner as probes
+    from vpatch.probes.runner import ProbeOutcome
 
     probe = write_probe(tmp_path / "probes", "kind: command\nrun: [\"{python}\", \"{probe_dir}/check.py\"]\n",
                         f"import os, signal, sys\nprint('about to end')\n{code}\n")

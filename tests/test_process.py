@@ -10,8 +10,8 @@ import pytest
 from conftest import KV_V1, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
 
-from vpatch import process
-from vpatch.errors import GitError, ProcessError
+from vpatch.base import process
+from vpatch.base.errors import GitError, ProcessError
 
 FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import git, probe_env, probe_file
-from vpatch.series import Series
+from vpatch import git
+from vpatch.probes import env as probe_env
+from vpatch.probes import file as probe_file
+from vpatch.series.files import Series
 
 # One worker runs the module: its fixture runs the check on every tree once.
 pytestmark = [pytest.mark.releases, pytest.mark.probe_venv, pytest.mark.xdist_group("qsa-fp8")]

@@ -1,4 +1,4 @@
-"""Journals on disk (vpatch.records): a record round-trips, a missing one is None, and every broken one, the
+"""Journals on disk (vpatch.base.records): a record round-trips, a missing one is None, and every broken one, the
 update's and the deploy's alike, is one JournalError naming the file and what to do."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from conftest import Project
 from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
-from vpatch import records
+from vpatch.base import records
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.errors import JournalError
+from vpatch.base.errors import JournalError
 
 
 class Color(str, Enum):

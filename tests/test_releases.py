@@ -9,8 +9,8 @@ import pytest
 from conftest import REAL_CACHE, RELEASE_VERSIONS, git
 from helpers.sdists import BASE_TIME, DAY, FakePyPI, fake_sdist, tag_table
 
-from vpatch.errors import UpstreamError
-from vpatch.progress import Event
+from vpatch.base.errors import UpstreamError
+from vpatch.base.progress import Event
 from vpatch.upstream import releases, sdists
 from vpatch.upstream.releases import State
 
@@ -242,7 +242,7 @@ def test_releases_command_builds_a_range_and_prints_one_line_per_release(
 ) -> None:
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     _local_index(tmp_path, monkeypatch, lying={"1.3.0"})
     runner = CliRunner()
@@ -267,7 +267,7 @@ def test_releases_command_in_a_project_starts_from_the_pin_when_older_than_the_f
     from conftest import write_config
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     write_config(tmp_path, "https://example.invalid/vllm.git", ref="v1.1.0")
     _local_index(tmp_path, monkeypatch)
@@ -282,7 +282,7 @@ def test_releases_command_in_a_project_starts_from_the_pin_when_older_than_the_f
 def test_plain_releases_command_starts_from_the_fixed_floor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     _local_index(tmp_path, monkeypatch)
     monkeypatch.setattr(releases, "DEFAULT_FIRST", "1.2.0")

@@ -9,9 +9,9 @@ from conftest import KV_V1, Project, snapshot
 from conftest import vpatch_cli as cli
 from typer.testing import CliRunner
 
-from vpatch.cli import app
-from vpatch.errors import SeriesError
-from vpatch.series import Series
+from vpatch.commands.cli import app
+from vpatch.base.errors import SeriesError
+from vpatch.series.files import Series
 
 GOOD = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: vpatch operators <operators@vpatch.invalid>

@@ -15,8 +15,8 @@ import placeholder
 import pytest
 from serverimage import tiny_serve, tiny_yaml
 
-from vpatch.config import Pin
-from vpatch.definition import ImageDefinition
+from vpatch.config.project import Pin
+from vpatch.config.definition import ImageDefinition
 from vpatch.docker import Docker
 from vpatch.serve import drift
 from vpatch.serve.render import for_definition
@@ -187,7 +187,7 @@ def test_the_same_liveness_check_with_another_port_is_named_as_such(image: str, 
 def test_serve_diff_on_a_stopped_container_exits_7_and_says_so(image: str, container: str, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     serve = tiny_serve(8000, container)
     (tmp_path / "images").mkdir()

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from vpatch.docker import Docker
-from vpatch.errors import VpatchError
+from vpatch.base.errors import VpatchError
 from vpatch.serve import lint
-from vpatch.serve.config import ContainerOptions, ServeConfig
+from vpatch.config.serve import ContainerOptions, ServeConfig
 from vpatch.serve.render import render
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("serve-lint")]  # one worker builds the module's images

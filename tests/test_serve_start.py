@@ -12,11 +12,11 @@ import pytest
 from serverimage import tiny_serve, tiny_yaml
 from typer.testing import CliRunner
 
-from vpatch import process
-from vpatch.cli import app
-from vpatch.definition import ImageDefinition
+from vpatch.base import process
+from vpatch.commands.cli import app
+from vpatch.config.definition import ImageDefinition
 from vpatch.docker import Docker, DockerError
-from vpatch.errors import ProcessError, VpatchError
+from vpatch.base.errors import ProcessError, VpatchError
 from vpatch.serve import run
 from vpatch.serve.render import for_definition
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from conftest import REAL_CACHE
 
-from vpatch import probe_file, probes
-from vpatch.probes import ProbeOutcome
-from vpatch.series import Patch, Series
+from vpatch.probes import file as probe_file
+from vpatch.probes import runner as probes
+from vpatch.probes.runner import ProbeOutcome
+from vpatch.series.files import Patch, Series
 
 pytestmark = pytest.mark.releases
 

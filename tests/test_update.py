@@ -13,8 +13,8 @@ from helpers import killat
 from helpers.project import commit_all, release, state_of
 
 from vpatch import update as core
-from vpatch.config import Config
-from vpatch.series import Series
+from vpatch.config.project import Config
+from vpatch.series.files import Series
 
 
 @pytest.fixture

@@ -14,14 +14,14 @@ from helpers import killat
 from helpers.project import commit_all, release, state_of
 
 from vpatch import update as core
-from vpatch.config import Config
+from vpatch.config.project import Config
 
 
 def run_json(project: Project, *args: str) -> tuple[int, dict]:
     """vpatch with --json in this process: its exit code and the document on stdout (progress goes to stderr)."""
     from typer.testing import CliRunner
 
-    from vpatch.cli import app
+    from vpatch.commands.cli import app
 
     result = CliRunner().invoke(app, ["--project", str(project.root), *args, "--json"])
     assert result.stdout.startswith("{"), result.output

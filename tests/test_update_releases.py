@@ -11,7 +11,7 @@ from conftest import REAL_CACHE, git
 from helpers.shipped import committed_copy, shipped_files, vpatch
 
 from vpatch import git as vgit
-from vpatch.config import Config
+from vpatch.config.project import Config
 
 pytestmark = pytest.mark.releases
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, vpatch_cli
 
-from vpatch.series import Patch, Series
+from vpatch.series.files import Patch, Series
 from vpatch.upstream import cache_dir, mirror
-from vpatch.verdict import (
+from vpatch.verdict.judge import (
     Applies,
     Kind,
     ProbeCheck,

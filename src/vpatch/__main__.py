@@ -1,3 +1,3 @@
-from vpatch.cli import main
+from vpatch.commands.cli import main
 
 main()

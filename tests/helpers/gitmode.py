@@ -12,7 +12,7 @@ import pytest
 from conftest import KV_FIXED, PARSER_FIXED, PARSER_V1, Project
 from typer.testing import CliRunner
 
-from vpatch.cli import app
+from vpatch.commands.cli import app
 from vpatch.upstream import cache_dir, mirror
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from conftest import KV_FIXED, Project
 
-from vpatch.probe_file import Probe
-from vpatch.series import Patch
+from vpatch.probes.file import Probe
+from vpatch.series.files import Patch
 
 # Exit 0 when the tree skips null blocks, 1 when it stops at them; counts its runs next to itself.
 SCRIPT = """\

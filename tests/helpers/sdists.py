@@ -7,8 +7,8 @@ import io
 import tarfile
 from pathlib import Path
 
-from vpatch.errors import UpstreamError
-from vpatch.progress import Event, Reporter
+from vpatch.base.errors import UpstreamError
+from vpatch.base.progress import Event, Reporter
 from vpatch.upstream import releases
 
 # Member mtimes of the fake sdists: release 1.N was packed on day N.

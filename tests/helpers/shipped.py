@@ -8,7 +8,7 @@ import pytest
 from conftest import git
 from typer.testing import CliRunner
 
-from vpatch.cli import app
+from vpatch.commands.cli import app
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

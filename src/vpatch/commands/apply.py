@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config, load_series
-from vpatch.errors import ExitCode
+from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
-    from vpatch import git, lock, stack, upstream
+    from vpatch import git, upstream
+    from vpatch.base import lock
+    from vpatch.tree import stack
 
     config = load_config(project)
     series = load_series(config)

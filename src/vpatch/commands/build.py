@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config, progress, warn_tree_work
-from vpatch.definition import Strategy
-from vpatch.errors import ExitCode
+from vpatch.config.definition import Strategy
+from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy | None, base: str | None) -> ExitCode:

@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch.commands import console, echo, load_config, progress
-from vpatch.errors import ExitCode, VpatchError
+from vpatch.base.errors import ExitCode, VpatchError
 
 if TYPE_CHECKING:
     from vpatch.deploy.record import DeployRecord
-    from vpatch.serve.config import ServeConfig
+    from vpatch.config.serve import ServeConfig
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
@@ -20,7 +20,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
     keep = 1 if keep is None else keep
 
-    from vpatch.definition import ImageDefinition
+    from vpatch.config.definition import ImageDefinition
     from vpatch.deploy import report as deploy_report
     from vpatch.deploy import switch
     from vpatch.docker import Docker
@@ -114,7 +114,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
 def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
     """images/NAME.yaml's serve: section when it reads: --status then also finds another definition's
     unfinished deploy on its container or port (a renamed definition's). Recovery never needs it."""
-    from vpatch.definition import ImageDefinition
+    from vpatch.config.definition import ImageDefinition
 
     try:
         return ImageDefinition.load(load_config(project).root, name).serve
@@ -146,7 +146,7 @@ def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where:
 
 def _write_report(record: DeployRecord, out: Path | None, phase: str | None) -> Path:
     """The deploy's HTML page, written atomically beside its record (or to `out`); its path."""
-    from vpatch.fs import atomic_write
+    from vpatch.base.fs import atomic_write
     from vpatch.report import deploy_html
 
     path = out or record.html_path

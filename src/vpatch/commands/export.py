@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config
-from vpatch.errors import ExitCode
+from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, dry_run: bool, force: bool = False) -> ExitCode:
-    from vpatch import export, lock
-    from vpatch.series import Series
+    from vpatch.tree import export
+    from vpatch.base import lock
+    from vpatch.series.files import Series
 
     config = load_config(project)
     with lock.held(config.root, "export"):

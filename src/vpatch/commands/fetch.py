@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config
-from vpatch.errors import ExitCode, VpatchError
+from vpatch.base.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, blob_filter: str | None) -> ExitCode:
-    from vpatch.console import ProgressView
+    from vpatch.report.console import ProgressView
     from vpatch.upstream import cache_dir, mirror
 
     config = load_config(project)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config
-from vpatch.errors import ExitCode
+from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, lock: Path | None) -> ExitCode:
-    from vpatch import probe_env
+    from vpatch.probes import env as probe_env
 
     path = lock or load_config(project).patches_dir / "probes" / probe_env.LOCK_NAME
     echo(f"resolving {path.name} with pip (nothing is installed)...", err=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config, load_series
-from vpatch.errors import ExitCode
+from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, slug: str, subject: str | None) -> ExitCode:
-    from vpatch import lock, newpatch
+    from vpatch.base import lock
+    from vpatch.tree import newpatch
 
     config = load_config(project)
     with lock.held(config.root, "new"):

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import echo, load_config
-from vpatch.errors import ExitCode
+from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, versions: list[str], first: str | None, last: str | None, pre: bool,
         list_only: bool) -> ExitCode:
     import datetime
 
-    from vpatch.config import CONFIG_NAME, find_root
+    from vpatch.config.project import CONFIG_NAME, find_root
     from vpatch.upstream import cache_dir, releases
 
     root = find_root(project.resolve())
@@ -20,7 +20,7 @@ def run(*, project: Path, versions: list[str], first: str | None, last: str | No
     if list_only:
         result = releases.list_releases()
     else:
-        from vpatch.console import ProgressView
+        from vpatch.report.console import ProgressView
 
         with ProgressView() as view:
             result = releases.update(versions, first=first, last=last, pre=pre, pin=pin, report=view)

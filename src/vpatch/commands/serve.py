@@ -6,15 +6,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch.commands import echo, load_config, progress
-from vpatch.errors import ExitCode, VpatchError
+from vpatch.base.errors import ExitCode, VpatchError
 
 if TYPE_CHECKING:
-    from vpatch.serve.config import ServeConfig
+    from vpatch.config.serve import ServeConfig
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
         check: bool) -> ExitCode:
-    from vpatch.definition import ImageDefinition, image_reference_ok
+    from vpatch.config.definition import ImageDefinition, image_reference_ok
     from vpatch.serve import render
 
     modes = [flag for flag, on in (("--print", print_only), ("--diff", diff), ("--check", check)) if on]

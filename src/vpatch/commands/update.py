@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vpatch.commands import console, echo, load_config, warn_tree_work
-from vpatch.errors import ExitCode, VpatchError
+from vpatch.base.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
@@ -23,8 +23,8 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
         return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, narrow=not no_narrow, json_out=json_out)
     import functools
 
-    from vpatch import probe_runs
-    from vpatch.console import ProgressView
+    from vpatch.probes import workspace as probe_runs
+    from vpatch.report.console import ProgressView
 
     config = load_config(project)
     with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
@@ -44,7 +44,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
                 from vpatch.report import status as report
-                from vpatch.status import Status
+                from vpatch.status.compute import Status
 
                 if isinstance(refused.report, Status) and not json_out:
                     console().print(report.status_table(refused.report))
@@ -68,7 +68,7 @@ def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow:
     import functools
 
     from vpatch import update as core
-    from vpatch.console import ProgressView
+    from vpatch.report.console import ProgressView
     from vpatch.report import update as update_report
 
     config = load_config(project)

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch.commands import echo, load_config, progress
-from vpatch.errors import ExitCode, VpatchError
+from vpatch.base.errors import ExitCode, VpatchError
 
 if TYPE_CHECKING:
-    from vpatch.config import Config
+    from vpatch.config.project import Config
 
 
 def run(*, project: Path, image: str, probes: bool, live: bool, definition: str | None) -> ExitCode:

@@ -25,9 +25,9 @@ from vpatch.deploy.readings import (
     strict_json,
 )
 from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
-from vpatch.deploy.suite import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
 from vpatch.deploy.watchdog import Aborted, Reading, Stalled, Tick, Watchdog
-from vpatch.progress import Progress
+from vpatch.base.progress import Progress
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
 WEATHER_TOOL = {"type": "function", "function": {

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from vpatch import lock
+from vpatch.base import lock
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
-from vpatch.errors import VpatchError
-from vpatch.progress import Progress
+from vpatch.base.errors import VpatchError
+from vpatch.base.progress import Progress
 from vpatch.serve import health
 from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY
 

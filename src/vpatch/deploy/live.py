@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.client import Server, ServerError
 from vpatch.deploy.readings import assemble_chat, sse_events
-from vpatch.errors import VpatchError
+from vpatch.base.errors import VpatchError
 from vpatch.image.plan import LABEL_PREFIX
-from vpatch.livecheck import Api, Case, LiveCheck, LiveCheckError
-from vpatch.livejudge import Observed, forced_token_problems, judge
-from vpatch.progress import Progress
+from vpatch.deploy.livecheck import Api, Case, LiveCheck, LiveCheckError
+from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
+from vpatch.base.progress import Progress
 
 if TYPE_CHECKING:
-    from vpatch.config import Config
+    from vpatch.config.project import Config
     from vpatch.docker import Docker
-    from vpatch.serve.config import ServeConfig
+    from vpatch.config.serve import ServeConfig
 
 # The labels `vpatch build` writes (image/plan.py) that say which patches an image holds.
 _PATCHES_LABEL = f"{LABEL_PREFIX}.patches"
@@ -125,8 +125,8 @@ def plan(config: Config, *, candidate: str, baseline: str | None, serve: ServeCo
     is refused here, before anything is touched. A check the serve configuration cannot satisfy (say it
     needs the qwen3_coder tool parser) is refused here too.
     """
-    from vpatch.retired import retired_entries
-    from vpatch.series import Series, live_check_file
+    from vpatch.series.retired import retired_entries
+    from vpatch.series.files import Series, live_check_file
 
     cand_labels = docker.image(candidate).labels
     kept_names = _labelled(cand_labels)
@@ -189,7 +189,7 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     import uuid
     from dataclasses import replace
 
-    from vpatch.definition import ImageDefinition
+    from vpatch.config.definition import ImageDefinition
     from vpatch.serve import lint
     from vpatch.serve.health import wait_alive
     from vpatch.serve.render import render

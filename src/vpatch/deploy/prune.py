@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from vpatch.deploy.container import held
 from vpatch.deploy.journal import Journal
 from vpatch.docker import Docker
-from vpatch.errors import VpatchError
+from vpatch.base.errors import VpatchError
 from vpatch.serve.render import LABEL_DEFINITION
 
 # <production name>-parked-YYYYmmdd-HHMMSS / -candidate-YYYYmmdd-HHMMSS, as park and the rollback name them.

@@ -9,7 +9,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import process
+from vpatch.base import process
 from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks, scan_log
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
@@ -32,14 +32,14 @@ from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key
 from vpatch.deploy.record import Source as BaselineSource
 from vpatch.deploy.series import Series
-from vpatch.deploy.suite import Suite
+from vpatch.config.deploy import Suite
 from vpatch.docker import Docker
-from vpatch.errors import ExitCode, ProcessError, VpatchError
-from vpatch.progress import Progress
+from vpatch.base.errors import ExitCode, ProcessError, VpatchError
+from vpatch.base.progress import Progress
 from vpatch.serve.alive import base_url as alive_url
 
 if TYPE_CHECKING:
-    from vpatch.serve.config import ServeConfig
+    from vpatch.config.serve import ServeConfig
 
 
 class Decision(str, Enum):

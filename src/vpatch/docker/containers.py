@@ -12,7 +12,7 @@ from typing import Any
 
 from vpatch.docker.daemon import Daemon, DockerError, daemon_call, output_tail
 from vpatch.docker.images import inspect_image
-from vpatch.process import Output as RunResult
+from vpatch.base.process import Output as RunResult
 
 
 @dataclass(frozen=True)

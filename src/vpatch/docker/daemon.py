@@ -7,9 +7,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
-from vpatch import process
-from vpatch.errors import ProcessError, VpatchError
-from vpatch.process import Output as RunResult
+from vpatch.base import process
+from vpatch.base.errors import ProcessError, VpatchError
+from vpatch.base.process import Output as RunResult
 
 if TYPE_CHECKING:
     import docker as dockersdk

@@ -6,9 +6,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch import process
-from vpatch.errors import GitError
-from vpatch.process import Output
+from vpatch.base import process
+from vpatch.base.errors import GitError
+from vpatch.base.process import Output
 
 Result = Output  # what a git command gave back: exit code, stdout, stderr
 

@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch import process
-from vpatch.errors import GitError
+from vpatch.base import process
+from vpatch.base.errors import GitError
 from vpatch.git.core import command, is_object_id, run
 
 
@@ -54,7 +54,7 @@ def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> d
 
 def cat_objects(repo: Path, names: Sequence[str]) -> list[tuple[str, bytes] | None]:
     """(type, content) of each object named by an object id, from the repository's long-lived reader."""
-    from vpatch import catfile
+    from vpatch.git import catfile
 
     return catfile.read(repo, command(["cat-file", "--batch"]), ["git", "cat-file", "--batch"], names)
 

@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch import process
-from vpatch.errors import GitError
+from vpatch.base import process
+from vpatch.base.errors import GitError
 from vpatch.git.core import Result, command, run
 
 

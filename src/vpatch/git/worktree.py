@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from vpatch import process
-from vpatch.errors import GitError
+from vpatch.base import process
+from vpatch.base.errors import GitError
 from vpatch.git.core import Identity, Result, run
 from vpatch.git.index import temp_index
 from vpatch.git.moves import MERGE_RENAME_LIMIT

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vpatch import git
-from vpatch.definition import Base, ImageDefinition
+from vpatch.config.definition import Base, ImageDefinition
 from vpatch.docker import Docker, DockerError
-from vpatch.errors import ApplyError, VpatchError
+from vpatch.base.errors import ApplyError, VpatchError
 from vpatch.image.plan import BaseFacts, Plan, in_package
-from vpatch.series import Patch
+from vpatch.series.files import Patch
 
 # Asks the base's own python where vllm/ is installed without importing it (importing pulls in torch).
 _DISCOVER = (
@@ -110,7 +110,7 @@ def base_facts(
 def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
     """Where `image_id` installs vllm/: asked of the image's own python once per image id (ids are content
     hashes, so the answer never goes stale)."""
-    from vpatch.fs import atomic_write
+    from vpatch.base.fs import atomic_write
     from vpatch.upstream import cache_dir
 
     memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"

@@ -13,10 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vpatch import git
-from vpatch.config import Config
-from vpatch.definition import Base, ImageDefinition, Strategy, image_reference_ok
+from vpatch.config.project import Config
+from vpatch.config.definition import Base, ImageDefinition, Strategy, image_reference_ok
 from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
-from vpatch.errors import ConfigError, VpatchError
+from vpatch.base.errors import ConfigError, VpatchError
 from vpatch.image import base as image_base
 from vpatch.image.plan import (
     LABEL_PREFIX,
@@ -32,8 +32,8 @@ from vpatch.image.plan import (
     version_of,
     vllm_buildargs,
 )
-from vpatch.progress import Progress
-from vpatch.series import Series
+from vpatch.base.progress import Progress
+from vpatch.series.files import Series
 
 OVERLAY_DOCKERFILE = "Dockerfile"
 
@@ -273,7 +273,7 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
 
 
 def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
-    from vpatch import stack
+    from vpatch.tree import stack
 
     context = _context_dir(inputs.config, plan.image)
     tree = context.with_name(f"{context.name}.tree")

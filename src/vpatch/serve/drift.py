@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vpatch.config import Pin
-from vpatch.definition import ImageDefinition
+from vpatch.config.project import Pin
+from vpatch.config.definition import ImageDefinition
 from vpatch.docker import ContainerInfo, Docker, DockerError, ImageInfo
-from vpatch.errors import VpatchError
+from vpatch.base.errors import VpatchError
 from vpatch.image.plan import LABEL_PREFIX
 from vpatch.serve import render
 from vpatch.serve.lint import serves

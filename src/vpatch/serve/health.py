@@ -10,8 +10,8 @@ import socket
 import time
 
 from vpatch.docker import Docker
-from vpatch.errors import VpatchError
-from vpatch.progress import Progress
+from vpatch.base.errors import VpatchError
+from vpatch.base.progress import Progress
 from vpatch.serve import alive
 
 # How often a wait reports while vLLM loads (the GPU host takes ~15 minutes).

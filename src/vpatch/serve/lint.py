@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from vpatch.docker import Docker, ImageInfo
-from vpatch.errors import VpatchError
-from vpatch.fs import atomic_write
-from vpatch.progress import Progress
+from vpatch.base.errors import VpatchError
+from vpatch.base.fs import atomic_write
+from vpatch.base.progress import Progress
 from vpatch.serve.render import RunCommand
 
 # Run with the image's python3: prints vLLM's version and every option string its OpenAI server accepts.

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.errors import ConfigError
-from vpatch.serve.config import ServeConfig
+from vpatch.base.errors import ConfigError
+from vpatch.config.serve import ServeConfig
 
 if TYPE_CHECKING:
-    from vpatch.definition import ImageDefinition
+    from vpatch.config.definition import ImageDefinition
 
 # Labels every container vpatch starts carries: which image definition it serves, so that drift and
 # deploy can tell vpatch's containers from others.

@@ -6,11 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from vpatch import git
-from vpatch.errors import GitError, VpatchError
-from vpatch.export import ExportResult
-from vpatch.fs import atomic_write
-from vpatch.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
-from vpatch.series import Series
+from vpatch.base.errors import GitError, VpatchError
+from vpatch.tree.export import ExportResult
+from vpatch.base.fs import atomic_write
+from vpatch.series.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
+from vpatch.series.files import Series
 from vpatch.update.journal import (
     JOURNAL_FILE,
     CommitJournal,
@@ -40,7 +40,7 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
         record = project.path(f"{config.patches}/{RETIRED_FILE}")
         current = git.read_blobs(top, old, [record])[record]
         writes[record] = with_entries(current, retired)
-    from vpatch.config import repin_text
+    from vpatch.config.project import repin_text
 
     yaml_path = project.path("vpatch.yaml")
     current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()
@@ -182,7 +182,7 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
     for row in plan.patches:
         patch = series.get(row.file.removesuffix(".patch"))
         if row.narrowing is not None:
-            from vpatch.narrow import record
+            from vpatch.update.narrow import record
 
             entries.append(record(patch, row.narrowing, retired_by=f"update {plan.from_ref} -> {plan.to_ref}",
                                   last_version=f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}"))

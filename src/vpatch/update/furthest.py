@@ -19,13 +19,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import decision, git, lineage
-from vpatch.errors import ExitCode, VpatchError
-from vpatch.progress import Event, Reporter, silent
+from vpatch import git
+from vpatch.verdict import decision
+from vpatch.upstream import lineage
+from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base.progress import Event, Reporter, silent
 from vpatch.update.plan import Action, Outcome, PatchPlan, Result
 
 if TYPE_CHECKING:
-    from vpatch.config import Config
+    from vpatch.config.project import Config
 
 
 @dataclass(frozen=True)

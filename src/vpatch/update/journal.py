@@ -11,12 +11,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vpatch import git, records
-from vpatch.errors import VpatchError
+from vpatch import git
+from vpatch.base import records
+from vpatch.base.errors import VpatchError
 from vpatch.update.plan import Plan
 
 if TYPE_CHECKING:
-    from vpatch.config import Config
+    from vpatch.config.project import Config
 
 WORK_DIR = "vpatch-update"
 STATE_FILE = "state.json"

@@ -8,18 +8,18 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vpatch import decision
-from vpatch.decision import Case
-from vpatch.retired import RETIRED_FILE
-from vpatch.series import Patch, Series
+from vpatch.verdict import decision
+from vpatch.verdict.decision import Case
+from vpatch.series.retired import RETIRED_FILE
+from vpatch.series.files import Patch, Series
 
 if TYPE_CHECKING:
-    from vpatch import probe_runs
-    from vpatch.config import Config
-    from vpatch.narrow import Narrowing
-    from vpatch.progress import Reporter
-    from vpatch.status import Landing, Status
-    from vpatch.verdict import Verdict
+    from vpatch.probes import workspace as probe_runs
+    from vpatch.config.project import Config
+    from vpatch.update.narrow import Narrowing
+    from vpatch.base.progress import Reporter
+    from vpatch.status.compute import Landing, Status
+    from vpatch.verdict.judge import Verdict
 
 
 class Action(str, Enum):
@@ -104,7 +104,7 @@ class Plan:
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         rows = data["patches"]
         assert isinstance(rows, list)
-        from vpatch.narrow import Narrowing
+        from vpatch.update.narrow import Narrowing
 
         # a plan journaled before cases were recorded has the state word only: it names the case
         patches = tuple(PatchPlan(**{**{k: v for k, v in r.items() if k != "state"},
@@ -189,8 +189,8 @@ def judge_with_status(
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
     `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
-    from vpatch import status
-    from vpatch.progress import silent
+    from vpatch.status import compute as status
+    from vpatch.base.progress import silent
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
@@ -219,7 +219,7 @@ def judge_with_status(
 def _move_words(verdict: Verdict) -> tuple[str, ...]:
     """Where the files and hunks of a patch went, in words: a deleted or split file whose hunks all followed their
     code says so (its evidence item) instead of "a person must look"."""
-    from vpatch.verdict import FOLLOWED_CODE, Kind
+    from vpatch.verdict.judge import FOLLOWED_CODE, Kind
 
     followed = [ev.detail.removesuffix(" (below)") for ev in verdict.evidence
                 if ev.kind is Kind.MOVED and FOLLOWED_CODE in ev.detail]
@@ -238,8 +238,8 @@ def narrow_rows(
     `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
     import datetime
 
-    from vpatch import narrow
-    from vpatch.verdict import judge_series
+    from vpatch.update import narrow
+    from vpatch.verdict.judge import judge_series
 
     if not any(r.case.action is decision.Action.NARROW for r in rows):
         return rows
@@ -310,7 +310,7 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     lines = [subject, "", f"Pin: {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})"]
     rows = {p.file: p for p in plan.patches}
     if narrowed:
-        from vpatch.narrow import message_lines
+        from vpatch.update.narrow import message_lines
 
         lines += ["", f"Narrowed, the hunks upstream already has dropped (recorded in {RETIRED_FILE}):"]
         for row in narrowed:

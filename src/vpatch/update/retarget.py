@@ -15,10 +15,12 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from vpatch import git, hunkmoves, moves
-from vpatch.errors import VpatchError
-from vpatch.series import Patch
-from vpatch.stack import Stack
+from vpatch import git
+from vpatch.upstream import hunkmoves
+from vpatch.upstream import moves
+from vpatch.base.errors import VpatchError
+from vpatch.series.files import Patch
+from vpatch.tree.stack import Stack
 from vpatch.update.plan import PatchPlan
 
 
@@ -86,8 +88,8 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
 def probe_writes(repo: Path, root: Path, rel: str, series: Sequence[Patch], *, pin: str, target: str) -> dict[str, bytes]:
     """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved from
     `pin` to `target` (the patch's own files or any other the probe reads)."""
-    from vpatch.probe_file import Probe
-    from vpatch.probe_outcome import ProbeKind
+    from vpatch.probes.file import Probe
+    from vpatch.probes.outcome import ProbeKind
 
     out: dict[str, bytes] = {}
     for patch in series:

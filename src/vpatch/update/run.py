@@ -14,11 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import export, git, lock, stack
-from vpatch.errors import ApplyError, ProcessError, VpatchError
-from vpatch.export import ExportResult
-from vpatch.progress import Reporter, silent
-from vpatch.series import Patch, Series
+from vpatch import git
+from vpatch.tree import export
+from vpatch.base import lock
+from vpatch.tree import stack
+from vpatch.base.errors import ApplyError, ProcessError, VpatchError
+from vpatch.tree.export import ExportResult
+from vpatch.base.progress import Reporter, silent
+from vpatch.series.files import Patch, Series
 from vpatch.update import furthest, guard, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
@@ -49,9 +52,9 @@ from vpatch.update.plan import (
 )
 
 if TYPE_CHECKING:
-    from vpatch import probe_runs
-    from vpatch.config import Config
-    from vpatch.status import Status
+    from vpatch.probes import workspace as probe_runs
+    from vpatch.config.project import Config
+    from vpatch.status.compute import Status
 
 
 def update(
@@ -382,7 +385,7 @@ def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str,
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str, *,
                          report: Reporter = silent, session: probe_runs.Session | None = None) -> ProbeCheck:
     """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
-    from vpatch import probes
+    from vpatch.probes import runner as probes
 
     outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report, session=session)
     return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.config import Config
+    from vpatch.config.project import Config
 
 
 def cache_dir() -> Path:
@@ -28,7 +28,7 @@ def history_path(cache: Path | None = None, package: str = "vllm") -> Path:
 def open_upstream(config: Config) -> Path:
     """The bare repository that answers refs for this project; an error with a hint when it is missing."""
     from vpatch import git
-    from vpatch.errors import VpatchError
+    from vpatch.base.errors import VpatchError
 
     if config.upstream.source == "releases":
         path = history_path(cache_dir(), config.upstream.releases or "vllm")
@@ -46,7 +46,7 @@ def open_upstream(config: Config) -> Path:
 def resolve(repo: Path, ref: str, *, what: str = "ref") -> str:
     """The commit a ref names upstream, or an error naming the ref."""
     from vpatch import git
-    from vpatch.errors import VpatchError
+    from vpatch.base.errors import VpatchError
 
     commit = git.resolve_commit(repo, ref)
     if commit is None:
@@ -66,7 +66,7 @@ def pin_commit(repo: Path, config: Config, *, moved_ok: bool = False) -> str:
     ref while the recorded commit exists (apply keeps building what the project pinned).
     """
     from vpatch import git
-    from vpatch.errors import VpatchError
+    from vpatch.base.errors import VpatchError
 
     recorded = config.pin.commit
     if not recorded:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from vpatch import git
-from vpatch.fs import atomic_write
+from vpatch.base.fs import atomic_write
 from vpatch.upstream import cache_dir, rangeindex
 
 T = TypeVar("T")

@@ -16,9 +16,9 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from vpatch import git
-from vpatch.errors import UpstreamError
-from vpatch.lock import exclusive
-from vpatch.progress import Event, Reporter, silent
+from vpatch.base.errors import UpstreamError
+from vpatch.base.lock import exclusive
+from vpatch.base.progress import Event, Reporter, silent
 from vpatch.upstream import cache_dir, sdists
 from vpatch.upstream import history_path as history_path  # noqa: PLC0414 (re-exported: where the history lives)
 from vpatch.upstream.index import Index

@@ -17,8 +17,8 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from vpatch.errors import UpstreamError
-from vpatch.progress import Event, Reporter, silent
+from vpatch.base.errors import UpstreamError
+from vpatch.base.progress import Event, Reporter, silent
 from vpatch.upstream import cache_dir
 from vpatch.upstream.index import Index
 

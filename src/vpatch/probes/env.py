@@ -1,0 +1,243 @@
+"""The probe venv: built once per requirement set from a lock file of exact pins, keyed by its content.
+
+A lock file (``patches/probes/requirements.lock``) names every distribution the venv holds as
+``name==version``, installed as listed with ``pip install --no-deps``: no resolver runs, so a
+transitive package cannot move under a probe and flip its verdict. Its header says how to
+refresh it (``# requires:`` what to resolve, ``# omit:`` what to leave out); ``refresh_lock`` does.
+Venvs live in ``$VPATCH_CACHE/probe-venvs/<key>``, built in a ``.``-folder and renamed into place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vpatch.base import process
+from vpatch.base.errors import ProcessError, VpatchError
+from vpatch.base.fs import atomic_write
+from vpatch.base.lock import exclusive
+from vpatch.base.progress import Event, Reporter, silent
+from vpatch.upstream import cache_dir
+
+LOCK_NAME = "requirements.lock"
+_SUBJECT = "probe venv"
+_HEADER = re.compile(r"#\s*(requires|omit):(.*)")
+
+
+class EnvError(VpatchError):
+    """The probe venv cannot be built, or its lock file is invalid."""
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a probe venv holds: exact pins from a lock file, or a plain list pip resolves."""
+
+    lines: tuple[str, ...]
+    locked: bool = False  # pins from a lock file: installed as listed, without dependencies
+    source: bytes = b""  # the lock file's bytes (comments included): part of the key
+
+    @classmethod
+    def inline(cls, lines: Sequence[str]) -> Requirements:
+        return cls(tuple(lines), False, "\n".join(lines).encode())
+
+    @classmethod
+    def from_lock(cls, path: Path) -> Requirements:
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise EnvError(f"{path}: cannot read the lock file: {exc}",
+                           hint="a probe's lock: is relative to the probe's folder") from exc
+        return cls(_pins(path, raw), True, raw)
+
+    def key(self) -> str:
+        """The venv's folder name: the requirement set, how it is installed, and the interpreter."""
+        text = f"{sys.version_info.major}.{sys.version_info.minor}\n{'lock' if self.locked else 'list'}\n"
+        return hashlib.sha256(text.encode() + self.source).hexdigest()[:20]
+
+
+def _pins(path: Path, raw: bytes) -> tuple[str, ...]:
+    # Imported here: packaging's requirement grammar costs `vpatch status` start-up, and only a probe needs it.
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    pins = []
+    for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise EnvError(f"{path}:{number}: not a requirement: {text!r} ({exc})") from None
+        specs = list(req.specifier)
+        if len(specs) != 1 or specs[0].operator != "==" or "*" in specs[0].version or req.marker or req.url:
+            raise EnvError(f"{path}:{number}: {text!r} is not an exact pin",
+                           hint="a lock file holds name==version lines only; `vpatch probes lock` writes it")
+        pins.append(text)
+    return tuple(pins)
+
+
+def venv_root(cache: Path | None = None) -> Path:
+    return (cache_dir() if cache is None else cache) / "probe-venvs"
+
+
+def probe_venv(requirements: Requirements, *, cache: Path | None = None, report: Reporter = silent) -> Path:
+    """The python of the venv for `requirements`, built once (in a temporary folder, then renamed)."""
+    root = venv_root(cache)
+    final = root / requirements.key()
+    python = final / "bin" / "python"
+    if python.exists():
+        return python
+    root.mkdir(parents=True, exist_ok=True)
+    with exclusive(root / ".lock", what="probe venv build"):
+        if python.exists():
+            return python  # built by the run that held the lock before us
+        # Under the lock, a dot-folder is what a killed build left (pip's temporary files included).
+        for leftover in root.glob(".*-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        started = time.monotonic()
+        building = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=root))
+        try:
+            _build(building, requirements, report)
+            _replace(final, building)
+        except BaseException:
+            report(Event(_SUBJECT, "failed", final=True, seconds=time.monotonic() - started))
+            raise
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    size = sum(p.stat().st_size for p in final.rglob("*") if p.is_file() and not p.is_symlink())
+    report(Event(_SUBJECT, "ready", f"{final.name} ({size / 1e9:.2f} GB)", final=True,
+                 seconds=time.monotonic() - started))
+    return python
+
+
+def _replace(final: Path, built: Path) -> None:
+    """Put `built` at `final`; a broken venv there (no bin/python) is moved aside first, then deleted."""
+    trash = None
+    if final.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}-broken-", dir=final.parent))
+        final.rename(trash / "venv")
+    built.rename(final)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def _build(dest: Path, requirements: Requirements, report: Reporter) -> None:
+    # A venv can be renamed once built: vpatch runs `bin/python` (a link), never a script's shebang.
+    report(Event(_SUBJECT, "creating the venv", dest.name.lstrip(".").rsplit("-", 1)[0]))
+    args = [sys.executable, "-m", "venv", str(dest)]
+    if not requirements.lines:
+        args.insert(3, "--without-pip")
+    _pip_step(args, "create the probe venv", dest)
+    if not requirements.lines:
+        return
+    python = str(dest / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
+    if requirements.locked:
+        report(Event(_SUBJECT, f"installing {len(requirements.lines)} pinned packages", "(--no-deps, no resolver)"))
+        _pip_step([*pip, "--no-deps", *requirements.lines], "install the locked probe requirements", dest)
+    else:
+        report(Event(_SUBJECT, "resolving the requirements"))
+        _refuse_cuda_torch(resolve(requirements.lines, dest, python=python))
+        report(Event(_SUBJECT, f"installing {len(requirements.lines)} requirements and their dependencies"))
+        _pip_step([*pip, *requirements.lines], "install the probe requirements", dest)
+
+
+def resolve(lines: Sequence[str], work: Path, *, python: str = sys.executable) -> list[tuple[str, str]]:
+    """What pip would install for `lines` from scratch: (name, version) pairs, from its --report."""
+    report_file = work / ".pip-report.json"
+    _pip_step([python, "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--dry-run",
+               "--ignore-installed", "--report", str(report_file), *lines], "resolve the probe requirements", work)
+    install = json.loads(report_file.read_bytes()).get("install", [])
+    report_file.unlink()
+    return [(str(i["metadata"]["name"]), str(i["metadata"]["version"])) for i in install]
+
+
+def _refuse_cuda_torch(resolved: Sequence[tuple[str, str]]) -> None:
+    """Probes run on the CPU: never let pip pull a CUDA torch (gigabytes of nvidia-* wheels)."""
+    for name, version in resolved:
+        lowered = name.lower()
+        if lowered.startswith("nvidia-") or (lowered == "torch" and not version.endswith("+cpu")):
+            raise EnvError(
+                f"the probe venv would install a CUDA build of torch ({name} {version})",
+                hint="make a CPU torch wheel visible to pip, e.g. PIP_FIND_LINKS=<folder with torch-*+cpu*.whl>"
+                     " or PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index>",
+            )
+
+
+def _pip_step(args: Sequence[str], what: str, work: Path) -> None:
+    # pip's temporary build folders go inside the venv's build folder, so they go with it.
+    tmp = work / ".pip-tmp"
+    tmp.mkdir(exist_ok=True)
+    try:
+        process.run(args, check=True, merge_output=True, env={"TMPDIR": str(tmp)},
+                    hint="check that pip reaches the package index, then run the command again")
+    except ProcessError as exc:
+        raise EnvError(f"cannot {what}: {exc.message}", hint=exc.hint) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class LockChange:
+    """What refreshing a lock file changed: pins added, removed, and moved (name, old, new)."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    moved: tuple[tuple[str, str, str], ...]
+
+
+def refresh_lock(path: Path) -> LockChange:
+    """Resolve the lock's `# requires:` line afresh, leave out `# omit:`, and rewrite its pins (atomically)."""
+    from packaging.utils import canonicalize_name
+
+    old = Requirements.from_lock(path)
+    text = old.source.decode("utf-8", "replace")
+    header: dict[str, list[str]] = {"requires": [], "omit": []}
+    for line in text.splitlines():
+        if match := _HEADER.match(line.strip()):
+            header[match.group(1)] += match.group(2).split()
+    if not header["requires"]:
+        raise EnvError(f"{path}: no '# requires:' line says what to resolve",
+                       hint="add e.g. '# requires: torch==2.13.0 numpy' to the lock file's header")
+    omit = {canonicalize_name(n) for n in header["omit"]}
+    with tempfile.TemporaryDirectory(prefix="vpatch-lock-") as tmp:
+        resolved = resolve(header["requires"], Path(tmp))
+    _refuse_cuda_torch(resolved)
+    pins = sorted((f"{name}=={version}" for name, version in resolved if canonicalize_name(name) not in omit),
+                  key=str.lower)
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#") or not line.strip()]
+    atomic_write(path, ("\n".join(comments).rstrip("\n") + "\n" + "\n".join(pins) + "\n").encode())
+    before = {canonicalize_name(p.split("==")[0]): p.split("==")[1] for p in old.lines}
+    after = {canonicalize_name(p.split("==")[0]): p.split("==")[1] for p in pins}
+    return LockChange(
+        added=tuple(sorted(f"{n}=={after[n]}" for n in after.keys() - before.keys())),
+        removed=tuple(sorted(f"{n}=={before[n]}" for n in before.keys() - after.keys())),
+        moved=tuple(sorted((n, before[n], after[n]) for n in before.keys() & after.keys() if before[n] != after[n])),
+    )
+
+
+def remove_stale_runs(root: Path) -> None:
+    """Delete probe run folders whose process is gone (a killed run leaves its extracted tree)."""
+    for folder in root.glob("run-*-*") if root.is_dir() else []:
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

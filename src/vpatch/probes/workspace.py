@@ -1,0 +1,129 @@
+"""One command's probe workspace: each tree extracted once and shared by every probe run on it, runs in
+parallel up to `jobs`, and the results of runs made ahead of the order that reads them.
+
+The workspace is one folder ``$VPATCH_CACHE/probe-runs/run-<pid>-*``, removed when the command ends; a
+command killed (even by SIGKILL) leaves it, and the next one removes every such folder whose pid is dead.
+A probe must not write into its tree: the next probe on that tree reads the same files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, TypeVar
+
+from vpatch import git
+from vpatch.probes.env import remove_stale_runs
+from vpatch.upstream import cache_dir
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from vpatch.probes.runner import ProbeResult
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_jobs() -> int:
+    """As many runs at once as this process may use cores (a container's or taskset's limit, not the host's)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Session:
+    """Shared extracted trees and a pool of `jobs` runs for the length of a `with` block."""
+
+    def __init__(self, *, cache: Path | None = None, jobs: int | None = None) -> None:
+        self.cache = cache_dir() if cache is None else cache
+        self.jobs = default_jobs() if jobs is None else max(1, jobs)
+        self.cancel = threading.Event()  # set when the command ends: running probes end with it
+        self.ahead: dict[Path, ProbeResult] = {}  # result-cache entry -> a result run ahead, not yet read
+        self._root: Path | None = None
+        self._open = False
+        self._trees: dict[str, Path] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._batches: set[threading.Event] = set()  # the cancel events of the runs going now
+
+    def __enter__(self) -> Self:
+        # A killed command leaves its workspace (a tree is 100+ MB): the folder's pid says when it is stale.
+        remove_stale_runs(self.cache / "probe-runs")
+        self._open = True
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.cancel.set()
+        for batch in list(self._batches):
+            batch.set()
+        with self._guard:
+            self._open = False
+            if self._root is not None:
+                shutil.rmtree(self._root, ignore_errors=True)
+                self._root = None
+            self._trees.clear()
+
+    def tree(self, repo: Path, tree: str) -> Path:
+        """The root of `tree` extracted in the workspace: the first caller extracts it, the others wait for it."""
+        with self._guard:
+            assert self._open, "a Session is used inside its with block"
+            if self._root is None:  # made on the first tree: a status without command probes makes none
+                runs = self.cache / "probe-runs"
+                runs.mkdir(parents=True, exist_ok=True)
+                self._root = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=runs))
+            root = self._root
+            lock = self._locks.setdefault(tree, threading.Lock())
+        with lock:
+            if tree not in self._trees:
+                dest = root / tree / "tree"
+                if dest.exists():  # an extraction that failed half-way
+                    shutil.rmtree(dest)
+                git.extract_tree(repo, tree, dest)
+                self._trees[tree] = dest
+            return self._trees[tree]
+
+    def map(self, fn: Callable[[T, threading.Event], R], items: Sequence[T],
+            stop: Callable[[int, R], bool] | None = None) -> list[R | None]:
+        """`fn(item, cancel)` on every item, `jobs` at a time; the results in the items' order. Once `stop(index,
+        result)` holds, `cancel` is set for the runs still going and those not started are left out (None).
+        The first exception cancels the runs still going and is raised."""
+        cancel = threading.Event()
+        self._batches.add(cancel)
+        if self.cancel.is_set():
+            cancel.set()
+        results: list[R | None] = [None] * len(items)
+        try:
+            if self.jobs <= 1 or len(items) <= 1:
+                for i, item in enumerate(items):
+                    results[i] = fn(item, cancel)
+                    if stop is not None and stop(i, results[i]):  # type: ignore[arg-type]
+                        break
+                return results
+            with ThreadPoolExecutor(max_workers=min(self.jobs, len(items)), thread_name_prefix="probe") as pool:
+                futures = {pool.submit(fn, item, cancel): i for i, item in enumerate(items)}
+                try:
+                    for future in as_completed(futures):
+                        if future.cancelled():
+                            continue
+                        index = futures[future]
+                        result = results[index] = future.result()
+                        if stop is not None and stop(index, result) and not cancel.is_set():
+                            cancel.set()
+                            for other in futures:
+                                other.cancel()
+                except BaseException:
+                    cancel.set()
+                    for other in futures:
+                        other.cancel()
+                    raise
+            return results
+        finally:
+            self._batches.discard(cancel)

@@ -1,0 +1,379 @@
+"""Narrow a partly-landed patch: drop the hunks upstream already has verbatim, keep the rest, and prove it.
+
+`vpatch update` asks `narrow_series` about every patch that is PARTIAL on the new pin. A patch is narrowed
+when the hunks the verdict found upstream (each reverse-applies on the new pin) also reverse-apply
+together, the remaining hunks apply (cleanly, with offsets, or by a clean 3-way merge), and the proof
+holds: on the files the patch touches, the new pin plus the narrowed patch is exactly the new pin plus
+the old patch merged 3-way (upstream and the patch made the same change in the dropped hunks). Without
+the old pin's blobs for that merge, the fallback proof is that the whole old diff reverse-applies on the
+result: every post-image of the old patch is there. A patch with a probe must also re-validate it on the
+new pin: fail there, pass with the narrowed patch. Otherwise the patch is not narrowed and the reason,
+with the hunks upstream already has, goes to the person who resolves it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vpatch import git
+from vpatch.verdict import applycheck
+from vpatch.verdict.applycheck import Outcome
+from vpatch.base.errors import VpatchError
+from vpatch.series.filediff import Hunk
+from vpatch.series.retired import DroppedHunkRecord, NarrowedPatch
+from vpatch.series.files import LAST_UPDATE, Patch
+from vpatch.verdict.judge import State, Verdict, hunk_name
+
+_HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
+_LAST_UPDATE_LINE = re.compile(rf"^{LAST_UPDATE}:[^\n]*$", re.MULTILINE)
+_TRAILER = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: ?.*$")
+
+# (narrowed patch, the tree of the new pin with the patches before it and the narrowed patch) -> None
+# when its probe fails without it and passes with it; raises VpatchError (or returns the reason) otherwise.
+ProbeValidator = Callable[[Patch, str], "str | None"]
+
+
+@dataclass(frozen=True)
+class DroppedHunk:
+    name: str  # "path hunk N (@@ -a,b +c,d @@)", numbered as in the old patch
+    evidence: str  # why it is upstream
+    landed_in: str  # where it first is: "v1.1 (first commit 1a2b3c4d5e6f "subject", release v1.1; ...)"
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """What narrowing one patch drops and keeps, how the rest applies, and the proof."""
+
+    file: str
+    total: int  # hunks in the old patch
+    dropped: tuple[DroppedHunk, ...]
+    kept: tuple[str, ...]
+    applies: str  # how the narrowed patch goes on the new pin: "cleanly", "with offsets", "by a clean 3-way merge"
+    proof: str
+    probe: str  # the probe's re-validation, or why there is none
+    last_update: str  # the narrowed patch's Last-Update trailer (YYYY-MM-DD)
+
+    @property
+    def summary(self) -> str:
+        return f"drops {len(self.dropped)} of {self.total} hunks"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Narrowing:
+        dropped = tuple(DroppedHunk(**d) for d in data["dropped"])
+        return cls(**{**data, "dropped": dropped, "kept": tuple(data["kept"])})
+
+    def patch(self, old: Patch) -> Patch:
+        """The narrowed patch itself, rebuilt from the old one (deterministic: state files keep only this record)."""
+        return narrowed_patch(old, {d.name for d in self.dropped}, self.last_update)
+
+
+class _NotNarrowed(Exception):
+    pass
+
+
+def narrow_series(
+    repo: Path,
+    patches: Sequence[Patch],
+    verdicts: Mapping[str, Verdict],
+    applied: Collection[str],
+    *,
+    pin: str,
+    target: str,
+    to_ref: str,
+    today: str,
+    branch: str | None = None,
+    validate: ProbeValidator | None = None,
+) -> dict[str, Narrowing | str]:
+    """For each PARTIAL patch in `verdicts`: its Narrowing, or (a str) why it is not narrowed.
+
+    `applied`: the patches the update applies on the new pin as they are; they are stacked under the
+    later ones (with the narrowed ones) for the proof, as the update tree will hold them.
+    `branch`: upstream's main branch when it has release branches (a git upstream), for the first release.
+    `validate`: re-validates a narrowed patch's probe; None skips it (a dry run), which the record says.
+    """
+    out: dict[str, Narrowing | str] = {}
+    below: list[Patch] = []
+    for patch in patches:
+        verdict = verdicts.get(patch.filename)
+        if verdict is not None and verdict.state is State.PARTIAL:
+            try:
+                narrowing, narrowed = _narrow_one(repo, patch, verdict, below, pin=pin, target=target,
+                                                  to_ref=to_ref, today=today, branch=branch, validate=validate)
+            except _NotNarrowed as exc:
+                out[patch.filename] = f"not narrowed: {exc}. " + upstream_note(verdict)
+                continue
+            out[patch.filename] = narrowing
+            below.append(narrowed)
+        elif patch.filename in applied:
+            below.append(patch)
+    return out
+
+
+def upstream_note(verdict: Verdict) -> str:
+    """For the person resolving a partial patch: which hunks to leave out, which to resolve."""
+    text = "Upstream already has (leave these out): " + "; ".join(verdict.landed_hunks)
+    rest = verdict.needed_hunks + verdict.conflict_hunks
+    return text + (". Resolve only: " + "; ".join(rest) if rest else "")
+
+
+def _narrow_one(repo: Path, patch: Patch, verdict: Verdict, below: Sequence[Patch], *, pin: str, target: str,
+                to_ref: str, today: str, branch: str | None,
+                validate: ProbeValidator | None) -> tuple[Narrowing, Patch]:
+    drop = set(verdict.landed_hunks)
+    names = [hunk_name(fd, n, h) for fd in patch.files for n, h in enumerate(fd.hunks, 1)]
+    if not drop or not drop <= set(names) or drop == set(names):
+        raise _NotNarrowed("the verdict's hunks do not match the patch's")
+    if any(fd.binary or not fd.hunks for fd in patch.files):
+        raise _NotNarrowed("it has a binary or hunk-less file change, which narrowing does not split")
+    narrowed = narrowed_patch(patch, drop, today)
+    landed_only = _diff_of(patch, keep=drop)
+    work = _Index(repo, target, sorted({p for x in (*below, patch) for p in x.paths}))
+    base = work.stack(below)
+    if not work.applies(base, landed_only, reverse=True):
+        raise _NotNarrowed(f"the hunks upstream has do not reverse-apply together on {to_ref}")
+    applies, result = work.apply(base, narrowed.diff)
+    if result is None:
+        raise _NotNarrowed("the remaining hunks do not apply, not even with a 3-way merge: "
+                           + "; ".join(verdict.conflict_hunks or verdict.needed_hunks))
+    proof = work.prove(base, patch, result, to_ref)
+    probe = "no probe"
+    if narrowed.probe_path is not None:
+        if validate is None:
+            probe = f"{narrowed.trailer('Probe')}: not re-validated (dry run)"
+        else:
+            full = _full_tree(repo, target, [*below, narrowed])
+            failure = _probe_failure(validate, narrowed, full)
+            if failure:
+                raise _NotNarrowed(f"its probe does not validate the narrowed patch on {to_ref}: {failure}")
+            probe = f"{narrowed.trailer('Probe')} re-validated on {to_ref}: fails without the narrowed patch, passes with it"
+    dropped = tuple(DroppedHunk(name, f"reverse-applies on {to_ref}: upstream has its post-image verbatim",
+                                _hunk_landing(repo, patch, name, pin=pin, target=target, to_ref=to_ref,
+                                              branch=branch))
+                    for name in names if name in drop)
+    kept = tuple(n for n in names if n not in drop)
+    return Narrowing(patch.filename, len(names), dropped, kept, applies, proof, probe, today), narrowed
+
+
+def _probe_failure(validate: ProbeValidator, patch: Patch, tree: str) -> str | None:
+    try:
+        return validate(patch, tree)
+    except VpatchError as exc:
+        return exc.message
+
+
+# --- the narrowed patch: same header and trailers, Last-Update moved, only the kept hunks -------------
+
+
+def narrowed_patch(patch: Patch, drop: Collection[str], last_update: str) -> Patch:
+    """`patch` without the hunks named in `drop`; later hunks' new-side line numbers follow."""
+    start = len(patch.raw) - len(patch.diff)
+    head = _with_last_update(patch.raw[:start].decode("utf-8", "surrogateescape"), last_update)
+    raw = head.encode("utf-8", "surrogateescape") + _diff_of(patch, drop=drop)
+    return Patch.parse(raw, number=patch.number, slug=patch.slug, path=patch.path)
+
+
+def _diff_of(patch: Patch, *, drop: Collection[str] = (), keep: Collection[str] | None = None) -> bytes:
+    """The diff with only the hunks kept (every hunk not in `drop`, or only those in `keep`)."""
+    out: list[bytes] = []
+    for fd in patch.files:
+        hunks = [(hunk_name(fd, n, h), h) for n, h in enumerate(fd.hunks, 1)]
+        wanted = [(name, h) for name, h in hunks if (name in keep if keep is not None else name not in drop)]
+        if not wanted:
+            continue  # upstream has every hunk of this file
+        shift = 0
+        body = []
+        for name, h in hunks:
+            if (name, h) in wanted:
+                body.append(_shifted(h, shift))
+            else:
+                shift += _delta(h)  # the new side no longer has this hunk's added or removed lines
+        out.append(fd.header + b"".join(body))
+    return b"".join(out)
+
+
+def _delta(hunk: Hunk) -> int:
+    m = _HUNK_HEAD.match(hunk.header)
+    assert m is not None  # series.py checked every hunk header
+    return int(m[4] if m[4] is not None else 1) - int(m[2] if m[2] is not None else 1)
+
+
+def _shifted(hunk: Hunk, shift: int) -> bytes:
+    if not shift:
+        return hunk.text
+    m = _HUNK_HEAD.match(hunk.header)
+    assert m is not None
+    new = f"+{int(m[3]) - shift}" + (f",{m[4]}" if m[4] is not None else "")
+    old = f"-{m[1]}" + (f",{m[2]}" if m[2] is not None else "")
+    _, _, rest = hunk.text.partition(b"\n")
+    return f"@@ {old} {new} @@{m[5]}".encode() + b"\n" + rest
+
+
+def _with_last_update(head: str, date: str) -> str:
+    """The mail head with its Last-Update trailer set to `date` (added to the trailers when missing)."""
+    found = list(_LAST_UPDATE_LINE.finditer(head))
+    if found:
+        m = found[-1]
+        return head[:m.start()] + f"{LAST_UPDATE}: {date}" + head[m.end():]
+    headers, sep, body = head.partition("\n\n")
+    cut = body.rfind("\n---\n")
+    message, tail = (body[:cut + 1], body[cut + 1:]) if cut >= 0 else (body, "")
+    message = message.rstrip("\n")
+    last = message.rsplit("\n\n", 1)[-1] if message else ""
+    joint = "\n" if last and all(_TRAILER.match(line) for line in last.splitlines()) else "\n\n"
+    message = (message + joint if message else "") + f"{LAST_UPDATE}: {date}\n"
+    return headers + (sep or "\n\n") + message + ("\n" + tail if tail else "\n")
+
+
+# --- the proof, on a temporary index of the touched files ------------------------------------------
+
+
+class _Index:
+    """Trees of the touched files only, built on temporary indexes of the upstream repository."""
+
+    def __init__(self, repo: Path, commit: str, paths: Sequence[str]) -> None:
+        self.repo, self.commit, self.paths = repo, commit, list(paths)
+
+    @contextmanager
+    def _at(self, tree: str | None) -> Iterator[dict[str, str]]:
+        with git.temp_index(self.repo) as env:
+            if tree is None:
+                git.load_index(self.repo, env, self.commit, self.paths)
+            else:
+                git.load_index(self.repo, env, tree)
+            yield env
+
+    def stack(self, patches: Sequence[Patch]) -> str:
+        """The new pin's touched files with `patches` applied, as the update tree will hold them."""
+        with self._at(None) as env:
+            for patch in patches:
+                if git.apply_cached(self.repo, env, patch.diff, check=False).returncode != 0:
+                    git.apply_cached(self.repo, env, patch.diff, check=False, three_way=True)
+            return git.write_tree(self.repo, env)
+
+    def applies(self, tree: str, diff: bytes, *, reverse: bool = False) -> bool:
+        with self._at(tree) as env:
+            return git.apply_cached(self.repo, env, diff, reverse=reverse).returncode == 0
+
+    def apply(self, tree: str, diff: bytes) -> tuple[str, str | None]:
+        """How `diff` goes on `tree` and the resulting tree (None: not even by a clean 3-way merge)."""
+        with self._at(tree) as env:
+            plain = git.apply_cached(self.repo, env, diff, check=False)
+            if plain.returncode == 0:
+                return ("with offsets" if "offset" in plain.err else "cleanly"), git.write_tree(self.repo, env)
+        with self._at(tree) as env:
+            merged = git.apply_cached(self.repo, env, diff, check=False, three_way=True)
+            if merged.returncode != 0 or "with conflicts" in merged.err:
+                return "no", None
+            return "by a clean 3-way merge", git.write_tree(self.repo, env)
+
+    def prove(self, base: str, old: Patch, narrowed_result: str, to_ref: str) -> str:
+        """Why the new pin plus the narrowed patch is the old patch's intended result; raises when it is not."""
+        how, intended = self.apply(base, old.diff)
+        files = len(old.paths)
+        if intended is not None and how == "by a clean 3-way merge":
+            if intended != narrowed_result:
+                differ = git.paths_differing(self.repo, intended, narrowed_result)
+                raise _NotNarrowed(f"the narrowed patch's result differs from the old patch's 3-way merge on {to_ref} in "
+                                   + ", ".join(differ))
+            return (f"on {to_ref}, the narrowed patch and the old patch (3-way merged) give identical files "
+                    f"({files} touched file{'s' if files != 1 else ''}, tree {narrowed_result[:12]})")
+        if not self.applies(narrowed_result, old.diff, reverse=True):
+            raise _NotNarrowed(f"the old patch's post-image is not all in {to_ref} plus the narrowed patch")
+        return (f"the whole old diff reverse-applies on {to_ref} plus the narrowed patch: every post-image of "
+                f"the old patch is there ({files} touched file{'s' if files != 1 else ''})")
+
+
+def _full_tree(repo: Path, commit: str, patches: Sequence[Patch]) -> str:
+    """The whole tree of `commit` with `patches` applied (what a probe runs on)."""
+    with git.temp_index(repo) as env:
+        git.load_index(repo, env, commit)
+        for patch in patches:
+            if git.apply_cached(repo, env, patch.diff, check=False).returncode != 0:
+                git.apply_cached(repo, env, patch.diff, check=False, three_way=True)
+        return git.write_tree(repo, env)
+
+
+# --- where each dropped hunk first is upstream ---------------------------------------------------------
+
+
+def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str, to_ref: str,
+                  branch: str | None) -> str:
+    """The first commit (and release) that has the hunk, found by status's landing search (release branches
+    followed, searched after the last revert that took the hunk out again)."""
+    from vpatch.status import landing
+    from vpatch.upstream import lineage
+
+    fd, hunk = next((fd, h) for fd in patch.files for n, h in enumerate(fd.hunks, 1) if hunk_name(fd, n, h) == name)
+    one = (replace(fd, hunks=(hunk,)),)
+
+    def has(commit: str) -> bool:
+        found = applycheck.check(one, git.read_blobs(repo, commit, [fd.path]), reverse=True)
+        return found.outcome in (Outcome.CLEAN, Outcome.OFFSETS)
+
+    base = pin if git.is_ancestor(repo, pin, target) else git.merge_base(repo, pin, target)
+    if base is None or base == target or not has(target):
+        return f"{to_ref} (at or before commit {target[:12]})"
+    if has(base):
+        return f"{to_ref} (already upstream at the pin's commit {base[:12]})"
+    reverts = lineage.revert_commits(repo, pin, target)
+
+    floors: list[int] = []
+
+    def after_last_revert(line: Sequence[str]) -> int:
+        # the last revert on the line that leaves the hunk out: a landing before it does not stand
+        out = [i for i, c in enumerate(line) if c in reverts]
+        floors.append(next((i + 1 for i in reversed(out) if not has(line[i])), 0))
+        return floors[-1]
+
+    main = git.resolve_commit(repo, branch) if branch else None
+    found = landing.search(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
+    if found is None:
+        return f"{to_ref} (at or before commit {target[:12]})"
+    subject = git.commit_subject(repo, found.commit)
+    proof = lineage.first_release(repo, found.commit, branch=branch)
+    if proof is None:
+        where = "in no release yet"
+    else:  # the proof names its own commit only when it is another one (a cherry-pick on a release branch)
+        where = (f"release {proof.release}" if proof.commit == found.commit and not proof.picked
+                 else f"release {proof}")
+    checks, searched = found.checks, found.candidates
+    how = (f"bisected: {checks} check{'s' if checks != 1 else ''} over {searched} commits" if searched > 1
+           else "the only commit after the last revert" if floors and floors[-1] else "the only commit since the pin")
+    return f"{to_ref} (first commit {found.commit[:12]} \"{subject}\", {where}; {how})"
+
+
+def verdicts_of(report: object) -> dict[str, Verdict] | None:
+    """The new pin's verdict per patch file from a status report (its last target), if it is one."""
+    rows = getattr(report, "patches", None)
+    if not isinstance(rows, tuple):
+        return None
+    return {row.file: row.results[-1] for row in rows}
+
+
+# --- how a narrowing is recorded: the commit message and patches/RETIRED.md ----------------------------
+
+
+def message_lines(subject: str, narrowing: Narrowing) -> list[str]:
+    """The commit message's lines for one narrowed patch."""
+    lines = [f"- {narrowing.file}: {subject}: {narrowing.summary}, keeps {len(narrowing.kept)}"]
+    for hunk in narrowing.dropped:
+        lines += [f"  Dropped: {hunk.name}", f"    Applied-Upstream: {hunk.landed_in}", f"    Evidence: {hunk.evidence}"]
+    lines += [f"  Kept: {name}" for name in narrowing.kept]
+    lines += [f"  Applies {narrowing.applies}; Last-Update: {narrowing.last_update}", f"  Proof: {narrowing.proof}",
+              f"  Probe: {narrowing.probe}"]
+    return lines
+
+
+def record(patch: Patch, narrowing: Narrowing, *, retired_by: str, last_version: str) -> NarrowedPatch:
+    """The patches/RETIRED.md entry of a narrowing."""
+    dropped = tuple(DroppedHunkRecord(h.name, h.landed_in, h.evidence) for h in narrowing.dropped)
+    return NarrowedPatch(patch.number, patch.slug, patch.subject, narrowing.summary, dropped, narrowing.kept,
+                         narrowing.proof, narrowing.probe, retired_by, last_version)
