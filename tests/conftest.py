@@ -32,7 +32,7 @@ FIXTURE_GROUPS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    import ciprofile
+    from helpers import ciprofile
 
     ciprofile.register(config)
 
@@ -246,8 +246,8 @@ def release_history() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_server_image() -> str:
-    """Tag of the real vLLM 0.32.0 CPU server image, built once per machine (see tests/serverimage.py)."""
-    from serverimage import ensure_server_image
+    """Tag of the real vLLM 0.32.0 CPU server image, built once per machine (see tests/helpers/serverimage.py)."""
+    from helpers.serverimage import ensure_server_image
 
     return ensure_server_image()
 
@@ -255,7 +255,7 @@ def vllm_server_image() -> str:
 @pytest.fixture(scope="session")
 def tiny_production_server(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Any]:
     """The serve and deploy tests' production server, started once per session (worker) by `vpatch serve`."""
-    from deployhost import production_host
+    from helpers.deployhost import production_host
 
     with production_host(tmp_path_factory, vllm_server_image) as host:
         yield host
@@ -263,7 +263,7 @@ def tiny_production_server(tmp_path_factory: pytest.TempPathFactory, vllm_server
 
 @pytest.fixture
 def tiny_production(tiny_production_server: Any) -> Any:
-    """The shared production host (tests/deployhost.py `Host`), checked before the test and repaired if an
+    """The shared production host (tests/helpers/deployhost.py `Host`), checked before the test and repaired if an
     earlier test broke it. Use it for any test that needs a running vLLM server of the tiny model."""
     tiny_production_server.ensure()
     return tiny_production_server

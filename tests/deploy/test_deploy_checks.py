@@ -1,0 +1,211 @@
+"""The check suite's parsing and judging, on start logs, /metrics scrapes and streams as vLLM writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vpatch.deploy.checks import (
+    CheckResult,
+    Status,
+    answer_is_right,
+    ceiling_tokens,
+    judge_block_cost,
+    judge_ceiling,
+    judge_count,
+    judge_kv_pool,
+    judge_log,
+    judge_parallel,
+    judge_tool_call,
+)
+from vpatch.deploy.client import Timing
+from vpatch.deploy.readings import (
+    CacheGeometry,
+    KvPool,
+    Metrics,
+    NotStrictJson,
+    assemble_chat,
+    block_cost,
+    kv_pool_from_log,
+    log_findings,
+    sse_events,
+    strict_json,
+)
+from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
+from vpatch.base.errors import ConfigError
+
+GPU_LOG = """\
+(EngineCore_DP0 pid=311) INFO 09-24 20:11:07 [kv_cache_utils.py:1087] GPU KV cache size: 1,050,422 tokens
+(EngineCore_DP0 pid=311) INFO 09-24 20:11:07 [kv_cache_utils.py:1091] Maximum concurrency for 220,000 tokens per request: 4.77x
+"""
+CPU_LOG = "INFO [kv_cache_utils.py:1087] CPU KV cache size: 2,048 tokens, Maximum concurrency for 1,024 tokens per request: 2.00x\n"
+
+
+def test_kv_pool_is_read_in_gpu_and_cpu_wording() -> None:
+    assert kv_pool_from_log(GPU_LOG) == KvPool(tokens=1_050_422, request_tokens=220_000, concurrency=4.77)
+    assert kv_pool_from_log(CPU_LOG) == KvPool(tokens=2048, request_tokens=1024, concurrency=2.0)
+    assert kv_pool_from_log("INFO loading weights\n") is None
+
+
+def test_kv_pool_judged_against_floor_and_baseline() -> None:
+    check = KvPoolCheck(min_tokens=1_000_000, max_drop=0.05)
+    pool = kv_pool_from_log(GPU_LOG)
+    assert judge_kv_pool(pool, check, KvPool(1_041_901))[0] is Status.PASS
+    # The write-up's "lower the budget by a gigabyte" pool: about 900,000 tokens is under the floor.
+    status, figure, detail = judge_kv_pool(KvPool(900_000), check, KvPool(1_041_901))
+    assert status is Status.FAIL and "900,000" in figure and "below the floor" in detail and "shrank" in detail
+    assert judge_kv_pool(None, check, None)[0] is Status.FAIL
+
+
+METRICS = """\
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="flash"} 0.2028
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="flash"} 3.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="800",cache_dtype="fp8",engine="0",num_gpu_blocks="1356",prefix_caching_hash_algo="sha256"} 1.0
+"""
+
+
+def test_metrics_give_usage_preemptions_and_geometry() -> None:
+    metrics = Metrics.parse(METRICS)
+    assert metrics.kv_usage == pytest.approx(0.2028)
+    assert metrics.preemptions == 3
+    assert metrics.cache_geometry == CacheGeometry(blocks=1356, block_size=800)
+    assert Metrics.parse("# nothing\n").kv_usage is None
+
+
+def test_the_mamba_leak_fails_the_block_cost_check_and_the_fixed_build_passes() -> None:
+    geometry = CacheGeometry(blocks=1356, block_size=800)
+    check = BlockCostCheck(prompt_tokens=84_495)
+    # The write-up: 84,495 tokens held 275 blocks where the geometry calls for 111 (1 per 308 tokens).
+    leak = block_cost(84_495, [0.0, 0.1, 275 / 1356, 0.05], geometry)
+    assert (leak.held, leak.predicted) == (275, 106)
+    status, figure, _ = judge_block_cost(leak, check)
+    assert status is Status.FAIL and "1 per 307 tokens" in figure
+    # After the fix: 1 block per roughly 710 tokens.
+    fixed = block_cost(84_495, [119 / 1356], geometry)
+    assert judge_block_cost(fixed, check)[0] is Status.PASS
+    # Nothing seen is no pass: an error of the measurement, which fails the deploy like a failed check.
+    unseen = judge_block_cost(block_cost(84_495, [], geometry), check)
+    assert unseen[0] is Status.ERROR and "measurement error" in unseen[2]
+    assert CheckResult("block cost", unseen[0], unseen[1], unseen[2]).failed
+    # A stream cut short carries no usage: blocks seen for 0 tokens is no leak (seen when the docker daemon
+    # stopped mid-request: "6 blocks for 0 tokens ... infx ... holds more KV blocks than ... assumes").
+    cut = judge_block_cost(block_cost(0, [6 / 1356], geometry), check)
+    assert cut[0] is Status.ERROR and "ended without its usage" in cut[2] and "inf" not in cut[1]
+
+
+def _stream(*deltas: dict[str, object]) -> list[str]:
+    events = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    return [f"data: {json.dumps(e)}\n" for e in events] + ["data: [DONE]\n"]
+
+
+def _call(index: int, name: str | None, args: str) -> dict[str, object]:
+    function: dict[str, str] = {"arguments": args}
+    if name:
+        function["name"] = name
+    return {"tool_calls": [{"index": index, "id": f"c{index}", "type": "function", "function": function}]}
+
+
+def test_streamed_tool_call_fragments_assemble_and_must_be_strict_json() -> None:
+    good = assemble_chat(sse_events(_stream(_call(0, "get_weather", ""), _call(0, None, '{"city": '),
+                                            _call(0, None, '"Paris"}'))))
+    assert good.tool_calls[0].arguments == '{"city": "Paris"}'
+    assert judge_tool_call(good)[0] is Status.PASS
+    # Python's json takes NaN; a strict client does not, and neither does this check.
+    nan = assemble_chat(sse_events(_stream(_call(0, "get_weather", '{"temp": Na'), _call(0, None, "N}"))))
+    status, figure, _ = judge_tool_call(nan)
+    assert status is Status.FAIL and "not strict JSON" in figure
+    broken = assemble_chat(sse_events(_stream(_call(0, "get_weather", '{"city": "Par'))))
+    assert judge_tool_call(broken)[0] is Status.FAIL
+    assert judge_tool_call(assemble_chat(sse_events(_stream({"content": "It is sunny."}))))[0] is Status.FAIL
+    with pytest.raises(NotStrictJson):
+        strict_json('{"x": -Infinity}')
+
+
+def test_questions_and_needles_count_right_answers() -> None:
+    assert answer_is_right("The answer is 391.", ["391"])
+    assert not answer_is_right("It is 392", ["391", "three hundred ninety-one"])
+    assert not answer_is_right("use the tools", ["ls"]) and answer_is_right("Run `ls -la`.", ["ls"])
+    assert answer_is_right("Canberra.", ["canberra"]) and not answer_is_right("16", ["6"])
+    assert judge_count("questions right", 18, 21, 18)[0] is Status.PASS
+    status, figure, _ = judge_count("questions right", 0, 21, 18)
+    assert status is Status.FAIL and figure == "0 of 21 questions right (min 18)"
+
+
+def test_parallel_fails_on_preemptions_errors_and_early_stops() -> None:
+    check = ParallelCheck(requests=4, prompt_tokens=900, max_tokens=16)
+    ok = [Timing(0.5, 2.0, 900, 16)] * 4
+    assert judge_parallel(ok, 0, check)[0] is Status.PASS
+    status, figure, detail = judge_parallel(ok, 7, check)
+    assert status is Status.FAIL and "7 preemption(s)" in figure and "cannot hold 4 requests" in detail
+    assert judge_parallel([*ok[:3], "HTTP 500"], 0, check)[0] is Status.FAIL
+    assert judge_parallel([*ok[:3], Timing(0.5, 2.0, 900, 3)], 0, check)[0] is Status.FAIL
+
+
+def test_log_scan_finds_patterns_case_insensitively_with_counts() -> None:
+    log = "INFO ok\nWARNING [gpu_worker.py] memory allocation failed for 205 MB\nwarning: Memory allocation failed\n"
+    findings = log_findings(log, ["memory allocation failed", "Traceback"])
+    assert [(f.pattern, f.count) for f in findings] == [("memory allocation failed", 2)]
+    status, figure, _ = judge_log(findings)
+    assert status is Status.FAIL and "x2" in figure
+    assert judge_log(log_findings("INFO fine\n", ["Traceback"]))[0] is Status.PASS
+
+
+def test_suite_parses_thresholds_and_refuses_bad_values(tmp_path: Path) -> None:
+    (tmp_path / "q.yaml").write_text("- {ask: 'What is 17 * 23?', expect: 391}\n- {ask: 'Capital of France?', expect: [Paris]}\n")
+    data = {"checks": {"kv_pool": {"min_tokens": 2048}, "questions": {"file": "q.yaml", "min_right": 1},
+                       "parallel": {"requests": 4, "prompt_tokens": 900}, "needles": {"lengths": [500], "min_found": 0}},
+            "hooks": {"before_switch": [["true"]]}}
+    suite = Suite.parse(data, root=tmp_path, source="images/t.yaml")
+    assert suite.kv_pool == KvPoolCheck(2048) and suite.block_cost is None
+    assert suite.questions is not None and suite.questions.questions[0].expect == ("391",)
+    assert suite.hooks.before_switch == (("true",),)
+    for bad, key in [({"checks": {"parallel": {"requests": 0, "prompt_tokens": 9}}}, "parallel.requests"),
+                     ({"checks": {"questions": {"file": "q.yaml", "min_right": 3}}}, "min_right"),
+                     ({"checks": {"kv_poll": {}}}, "kv_poll"),
+                     ({"hooks": {"before_switch": ["curl x"]}}, "before_switch[0]")]:
+        with pytest.raises(ConfigError, match=key.replace("[", r"\[")):
+            Suite.parse(bad, root=tmp_path, source="images/t.yaml")
+
+
+DATA = Path(__file__).parents[1] / "data" / "deploy"
+
+
+def test_recorded_cpu_server_start_log_metrics_and_tool_call_stream() -> None:
+    """Recorded from the real vLLM 0.32.0 CPU server (tiny Qwen3, 4 MiB KV budget, hermes tool parser)."""
+    assert kv_pool_from_log((DATA / "cpu-start.log").read_text()) == KvPool(8192, 1024, 8.0)
+    metrics = Metrics.parse((DATA / "cpu-metrics.txt").read_text())
+    assert metrics.cache_geometry == CacheGeometry(blocks=64, block_size=128)
+    assert (metrics.kv_usage, metrics.preemptions) == (0.0, 0.0)
+    # A tool call forced by a structured_outputs regex, streamed through the hermes parser in fragments.
+    chat = assemble_chat(sse_events((DATA / "cpu-toolcall.sse").read_text().splitlines()))
+    assert [(c.name, c.arguments) for c in chat.tool_calls] == [("get_weather", '{"city": "Paris"}')]
+    assert chat.finish_reason == "tool_calls" and judge_tool_call(chat)[0] is Status.PASS
+
+
+def test_the_ceiling_is_the_pool_without_its_null_block_or_max_model_len() -> None:
+    """One-block-short: the startup check sizes against all N blocks, BlockPool keeps one back."""
+    minimum = CacheGeometry(blocks=8, block_size=128)  # 1,024 tokens: exactly one max-model-len request
+    assert ceiling_tokens(1024, minimum) == 896
+    assert ceiling_tokens(1024, CacheGeometry(blocks=64, block_size=128)) == 1024
+    done = Timing(0.5, 1.0, 1008, 16, "length")
+    assert judge_ceiling(done, 0.0, 1024, CacheGeometry(64, 128))[0] is Status.PASS
+    status, figure, detail = judge_ceiling(done, 1.0, 1024, minimum)
+    assert status is Status.FAIL and "left waiting" in detail and "896 usable" in figure
+    aborted = Timing(0.5, 1.0, 1008, 0, None)
+    assert judge_ceiling(aborted, 0.0, 1024, minimum)[0] is Status.FAIL
+
+
+def test_stall_s_and_the_ceiling_check_are_read_from_the_suite(tmp_path: Path) -> None:
+    suite = Suite.parse({"stall_s": 12, "checks": {"ceiling": {"max_tokens": 8}}}, root=tmp_path, source="images/x.yaml")
+    assert suite.stall_s == 12.0 and suite.ceiling is not None and suite.ceiling.max_tokens == 8
+    default = Suite.parse({"start_watch_s": 20}, root=tmp_path, source="images/x.yaml")  # deploy: {} is an error
+    assert default.stall_s == 30.0 and default.ceiling is None
+    with pytest.raises(ConfigError, match="stall_s"):
+        Suite.parse({"stall_s": 0}, root=tmp_path, source="images/x.yaml")

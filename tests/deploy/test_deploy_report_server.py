@@ -1,0 +1,266 @@
+"""The deploy's report, memory check and recorded baseline against the real vLLM CPU server in docker.
+
+One production server for the module (tests/helpers/deployhost.py), three deploys in file order, each asserted on
+several ways: a passing deploy with a measured baseline (series in --json, the page in headless Chromium);
+a second deploy of the same image whose baseline is the first one's record (production's own /metrics show no
+request-check request), killed -9 and rendered from its record; and a candidate whose container crosses the
+memory floor under the parallel check (rolled back by the memory check, the curve in its page).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers.deployhost import IMAGE_PYTHON, NAME, SUITE, Host, production_host
+from helpers import browser
+
+from vpatch.deploy.readings import Metrics
+from vpatch.deploy.record import DeployRecord
+from vpatch.docker import Docker
+
+pytestmark = pytest.mark.docker
+ROOT = Path(__file__).resolve().parents[2]
+# VPATCH_KEEP_REPORTS=DIR keeps each deploy's page there (docs/deploy.md's screenshot is made from one).
+KEEP = os.environ.get("VPATCH_KEEP_REPORTS")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Host]:
+    with production_host(tmp_path_factory, vllm_server_image) as h:
+        yield h
+
+
+def long_requests(host: Host) -> float:
+    """Requests production served with a prompt over 100 tokens (vllm:request_prompt_tokens): every request
+    check sends one (block cost 800, needles 600, parallel 4 x 600, ceiling 1,008); the container's own
+    health check sends "ping", the rollback's liveness a 1-token prompt."""
+    return _over_100(host.server.metrics())
+
+
+def _over_100(metrics: Metrics) -> float:
+    count = metrics.total("vllm:request_prompt_tokens_count")
+    small = sum(s.value for s in metrics.find("vllm:request_prompt_tokens_bucket") if float(s.labels["le"]) == 100.0)
+    assert count is not None, "production's /metrics has no vllm:request_prompt_tokens histogram"
+    return count - small
+
+
+def snapshot_hook(path: Path, host: Host) -> dict[str, list[list[str]]]:
+    """A before_switch hook that saves production's /metrics just before it is parked (afterwards it is stopped)."""
+    code = "import sys, urllib.request; open(sys.argv[2], 'w').write(urllib.request.urlopen(sys.argv[1]).read().decode())"
+    return {"before_switch": [[sys.executable, "-c", code, f"{host.server.base_url}/metrics", str(path)]]}
+
+
+def keep(page: Path, name: str) -> None:
+    if KEEP:
+        Path(KEEP).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(page, Path(KEEP) / name)
+
+
+def counted(series: dict[str, Any]) -> dict[str, int]:
+    """The samples each plot must show, from one side's series in --json."""
+    return {"kv-blocks": len(series["block_cost"]), "requests": len(series["requests"]),
+            "parallel": sum(len(r) for r in series["parallel"]), "memory": len(series["memory"]),
+            "throughput": len(series["throughput"])}
+
+
+def assert_page(page: Path, sides: list[dict[str, Any]], decision: str) -> dict[str, browser.Plot]:
+    """The page in headless Chromium: no console line, the decision line, every plot with one marker per sample."""
+    loaded = browser.load(page)
+    assert loaded.console == (), loaded.console
+    line, plots = browser.plots(loaded.dom)
+    assert line.startswith(decision), line
+    expected: dict[str, int] = {}
+    for side in sides:
+        for plot, n in counted(side).items():
+            expected[plot] = expected.get(plot, 0) + n
+    assert {p for p, n in expected.items() if n} == set(plots), (expected, plots)
+    for plot_id, plot in plots.items():
+        assert plot.has_svg and plot.has_table, plot_id
+        assert plot.samples == expected[plot_id] == plot.markers, (plot_id, plot, expected[plot_id])
+    return plots
+
+
+def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(host: Host, tmp_path: Path) -> None:
+    browser.chromium()
+    checks = {**SUITE["checks"], "memory": {"min_free_mib": 64}}
+    shot = tmp_path / "metrics-before-park.txt"
+    host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
+    before = long_requests(host)
+    code, out, err = host.deploy("--image", host.image, "--json")
+    assert out, err[:3000]
+    report = json.loads(out)
+    assert code == 0 and report["decision"] == "deployed", err
+    # The baseline was measured (nothing recorded yet): production's own counters saw its requests (the
+    # control for the recorded-baseline test below).
+    assert report["baseline"]["source"] == "measured"
+    assert _over_100(Metrics.parse(shot.read_text())) >= before + 7
+    cand, base = report["candidate"]["series"], report["baseline"]["series"]
+    assert cand["block_geometry"] == [64, 128]  # 8,192 tokens in blocks of 128
+    held = [p["held"] for p in cand["block_cost"]]
+    # 800 + 32 tokens end in 7 blocks of 128; /metrics is read between steps, and the seventh block, held only
+    # for the last decode steps, can fall between two readings (docs/deploy-safety.md): at least 6 were seen.
+    assert held and max(held) >= 6
+    predicted = [p["predicted"] for p in cand["block_cost"] if p["predicted"] is not None]
+    assert predicted and max(predicted) in (6, 7), cand["block_cost"]  # the tokens stepped by the last reading
+    by_check = [r["check"] for r in cand["requests"]]
+    assert by_check.count("parallel") == 4 and {"block cost", "needles", "tool call", "questions", "ceiling"} <= set(by_check)
+    assert all(r["ttft_s"] > 0 for r in cand["requests"])
+    # Streamed events: one per token, fewer where the server merged tokens of a slow reader into one event.
+    assert len(cand["parallel"]) == 4 and all(20 <= r[-1][1] <= 160 for r in cand["parallel"]), cand["parallel"]
+    assert [r["completion_tokens"] for r in cand["requests"] if r["check"] == "parallel"] == [160] * 4
+    assert cand["memory"] and {m["device"] for m in cand["memory"]} == {"container"}
+    assert {m["check"] for m in cand["memory"]} >= {"block cost", "parallel"}
+    assert cand["throughput"] and max(v for _, v in cand["throughput"]) > 0
+    assert cand["memory_floor_mib"] == 64
+    checks_seen = {c["name"]: c["status"] for c in report["candidate"]["checks"]}
+    assert checks_seen["memory"] == "pass"
+    assert base["requests"] and base["memory"]  # the baseline's own samples, for the side-by-side plots
+    page = Path(report["report"])
+    assert page.exists() and f"report: {page}" in err  # --json: the path on stderr, stdout stays JSON
+    plots = assert_page(page, [base, cand], "Deployed:")
+    assert set(plots) == {"kv-blocks", "requests", "parallel", "memory", "throughput"}
+    keep(page, "deployed.html")
+    png = tmp_path / "report.png"
+    done = subprocess.run([str(ROOT / "scripts" / "report-screenshot"), str(page), str(png)], capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0 and png.stat().st_size > 20_000, done.stderr
+
+
+def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_report(host: Host, tmp_path: Path) -> None:
+    """Production runs the image the first test deployed, with the same suite: its record is the baseline,
+    no request check goes to production (its counters, saved by the before_switch hook just before parking,
+    did not move); then kill -9 in the candidate's checks, the report from the record, and --rollback."""
+    browser.chromium()
+    checks = {**SUITE["checks"], "memory": {"min_free_mib": 64}}
+    shot = tmp_path / "metrics-before-park.txt"
+    host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
+    production = host.production()
+    before = long_requests(host)
+    earlier = host.journal()  # the first test's deploy, settled: its record must not end the wait below
+    proc = host.spawn("--image", host.image)
+    record = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:  # until this deploy's record holds the candidate's block-cost check
+        journal = host.journal()
+        if journal is not None and (earlier is None or journal.started != earlier.started):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("VPATCH_STATE", host.env["VPATCH_STATE"])
+                record = DeployRecord.load(DeployRecord.path_for(NAME, journal.started))
+            if record is not None and record.candidate and any(c.name == "block cost" for c in record.candidate.checks):
+                break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    assert record is not None and record.baseline is not None
+    proc.kill()
+    _out, err = proc.communicate()
+    assert "baseline: the figures recorded when" in err and "no request goes to production" in err, err
+    assert record.baseline.source == "recorded" and record.baseline.recorded_at
+    assert _over_100(Metrics.parse(shot.read_text())) == before  # not one request check reached production
+    page = tmp_path / "killed.html"
+    shown = host.run("deploy", NAME, "--report", "--out", str(page))
+    assert shown.returncode == 0 and shown.stdout.strip() == f"report: {page}", shown.stderr
+    text = page.read_text()
+    assert "Unfinished: the deploy of" in text and "stopped during checking" in text
+    assert "Baseline: the figures recorded when the running image was deployed" in text and " ago)" in text
+    loaded = browser.load(page)
+    assert loaded.console == ()
+    _line, plots = browser.plots(loaded.dom)
+    assert plots["kv-blocks"].markers == plots["kv-blocks"].samples > 0  # the candidate's block cost, kept
+    keep(page, "killed.html")
+    code, out, err = host.deploy("--rollback")
+    assert code == 0 and "rolled back" in out, err
+    host.assert_production_restored(production)
+
+
+# A candidate that needs more working memory under parallel load than its container has to spare (the
+# nightly of the two-builds write-up, on a CPU container): the server image with a wrapper entrypoint that,
+# once three requests run at once, allocates HOG_MIB and writes to every page of it, then, 30 s later, prints
+# the warning the write-up saw. The memory check must fail the deploy before that line is written.
+HOG = r'''
+import os, signal, subprocess, sys, threading, time, urllib.request
+
+def watch(port, mib):
+    while True:
+        time.sleep(0.2)
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        except OSError:
+            continue
+        running = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running{"))
+        if running >= 3:  # the parallel check's four (a check's request and a health probe make two)
+            hog = bytearray(mib * 1024 * 1024)
+            hog[::4096] = b"\x01" * len(range(0, len(hog), 4096))  # resident: every page written
+            print(f"[vpatch test image] holding {mib} MiB more", flush=True)
+            time.sleep(30)
+            print("WARNING [injected by the vpatch test image] memory allocation failed", flush=True)
+            time.sleep(3600)
+
+argv = sys.argv[1:]
+port = argv[argv.index("--port") + 1] if "--port" in argv else "8000"
+threading.Thread(target=watch, args=(port, int(os.environ.get("HOG_MIB", "700"))), daemon=True).start()
+child = subprocess.Popen(argv)
+signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+sys.exit(child.wait())
+'''
+HOG_MIB = 700
+FLOOR_MIB = 400
+HEADROOM_MIB = 900  # the limit: production's usage now plus this; the hog leaves ~200 MiB, under the floor
+
+
+def hog_image(docker: Docker, base: str) -> str:
+    import tempfile
+
+    info = docker.image(base)
+    ref = f"vpatch-test/tiny-memhog:{info.id[7:19]}"
+    if docker.has_image(ref):
+        return ref
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "hog.py").write_text(HOG)
+        entry = json.dumps([IMAGE_PYTHON, "/vpatch-test/hog.py", *info.entrypoint])
+        (Path(tmp) / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY hog.py /vpatch-test/hog.py\nENV HOG_MIB={HOG_MIB}\nENTRYPOINT {entry}\n")
+        docker.build(Path(tmp), tag=ref, buildargs={}, labels={})
+    return ref
+
+
+def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocation_warning(host: Host) -> None:
+    browser.chromium()
+    production = host.production()
+    used = host.docker.container_memory(host.container)
+    assert used is not None
+    limit = used[0] // (1024 * 1024) + HEADROOM_MIB
+    checks = {**SUITE["checks"], "memory": {"min_free_mib": FLOOR_MIB}}
+    host.write_yaml(checks=checks, memory=f"{limit}m")
+    image = hog_image(host.docker, host.image)
+    code, out, err = host.deploy("--image", image, "--json", "--baseline", "none")
+    assert out, err[:3000]
+    report = json.loads(out)
+    assert code == 6 and report["failed_check"] == "memory", err
+    assert report["baseline"] is None
+    names = [c["name"] for c in report["candidate"]["checks"]]
+    memory = next(c for c in report["candidate"]["checks"] if c["name"] == "memory")
+    assert "container down to" in memory["detail"] or "below the floor" in memory["detail"], memory
+    assert f"floor {FLOOR_MIB} MiB" in memory["figure"] and "(parallel)" in memory["figure"], memory
+    # Fail fast: the parallel check was stopped by it, nothing after it ran, the log scan never saw the warning.
+    assert names[names.index("memory") + 1] == "parallel" and names[-1] == "parallel" and "log scan" not in names
+    series = report["candidate"]["series"]
+    assert min(m["total_mib"] - m["used_mib"] for m in series["memory"]) < FLOOR_MIB < \
+        max(m["total_mib"] - m["used_mib"] for m in series["memory"])
+    assert all(abs(m["total_mib"] - limit) < 1 for m in series["memory"])  # against the container's limit
+    kept = host.kept_candidates()
+    assert len(kept) == 1
+    log = host.docker.container_logs(kept[0])
+    assert "holding 700 MiB more" in log and "memory allocation failed" not in log, log[-2000:]
+    page = Path(report["report"])
+    assert_page(page, [series], "Rolled back: the memory check failed")
+    keep(page, "memory-rolled-back.html")
+    host.assert_production_restored(production)
