@@ -198,7 +198,8 @@ def write_config(root: Path, url: str, ref: str = "v1.0") -> None:
 @pytest.fixture
 def project(tmp_path: Path, toy_upstream: ToyUpstream) -> Project:
     """A project pinned at v1.0 of the toy upstream, with its mirror fetched and an empty series."""
-    from vpatch.upstream import cache_dir, mirror
+    from vpatch.base.paths import cache_dir
+    from vpatch.upstream import mirror
 
     root = tmp_path / "project"
     (root / "patches").mkdir(parents=True)
@@ -219,7 +220,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 # --- the real vLLM release history ------------------------------------------------------
 
 # The user's cache, read at import: hermetic_git later points VPATCH_CACHE at a temporary home.
-from vpatch.upstream import cache_dir as _cache_dir  # noqa: E402
+from vpatch.base.paths import cache_dir as _cache_dir  # noqa: E402
 
 REAL_CACHE = _cache_dir()
 _PIP_CACHE = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")

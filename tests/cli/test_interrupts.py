@@ -19,9 +19,10 @@ from conftest import vpatch_cli as cli
 from helpers.project import commit_all, release, state_of
 from typer.testing import CliRunner
 
+from vpatch.base.paths import cache_dir
 from vpatch.commands.cli import app
 from vpatch.config.project import Config
-from vpatch.upstream import cache_dir, commitcache
+from vpatch.upstream import commitcache
 
 GITKILL = Path(__file__).parents[1] / "helpers" / "gitkill.sh"
 
@@ -88,9 +89,8 @@ class Killer:
 def _die_at_write(n: int) -> None:
     """In a forked child only: SIGKILL this process right after its n-th atomic file write (export's: the tree's
     record, then the series files)."""
+    from vpatch.base import fs, records
     from vpatch.tree import export
-    from vpatch.base import fs
-    from vpatch.base import records
 
     real, count = fs.atomic_write, [0]
 
@@ -190,7 +190,7 @@ def test_update_killed_at_every_git_command_is_undone_or_finishable(two: Project
 
 
 def mirror_of(project: Project) -> Path:
-    from vpatch.upstream import cache_dir
+    from vpatch.base.paths import cache_dir
     from vpatch.upstream.mirror import mirror_path
 
     return mirror_path(cache_dir(), project.upstream.url)
@@ -325,7 +325,7 @@ def test_two_updates_at_once_one_wins_the_other_refuses(two: Project, killer: Ki
 
 
 def test_a_lock_left_by_a_dead_process_is_no_obstacle(two: Project) -> None:
-    (two.root / ".git" / "vpatch.base.lock").write_text("999999 update\n")
+    (two.root / ".git" / "vpatch.lock").write_text("999999 update\n")
     code, out = cli(two, "update", "--to", "v1.1")
     assert code == 0, out
     assert_updated(two, out)

@@ -326,7 +326,7 @@ def test_update_dry_run_works_with_uncommitted_changes_and_writes_nothing(projec
     assert code == 0, out
     # nothing written: the project's files and its git state (the lock file aside) are as they were
     assert "would re-apply" in out
-    assert {k: v for k, v in snapshot(project.root).items() if k != ".git/vpatch.base.lock"} == before
+    assert {k: v for k, v in snapshot(project.root).items() if k != ".git/vpatch.lock"} == before
     code, out = run(project, "update", "--to", "v1.1")  # the real one still wants them committed
     assert code == 1 and "uncommitted changes in the series or the pin" in out
 

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from helpers.serverimage import free_port, tiny_serve, tiny_yaml
 
+from vpatch.base.errors import ConfigError, JournalError, VpatchError
+from vpatch.base.lock import LockedError, LockFolderError, host_resources
+from vpatch.base.paths import state_dir
 from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.base.errors import ConfigError, JournalError, VpatchError
-from vpatch.base.lock import LockedError, LockFolderError, host_resources, state_dir
 from vpatch.serve import alive, health
 from vpatch.serve.render import for_definition
 

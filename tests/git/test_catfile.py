@@ -13,9 +13,10 @@ import pytest
 from conftest import KV_V1, PARSER_V1, Project, ToyUpstream, git
 from helpers.gitmode import counting_git, history, series, status
 
-from vpatch.git import catfile
 from vpatch import git as vgit
-from vpatch.upstream import cache_dir, mirror
+from vpatch.base.paths import cache_dir
+from vpatch.git import catfile
+from vpatch.upstream import mirror
 
 
 def cat_file_starts(log: Path) -> int:

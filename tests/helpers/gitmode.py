@@ -12,8 +12,9 @@ import pytest
 from conftest import KV_FIXED, PARSER_FIXED, PARSER_V1, Project
 from typer.testing import CliRunner
 
+from vpatch.base.paths import cache_dir
 from vpatch.commands.cli import app
-from vpatch.upstream import cache_dir, mirror
+from vpatch.upstream import mirror
 
 
 def counting_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

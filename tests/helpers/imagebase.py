@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vpatch.base.paths import cache_dir
 from vpatch.docker import Docker
-from vpatch.upstream import cache_dir
 
 PACKAGE_DIR = "/usr/local/lib/python3.12/dist-packages/vllm"
 

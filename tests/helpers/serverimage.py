@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from vpatch.upstream import cache_dir
+from vpatch.base.paths import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = ROOT / "scripts" / "build-test-server-image"

@@ -18,10 +18,10 @@ from helpers.imagebase import FLASH_MODULE, PACKAGE_DIR, PIN, SeriesFiles, ensur
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
+from vpatch.base.errors import ConfigError, VpatchError
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition, Strategy
 from vpatch.docker import Docker, DockerError, buildkit_invocation
-from vpatch.base.errors import ConfigError, VpatchError
 
 # One worker runs the module: its session fixtures build the base images and the series once.
 pytestmark = pytest.mark.xdist_group("image")
@@ -430,7 +430,8 @@ def test_source_build_runs_vllms_dockerfile_from_the_patched_tree(project, toy_u
     """The source strategy end to end on a toy upstream whose docker/Dockerfile has vLLM's args and stages."""
     from conftest import write_config
 
-    from vpatch.upstream import cache_dir, mirror
+    from vpatch.base.paths import cache_dir
+    from vpatch.upstream import mirror
 
     toy_upstream.commit({
         "csrc/cache.h": "#pragma once\n#define BLOCK 16\n",

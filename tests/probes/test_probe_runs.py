@@ -16,7 +16,7 @@ import pytest
 from conftest import KV_FIXED, PARSER_FIXED, Project, ToyUpstream
 from conftest import vpatch_cli as run
 
-from vpatch.upstream import cache_dir
+from vpatch.base.paths import cache_dir
 
 # Exit 0 when the tree has the fix its probe looks for, 1 when not. It logs where it ran, and which fixes the tree
 # had, to runs.log next to it; with BARRIER set, on the pin's tree (neither fix) it waits (30 s at most) until

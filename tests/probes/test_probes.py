@@ -8,10 +8,10 @@ import pytest
 from conftest import KV_FIXED, Project, ToyUpstream
 from helpers.probefiles import COMMAND_PROBE, SCRIPT, project_patch, write_probe
 
+from vpatch.base.paths import cache_dir
 from vpatch.probes import runner as probes
 from vpatch.probes.file import Probe, ProbeError
 from vpatch.probes.runner import ProbeOutcome
-from vpatch.upstream import cache_dir
 
 FILES_PROBE = """\
 kind: files

@@ -12,7 +12,8 @@ SCRIPT = TESTS.parent / "scripts" / "ci-profile"
 
 
 def test_seconds_per_module_and_the_server_start_line_are_printed_and_kept(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text("import ciprofile\n\ndef pytest_configure(config):\n    ciprofile.register(config)\n")
+    (tmp_path / "conftest.py").write_text(
+        "from helpers import ciprofile\n\ndef pytest_configure(config):\n    ciprofile.register(config)\n")
     (tmp_path / "test_slow.py").write_text(
         "import time, pytest\n\n@pytest.fixture(scope='module')\ndef server():\n    time.sleep(0.6)\n\n"
         "def test_a(server):\n    time.sleep(0.3)\n\ndef test_b(server):\n    pass\n")

@@ -12,8 +12,8 @@ import pytest
 from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch.upstream import lineage
-from vpatch.upstream import cache_dir, mirror
+from vpatch.base.paths import cache_dir
+from vpatch.upstream import lineage, mirror
 
 KV_FIXED = KV_V1.replace("break", "continue")
 PARSER_FIXED = PARSER_V1.replace("line 20\n", "line 20 fixed\n")

@@ -7,11 +7,12 @@ import json
 import shutil
 from pathlib import Path
 
-from helpers import vllmshape
 from conftest import REAL_CACHE, git
 from conftest import vpatch_cli as vpatch
+from helpers import vllmshape
 
-from vpatch.upstream import cache_dir, mirror
+from vpatch.base.paths import cache_dir
+from vpatch.upstream import mirror
 
 TARGETS = ("v0.35.0", "v0.41.0")
 

@@ -12,11 +12,12 @@ from conftest import vpatch_cli as run
 from typer.testing import CliRunner
 
 from vpatch import git
+from vpatch.base.paths import cache_dir
 from vpatch.commands.cli import app
 from vpatch.config.project import Config
 from vpatch.series.files import Series
 from vpatch.status.compute import Status, Target, bisect_first, compute, resolve_targets
-from vpatch.upstream import cache_dir, mirror
+from vpatch.upstream import mirror
 from vpatch.verdict.judge import ProbeCheck, ProbeOutcome, State
 
 FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")

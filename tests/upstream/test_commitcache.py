@@ -10,7 +10,8 @@ from conftest import PARSER_V1, Project
 from helpers.gitmode import counting_git, history, series, status
 
 from vpatch import git
-from vpatch.upstream import cache_dir, commitcache, mirror
+from vpatch.base.paths import cache_dir
+from vpatch.upstream import commitcache, mirror
 
 
 def log_p_calls(log: Path) -> int:

@@ -13,7 +13,8 @@ from conftest import PARSER_V1, Project, ToyUpstream, git, write_config
 from conftest import vpatch_cli as vpatch
 
 from vpatch import git as vgit
-from vpatch.upstream import cache_dir, commitcache, mirror
+from vpatch.base.paths import cache_dir
+from vpatch.upstream import commitcache, mirror
 
 
 def toy_project(root: Path, up: ToyUpstream) -> Project:

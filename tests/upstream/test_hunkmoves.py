@@ -23,10 +23,10 @@ import pytest
 from conftest import git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch.upstream import hunkmoves
-from vpatch.verdict import judge as verdict
+from vpatch.base.paths import cache_dir
 from vpatch.series.files import Series
-from vpatch.upstream import cache_dir, commitcache, mirror
+from vpatch.upstream import commitcache, hunkmoves, mirror
+from vpatch.verdict import judge as verdict
 
 
 def function(name: str, size: int) -> str:

@@ -14,10 +14,10 @@ import pytest
 from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch.upstream import lineage
+from vpatch.base.paths import cache_dir
 from vpatch.config.project import Config
 from vpatch.series.files import Series
-from vpatch.upstream import cache_dir, mirror
+from vpatch.upstream import lineage, mirror
 
 SCHED = "".join(f"s {i}\n" for i in range(1, 21))
 TOOL = "".join(f"t {i}\n" for i in range(1, 21))

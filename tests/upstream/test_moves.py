@@ -13,8 +13,8 @@ import pytest
 from conftest import git, patch_of_head, write_config
 from conftest import vpatch_cli as vpatch
 
-from vpatch.upstream import moves
-from vpatch.upstream import cache_dir, mirror
+from vpatch.base.paths import cache_dir
+from vpatch.upstream import mirror, moves
 
 SCHED = "".join(f"sched line {i}\n" for i in range(1, 31))
 TOOL = "".join(f"tool line {i}\n" for i in range(1, 31))

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, vpatch_cli
 
+from vpatch.base.paths import cache_dir
 from vpatch.series.files import Patch, Series
-from vpatch.upstream import cache_dir, mirror
+from vpatch.upstream import mirror
 from vpatch.verdict.judge import (
     Applies,
     Kind,

@@ -15,8 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from vpatch.base.errors import VpatchError
-
-PROJECT_LOCK = "vpatch.base.lock"
+from vpatch.base.paths import state_dir
 
 
 class LockedError(VpatchError):
@@ -65,21 +64,6 @@ def exclusive(path: Path, *, what: str, holder: str | None = None) -> Iterator[N
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
-def state_dir() -> Path:
-    """The host's vpatch state folder: $VPATCH_STATE, else $XDG_STATE_HOME/vpatch, else ~/.local/state/vpatch.
-
-    A relative $VPATCH_STATE is refused: it would name another folder from each working directory, and
-    `deploy --status` run from another folder said "no deploy recorded" while production stayed parked."""
-    given = os.environ.get("VPATCH_STATE")
-    if given:
-        if not os.path.isabs(given):
-            raise VpatchError(f"VPATCH_STATE must be an absolute path, not {given!r}: a relative one names another "
-                              "folder from each working directory", hint=f"export VPATCH_STATE=\"$PWD/{given}\"")
-        return Path(given)
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "vpatch"
-
-
 def host_lock_folder() -> Path:
     return state_dir() / "locks"
 
@@ -95,20 +79,4 @@ def host_resources(folder: Path, *, container: str, port: int | None, holder: st
         for name in sorted(names):
             what = f"vpatch run on {'the container ' + container if name.startswith('container-') else f'port {port}'}"
             stack.enter_context(exclusive(folder / name, what=what, holder=holder))
-        yield
-
-
-def project_lock_path(root: Path) -> Path:
-    """The project's lock: beside git's own state when the project is in a repository, else in .vpatch/."""
-    from vpatch import git
-
-    top = git.toplevel(root)
-    return root / ".vpatch" / PROJECT_LOCK if top is None else git.git_dir(top) / PROJECT_LOCK
-
-
-@contextmanager
-def held(root: Path, command: str) -> Iterator[None]:
-    """The project lock for `vpatch <command>`: update (with --continue/--abort), apply, export and new
-    never run at the same time on one checkout, so none deletes or writes over another's work."""
-    with exclusive(project_lock_path(root), what=f"vpatch {command}", holder=f"vpatch {command}"):
         yield

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import echo, load_config, load_series
 from vpatch.base.errors import ExitCode
+from vpatch.commands import echo, load_config, load_series
 
 
 def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
     from vpatch import git, upstream
-    from vpatch.base import lock
     from vpatch.tree import stack
 
     config = load_config(project)
@@ -20,7 +19,7 @@ def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: 
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, target)
     if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
         echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
-    with lock.held(config.root, "apply"):
+    with git.project_lock(config.root, "apply"):
         # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
         pin = upstream.pin_commit(repo, config, moved_ok=True) if ref is not None else None
         result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.commands import console, echo, load_config, progress
 from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.commands import console, echo, load_config, progress
 
 if TYPE_CHECKING:
-    from vpatch.deploy.record import DeployRecord
     from vpatch.config.serve import ServeConfig
+    from vpatch.deploy.record import DeployRecord
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
@@ -81,8 +81,8 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     if definition.serve is None:
         raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
     docker = Docker.connect()
+    from vpatch.base.paths import cache_dir
     from vpatch.deploy import live
-    from vpatch.upstream import cache_dir
 
     definition.validate()  # every section and the rules between them, before production is touched
     candidate = image or definition.moving_ref

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import echo, load_config
 from vpatch.base.errors import ExitCode
+from vpatch.commands import echo, load_config
 
 
 def run(*, project: Path, dry_run: bool, force: bool = False) -> ExitCode:
-    from vpatch.tree import export
-    from vpatch.base import lock
+    from vpatch import git
     from vpatch.series.files import Series
+    from vpatch.tree import export
 
     config = load_config(project)
-    with lock.held(config.root, "export"):
+    with git.project_lock(config.root, "export"):
         # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
         series = Series.load(config.patches_dir, unreadable_ok=True)
         result = export.export_series(series, config.state_dir, dry_run=dry_run, force=force)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import echo, load_config, load_series
 from vpatch.base.errors import ExitCode
+from vpatch.commands import echo, load_config, load_series
 
 
 def run(*, project: Path, slug: str, subject: str | None) -> ExitCode:
-    from vpatch.base import lock
+    from vpatch import git
     from vpatch.tree import newpatch
 
     config = load_config(project)
-    with lock.held(config.root, "new"):
+    with git.project_lock(config.root, "new"):
         name, tree = newpatch.start(load_series(config), config.state_dir, slug=slug, subject=subject)
     echo(f"started {name} as an empty commit in the applied tree {tree}")
     echo("next: make the change in that tree, then (keeping the message's trailers, filling or deleting the <...> ones):")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.commands import echo, load_config
 from vpatch.base.errors import ExitCode
+from vpatch.commands import echo, load_config
 
 
 def run(*, project: Path, versions: list[str], first: str | None, last: str | None, pre: bool,
         list_only: bool) -> ExitCode:
     import datetime
 
+    from vpatch.base.paths import cache_dir
     from vpatch.config.project import CONFIG_NAME, find_root
-    from vpatch.upstream import cache_dir, releases
+    from vpatch.upstream import releases
 
     root = find_root(project.resolve())
     pin = load_config(project).pin.ref if (root / CONFIG_NAME).is_file() else None

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.commands import echo, load_config, progress
 from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.commands import echo, load_config, progress
 
 if TYPE_CHECKING:
     from vpatch.config.serve import ServeConfig
@@ -34,8 +34,8 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     if print_only:
         echo(render.for_definition(definition, image=image).shell_line())
         return ExitCode.OK
+    from vpatch.base.paths import cache_dir
     from vpatch.docker import Docker
-    from vpatch.upstream import cache_dir
 
     docker = Docker.connect()
     if check:

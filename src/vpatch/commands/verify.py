@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.commands import echo, load_config, progress
 from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.commands import echo, load_config, progress
 
 if TYPE_CHECKING:
     from vpatch.config.project import Config
@@ -36,9 +36,9 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
 
 
 def verify_live(config: Config, image: str, definition: str | None) -> None:
+    from vpatch.base.paths import cache_dir
     from vpatch.deploy import live as deploy_live
     from vpatch.docker import Docker
-    from vpatch.upstream import cache_dir
 
     result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
                                      progress=progress)

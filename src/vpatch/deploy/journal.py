@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from vpatch.base import records
-from vpatch.config.definition import definition_name_ok
 from vpatch.base.errors import ConfigError, JournalError
+from vpatch.config.definition import definition_name_ok
 
 _HINT = "inspect it and the containers (`docker ps -a`); remove it only once production is sound"
 
@@ -77,7 +77,7 @@ class Journal:
 
     @staticmethod
     def folder() -> Path:
-        from vpatch.base.lock import state_dir
+        from vpatch.base.paths import state_dir
 
         return state_dir() / "deploy"
 

@@ -8,6 +8,7 @@ what it is for. Callers use `from vpatch import git` and `git.<function>`; the p
 - `objects`: the object database: reading blobs and commits, writing blobs, commits and fast-import streams.
 - `worktree`: work trees: adding and removing them, checking out, applying and committing in one, `git am -3`.
 - `moves`: rename detection: where a file went between two commits, paired as a 3-way merge pairs them.
+- `projectlock`: the project lock beside git's own state, so two vpatch commands never work on one checkout at once.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from vpatch.git.objects import (
     read_blobs_at,
     read_commit,
 )
+from vpatch.git.projectlock import project_lock, project_lock_path
 from vpatch.git.refs import (
     RefUpdate,
     add_mirror_remote,
@@ -173,6 +175,8 @@ __all__ = [
     "patch_id",
     "patch_id_commits",
     "paths_differing",
+    "project_lock",
+    "project_lock_path",
     "range_grep",
     "range_parents",
     "range_touching",

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vpatch import git
+from vpatch.base.errors import ApplyError, VpatchError
 from vpatch.config.definition import Base, ImageDefinition
 from vpatch.docker import Docker, DockerError
-from vpatch.base.errors import ApplyError, VpatchError
 from vpatch.image.plan import BaseFacts, Plan, in_package
 from vpatch.series.files import Patch
 
@@ -111,7 +111,7 @@ def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
     """Where `image_id` installs vllm/: asked of the image's own python once per image id (ids are content
     hashes, so the answer never goes stale)."""
     from vpatch.base.fs import atomic_write
-    from vpatch.upstream import cache_dir
+    from vpatch.base.paths import cache_dir
 
     memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"
     if memo.is_file():

@@ -25,8 +25,8 @@ from vpatch.base import process
 from vpatch.base.errors import ProcessError, VpatchError
 from vpatch.base.fs import atomic_write
 from vpatch.base.lock import exclusive
+from vpatch.base.paths import cache_dir
 from vpatch.base.progress import Event, Reporter, silent
-from vpatch.upstream import cache_dir
 
 LOCK_NAME = "requirements.lock"
 _SUBJECT = "probe venv"

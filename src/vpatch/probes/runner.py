@@ -33,17 +33,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch import git
-from vpatch.probes import workspace as probe_runs
 from vpatch.base import process
 from vpatch.base.errors import ProcessError, VpatchError
 from vpatch.base.fs import atomic_write
+from vpatch.base.paths import cache_dir
+from vpatch.base.progress import Event, Reporter, silent
+from vpatch.probes import workspace as probe_runs
 from vpatch.probes.env import EnvError, probe_venv
 from vpatch.probes.file import Probe, ProbeError, probe_for
 from vpatch.probes.outcome import Place, Ran, argv, interpret
 from vpatch.probes.outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
-from vpatch.base.progress import Event, Reporter, silent
-from vpatch.upstream import cache_dir, mirror
+from vpatch.upstream import mirror
 
 if TYPE_CHECKING:
     from vpatch.config.project import Config

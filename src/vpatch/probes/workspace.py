@@ -19,8 +19,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
+from vpatch.base.paths import cache_dir
 from vpatch.probes.env import remove_stale_runs
-from vpatch.upstream import cache_dir
 
 if TYPE_CHECKING:
     from typing import Self

@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git
-from vpatch.tree import export
-from vpatch.base import lock
-from vpatch.tree import stack
 from vpatch.base.errors import ApplyError, ProcessError, VpatchError
-from vpatch.tree.export import ExportResult
 from vpatch.base.progress import Reporter, silent
 from vpatch.series.files import Patch, Series
+from vpatch.tree import export, stack
+from vpatch.tree.export import ExportResult
 from vpatch.update import furthest, guard, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
@@ -52,8 +50,8 @@ from vpatch.update.plan import (
 )
 
 if TYPE_CHECKING:
-    from vpatch.probes import workspace as probe_runs
     from vpatch.config.project import Config
+    from vpatch.probes import workspace as probe_runs
     from vpatch.status.compute import Status
 
 
@@ -64,7 +62,7 @@ def update(
     """Move the pin to `to`; see the module docstring. Raises VpatchError and leaves the project as it was,
     or, past the commit point, with the journal that --continue / --abort act on."""
     project = Project.open(config)
-    with lock.held(project.top, "update"):
+    with git.project_lock(project.top, "update"):
         return _update(project, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
                        judge=judge, validator=validator, narrow=narrow)
 
@@ -77,7 +75,7 @@ def update_furthest(
     person (furthest.py), then one update to it, atomic like any other; the lock is held for both. `judge`, when
     given, judges every check (tests); by default the bisection's checks skip the landing search."""
     project = Project.open(config)
-    with lock.held(project.top, "update"):
+    with git.project_lock(project.top, "update"):
         return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, judge=judge, validator=validator,
                          narrow=narrow, progress=progress)
 
@@ -213,7 +211,7 @@ def resume(config: Config, *, validator: Validator | None = None) -> Result:
     """`--continue`: finish an interrupted commit; or commit the resolved patch in the update tree, apply the
     rest, finish."""
     project = Project.open(config)
-    with lock.held(project.top, "update"):
+    with git.project_lock(project.top, "update"):
         return _resume(project, validator)
 
 
@@ -256,7 +254,7 @@ def _resume(project: Project, validator: Validator | None) -> Result:
 def abort(config: Config) -> Result:
     """`--abort`: throw the update tree and state away; undo the project commit if a kill interrupted it."""
     project = Project.open(config)
-    with lock.held(project.top, "update"):
+    with git.project_lock(project.top, "update"):
         journal = load_journal(project)
         if journal is not None:
             undo_commit(project, journal)

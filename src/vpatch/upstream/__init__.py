@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from vpatch.base.paths import cache_dir
+
 if TYPE_CHECKING:
     from vpatch.config.project import Config
-
-
-def cache_dir() -> Path:
-    """vpatch's cache root: $VPATCH_CACHE, else $XDG_CACHE_HOME/vpatch, else ~/.cache/vpatch."""
-    explicit = os.environ.get("VPATCH_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "vpatch"
 
 
 def history_path(cache: Path | None = None, package: str = "vllm") -> Path:

@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 from vpatch import git
 from vpatch.base.fs import atomic_write
-from vpatch.upstream import cache_dir, rangeindex
+from vpatch.base.paths import cache_dir
+from vpatch.upstream import rangeindex
 
 T = TypeVar("T")
 

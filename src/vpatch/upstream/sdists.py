@@ -18,8 +18,8 @@ from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
 from vpatch.base.errors import UpstreamError
+from vpatch.base.paths import cache_dir
 from vpatch.base.progress import Event, Reporter, silent
-from vpatch.upstream import cache_dir
 from vpatch.upstream.index import Index
 
 # Downloads are network-bound and hold no build environment: a few at once fill the line
