@@ -23,8 +23,11 @@ def pinned(project: Project) -> Project:
     return project
 
 
-@pytest.mark.parametrize("command", [["status"], ["apply"], ["update", "--to", "v1.1"]])
+@pytest.mark.parametrize("command", [["status"], ["apply"], ["update", "--to", "v1.1"], ["build", "tiny", "--plan"]])
 def test_a_recorded_pin_commit_upstream_no_longer_has(pinned: Project, command: list[str]) -> None:
+    # the build reads the pin before docker or the base image: no daemon is needed to see its refusal
+    (pinned.root / "images").mkdir()
+    (pinned.root / "images" / "tiny.yaml").write_text("image:\n  repository: test/vllm\n  tag: tiny\n")
     pin(pinned, "deadbeef" * 5)
     code, out = run(pinned, *command)
     assert code == 1, out

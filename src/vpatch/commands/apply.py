@@ -16,12 +16,13 @@ def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: 
     series = load_series(config)
     repo = upstream.open_upstream(config)
     target = ref or config.pin.ref
-    base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, target)
-    if ref is None and config.pin.commit and git.resolve_commit(repo, config.pin.ref) != config.pin.commit:
-        echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {config.pin.commit[:12]}", err=True)
+    pinned = upstream.pin_commit(repo, config, moved_ok=True)
+    base = pinned if ref is None else upstream.resolve(repo, target)
+    if ref is None and upstream.pin_moved(repo, config):
+        echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {pinned[:12]}", err=True)
     with git.project_lock(config.root, "apply"):
         # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
-        pin = upstream.pin_commit(repo, config, moved_ok=True) if ref is not None else None
+        pin = pinned if ref is not None else None
         result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
                                     state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
     echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")

@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vpatch import git
-from vpatch.config.project import Config
-from vpatch.config.definition import Base, ImageDefinition, Strategy, image_reference_ok
-from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.base.errors import ConfigError, VpatchError
+from vpatch.base.progress import Progress
+from vpatch.config.definition import Base, ImageDefinition, Strategy, image_reference_ok
+from vpatch.config.project import Config
+from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.image import base as image_base
 from vpatch.image.plan import (
     LABEL_PREFIX,
@@ -32,7 +33,6 @@ from vpatch.image.plan import (
     version_of,
     vllm_buildargs,
 )
-from vpatch.base.progress import Progress
 from vpatch.series.files import Series
 
 OVERLAY_DOCKERFILE = "Dockerfile"
@@ -65,7 +65,9 @@ def load_inputs(config: Config, name: str) -> Inputs:
     definition = ImageDefinition.load(config.root, name)
     series = Series.load(config.patches_dir)
     repo = upstream.open_upstream(config)
-    pin_commit = config.pin.commit or upstream.resolve(repo, config.pin.ref, what="pin")
+    # the recorded commit is checked like everywhere (one gone from upstream is explained with the fix); a moved
+    # tag is accepted: the image is built from what the project pinned, as `vpatch apply` does
+    pin_commit = upstream.pin_commit(repo, config, moved_ok=True)
     return Inputs(config, definition, series, repo, pin_commit)
 
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vpatch import git
+from vpatch import git, upstream
 from vpatch.base import process
 from vpatch.base.errors import ProcessError, VpatchError
 from vpatch.base.fs import atomic_write
@@ -381,12 +381,11 @@ def validate_probe(repo: Path, config: Config | None, patch: Patch, *, base: str
 
 
 def moves_base(repo: Path, config: Config | None) -> str | None:
-    """The commit whose paths a project's probes name: its pin (None without a project, or when the pin names
-    nothing here); a `files` check follows moves from there."""
+    """The commit whose paths a project's probes name: its pin, checked as everywhere (None without a
+    project); a `files` check follows moves from there."""
     if config is None:
         return None
-    return config.pin.commit if config.pin.commit and git.resolve_commit(repo, config.pin.commit) \
-        else git.resolve_commit(repo, config.pin.ref)
+    return upstream.pin_commit(repo, config, moved_ok=True)
 
 
 def says(result: ProbeResult) -> str:

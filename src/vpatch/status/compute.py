@@ -30,15 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git
-from vpatch.verdict import decision
-from vpatch.status import landing
-from vpatch.upstream import lineage
-from vpatch.probes import file as probe_file
+from vpatch import git, upstream
 from vpatch.base.errors import ExitCode, VpatchError
-from vpatch.status.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.base.progress import Reporter, silent
-from vpatch.upstream import commitcache, prefetch
+from vpatch.probes import file as probe_file
+from vpatch.status import landing
+from vpatch.status.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
+from vpatch.upstream import commitcache, lineage, prefetch
+from vpatch.verdict import decision
 from vpatch.verdict.judge import (
     ProbeCheck,
     ProbeFn,
@@ -49,8 +48,8 @@ from vpatch.verdict.judge import (
 )
 
 if TYPE_CHECKING:
-    from vpatch.probes import workspace as probe_runs
     from vpatch.config.project import Config
+    from vpatch.probes import workspace as probe_runs
     from vpatch.series.files import Patch
 
 
@@ -148,13 +147,8 @@ def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> 
         refs = [newest] if newest else []
         if config.upstream.source == "git":
             refs.append(config.upstream.branch)
-    commits = git.resolve_commits(repo, [config.pin.ref, *refs])
-    from vpatch.upstream import pin_commit as checked_pin
-
-    pin_commit = checked_pin(repo, config) if config.pin.commit else commits[config.pin.ref]
-    if pin_commit is None:
-        raise VpatchError(f"the pin {config.pin.ref!r} names nothing upstream",
-                          hint="vpatch fetch (or vpatch releases) to update upstream, or fix pin.ref in vpatch.yaml")
+    pin_commit = upstream.pin_commit(repo, config)
+    commits = git.resolve_commits(repo, refs)
     unknown = [ref for ref in refs if commits[ref] is None]
     if unknown:
         raise VpatchError(f"unknown upstream ref {unknown[0]!r}: no such tag, branch or commit",

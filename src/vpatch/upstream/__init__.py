@@ -78,6 +78,14 @@ def pin_commit(repo: Path, config: Config, *, moved_ok: bool = False) -> str:
     return recorded
 
 
+def pin_moved(repo: Path, config: Config) -> bool:
+    """Whether pin.ref now names another commit upstream than the recorded pin.commit: a `moved_ok` caller
+    (apply, probe check) keeps the recorded commit and says so."""
+    from vpatch import git
+
+    return bool(config.pin.commit) and git.resolve_commit(repo, config.pin.ref) != config.pin.commit
+
+
 def _is_tag(repo: Path, ref: str) -> bool:
     from vpatch import git
 
