@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-HOME = ROOT / "src" / "vpatch" / "upstream" / "__init__.py"  # pin_commit and pin_moved live here
+HOME = ROOT / "src" / "vpatch" / "upstream" / "source.py"  # pin_commit and pin_moved live here
 
 
 def is_pin_field(node: ast.AST) -> bool:

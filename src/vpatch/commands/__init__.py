@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
-    from vpatch.series.files import Series
+    from vpatch.config import Config
+    from vpatch.series import Series
 
 
 def echo(text: str = "", *, err: bool = False) -> None:
@@ -34,8 +34,8 @@ def console() -> Any:
 
 
 def load_config(project: Path) -> Config:
-    from vpatch.config.project import Config, find_root
-    from vpatch.series.files import stray_files
+    from vpatch.config import Config, find_root
+    from vpatch.series import stray_files
 
     config = Config.load(find_root(project.resolve()))
     stray = stray_files(config.patches_dir)
@@ -46,7 +46,7 @@ def load_config(project: Path) -> Config:
 
 
 def load_series(config: Config) -> Series:
-    from vpatch.series.files import Series
+    from vpatch.series import Series
 
     return Series.load(config.patches_dir)
 
@@ -54,9 +54,9 @@ def load_series(config: Config) -> Series:
 def warn_tree_work(config: Config, what: str) -> None:
     """One line on stderr when the applied tree holds work `patches/` lacks: `what` (a check that reads the
     files) does not see it. Nothing when there is no tree, or the series does not load (the check says why)."""
+    from vpatch.base import VpatchError
+    from vpatch.series import Series
     from vpatch.tree import export
-    from vpatch.base.errors import VpatchError
-    from vpatch.series.files import Series
 
     try:
         work = export.tree_work(Series.load(config.patches_dir), config.state_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.base.errors import ExitCode
+from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, load_series
 
 

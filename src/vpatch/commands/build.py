@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, progress, warn_tree_work
-from vpatch.config.definition import Strategy
-from vpatch.base.errors import ExitCode
+from vpatch.config import Strategy
 
 
 def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy | None, base: str | None) -> ExitCode:
     from vpatch.image import build as image_build
-    from vpatch.image.plan import describe
+    from vpatch.image import describe
 
     config = load_config(project)
     warn_tree_work(config, "build")

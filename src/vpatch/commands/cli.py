@@ -10,9 +10,9 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from vpatch.base import ExitCode, VpatchError, exit_code_help
 from vpatch.commands import echo
-from vpatch.config.definition import Strategy
-from vpatch.base.errors import ExitCode, VpatchError, exit_code_help
+from vpatch.config import Strategy
 
 
 class _Group(TyperGroup):

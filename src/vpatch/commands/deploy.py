@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import console, echo, load_config, progress
 
 if TYPE_CHECKING:
-    from vpatch.config.serve import ServeConfig
-    from vpatch.deploy.record import DeployRecord
+    from vpatch.config import ServeConfig
+    from vpatch.deploy import DeployRecord
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
@@ -20,7 +20,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
     keep = 1 if keep is None else keep
 
-    from vpatch.config.definition import ImageDefinition
+    from vpatch.config import ImageDefinition
     from vpatch.deploy import report as deploy_report
     from vpatch.deploy import switch
     from vpatch.docker import Docker
@@ -33,8 +33,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     if out is not None and not report:
         raise VpatchError("--out needs --report", hint=f"`vpatch deploy {name} --report --out FILE`")
     if report:  # the state folder only: a report of a deploy that was killed must not need the yaml or the daemon
-        from vpatch.deploy.journal import Journal
-        from vpatch.deploy.record import DeployRecord
+        from vpatch.deploy import DeployRecord, Journal
 
         record = DeployRecord.latest(name)
         if record is None:
@@ -56,7 +55,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
             unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
             return ExitCode.UNFINISHED if unfinished else ExitCode.OK
         elif rollback:
-            from vpatch.deploy.journal import Journal
+            from vpatch.deploy import Journal
 
             serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
             for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
@@ -81,7 +80,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
     if definition.serve is None:
         raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
     docker = Docker.connect()
-    from vpatch.base.paths import cache_dir
+    from vpatch.base import cache_dir
     from vpatch.deploy import live
 
     definition.validate()  # every section and the rules between them, before production is touched
@@ -114,7 +113,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
 def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
     """images/NAME.yaml's serve: section when it reads: --status then also finds another definition's
     unfinished deploy on its container or port (a renamed definition's). Recovery never needs it."""
-    from vpatch.config.definition import ImageDefinition
+    from vpatch.config import ImageDefinition
 
     try:
         return ImageDefinition.load(load_config(project).root, name).serve
@@ -146,7 +145,7 @@ def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where:
 
 def _write_report(record: DeployRecord, out: Path | None, phase: str | None) -> Path:
     """The deploy's HTML page, written atomically beside its record (or to `out`); its path."""
-    from vpatch.base.fs import atomic_write
+    from vpatch.base import atomic_write
     from vpatch.report import deploy_html
 
     path = out or record.html_path

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.base.errors import ExitCode
+from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config
 
 
 def run(*, project: Path, dry_run: bool, force: bool = False) -> ExitCode:
     from vpatch import git
-    from vpatch.series.files import Series
+    from vpatch.series import Series
     from vpatch.tree import export
 
     config = load_config(project)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config
 
 
 def run(*, project: Path, blob_filter: str | None) -> ExitCode:
-    from vpatch.base.paths import cache_dir
-    from vpatch.report.console import ProgressView
+    from vpatch.base import cache_dir
+    from vpatch.report import ProgressView
     from vpatch.upstream import mirror
 
     config = load_config(project)

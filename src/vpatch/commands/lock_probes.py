@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config
-from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, lock: Path | None) -> ExitCode:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, load_series
-from vpatch.base.errors import ExitCode, VpatchError
 
 
 def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None) -> ExitCode:
-    from vpatch.probes import check as core
     from vpatch import upstream
-    from vpatch.report.console import ProgressView
+    from vpatch.probes import check as core
+    from vpatch.report import ProgressView
 
     config = load_config(project)
     found = core.target(load_series(config), config.state_dir, patch)
@@ -47,9 +47,9 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
 
 
 def new(*, project: Path, patch: str, kind: str) -> ExitCode:
+    from vpatch.probes import ProbeKind
     from vpatch.probes import check as core
-    from vpatch.probes.runner import ProbeKind
-    from vpatch.series.files import PROBE
+    from vpatch.series import PROBE
 
     if kind not in ("files", "command"):
         raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.base.errors import ExitCode
+from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config
 
 
@@ -12,8 +12,8 @@ def run(*, project: Path, versions: list[str], first: str | None, last: str | No
         list_only: bool) -> ExitCode:
     import datetime
 
-    from vpatch.base.paths import cache_dir
-    from vpatch.config.project import CONFIG_NAME, find_root
+    from vpatch.base import cache_dir
+    from vpatch.config import CONFIG_NAME, find_root
     from vpatch.upstream import releases
 
     root = find_root(project.resolve())
@@ -21,7 +21,7 @@ def run(*, project: Path, versions: list[str], first: str | None, last: str | No
     if list_only:
         result = releases.list_releases()
     else:
-        from vpatch.report.console import ProgressView
+        from vpatch.report import ProgressView
 
         with ProgressView() as view:
             result = releases.update(versions, first=first, last=last, pre=pre, pin=pin, report=view)

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, progress
 
 if TYPE_CHECKING:
-    from vpatch.config.serve import ServeConfig
+    from vpatch.config import ServeConfig
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
         check: bool) -> ExitCode:
-    from vpatch.config.definition import ImageDefinition, image_reference_ok
+    from vpatch.config import ImageDefinition, image_reference_ok
     from vpatch.serve import render
 
     modes = [flag for flag, on in (("--print", print_only), ("--diff", diff), ("--check", check)) if on]
@@ -34,12 +34,12 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     if print_only:
         echo(render.for_definition(definition, image=image).shell_line())
         return ExitCode.OK
-    from vpatch.base.paths import cache_dir
+    from vpatch.base import cache_dir
     from vpatch.docker import Docker
 
     docker = Docker.connect()
     if check:
-        from vpatch.deploy.journal import Journal
+        from vpatch.deploy import Journal
         from vpatch.serve import run as serve_run
 
         checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
@@ -74,8 +74,7 @@ def _refuse_unfinished_deploys(name: str, serve: ServeConfig | None) -> None:
     """A deploy left unfinished (killed, or its rollback failed) on this container or port: starting a server
     there would put a container the journal does not know where its rollback acts. Its own lock refuses a
     running deploy; this refuses one that ended half-way."""
-    from vpatch.deploy.journal import Journal
-    from vpatch.deploy.switch import holders
+    from vpatch.deploy import Journal, holders
 
     if serve is None:
         return

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vpatch.base import ExitCode
 from vpatch.commands import console, echo, load_config, load_series, warn_tree_work
-from vpatch.base.errors import ExitCode
 
 
 def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, no_probes: bool,
         jobs: int | None = None) -> ExitCode:
     from vpatch import upstream
     from vpatch.probes import workspace as probe_runs
-    from vpatch.status import compute as core
     from vpatch.report import status as report
-    from vpatch.series.trailers import refuse_unfinished
+    from vpatch.series import refuse_unfinished
+    from vpatch.status import compute as core
 
     config = load_config(project)
     series = load_series(config)
@@ -22,7 +22,7 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
     warn_tree_work(config, "status")
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against)
-    from vpatch.report.console import ProgressView
+    from vpatch.report import ProgressView
 
     names = {t.commit: t.ref for t in [*targets, pin]}
     with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:

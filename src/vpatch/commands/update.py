@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import console, echo, load_config, warn_tree_work
-from vpatch.base.errors import ExitCode, VpatchError
 
 
 def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
@@ -24,7 +24,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
     import functools
 
     from vpatch.probes import workspace as probe_runs
-    from vpatch.report.console import ProgressView
+    from vpatch.report import ProgressView
 
     config = load_config(project)
     with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
@@ -44,7 +44,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
                 from vpatch.report import status as report
-                from vpatch.status.compute import Status
+                from vpatch.status import Status
 
                 if isinstance(refused.report, Status) and not json_out:
                     console().print(report.status_table(refused.report))
@@ -68,7 +68,7 @@ def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow:
     import functools
 
     from vpatch import update as core
-    from vpatch.report.console import ProgressView
+    from vpatch.report import ProgressView
     from vpatch.report import update as update_report
 
     config = load_config(project)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, progress
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
+    from vpatch.config import Config
 
 
 def run(*, project: Path, image: str, probes: bool, live: bool, definition: str | None) -> ExitCode:
@@ -36,7 +36,7 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
 
 
 def verify_live(config: Config, image: str, definition: str | None) -> None:
-    from vpatch.base.paths import cache_dir
+    from vpatch.base import cache_dir
     from vpatch.deploy import live as deploy_live
     from vpatch.docker import Docker
 

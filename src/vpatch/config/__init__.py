@@ -1,0 +1,30 @@
+"""vpatch.yaml and images/<name>.yaml as typed models (with their serve: and deploy: sections), read through
+one document reader and one YAML loader, and the rules between their sections.
+
+Other rooms import these names from here; modules inside the room import each other directly."""
+
+from vpatch.config.definition import Base, ImageDefinition, Strategy, definition_name_ok, image_reference_ok
+from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.config.project import CONFIG_NAME, Config, Pin, find_root, repin_text
+from vpatch.config.serve import ServeConfig
+
+__all__ = [
+    "CONFIG_NAME",
+    "Base",
+    "BlockCostCheck",
+    "Config",
+    "ImageDefinition",
+    "KvPoolCheck",
+    "MemoryCheck",
+    "NeedleCheck",
+    "ParallelCheck",
+    "Pin",
+    "QuestionCheck",
+    "ServeConfig",
+    "Strategy",
+    "Suite",
+    "definition_name_ok",
+    "find_root",
+    "image_reference_ok",
+    "repin_text",
+]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vpatch.base.errors import ConfigError
+from vpatch.base import ConfigError
 
 if TYPE_CHECKING:
     from vpatch.config.deploy import Suite

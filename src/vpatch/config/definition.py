@@ -18,8 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vpatch.base import ConfigError
 from vpatch.config.document import Document
-from vpatch.base.errors import ConfigError
 
 if TYPE_CHECKING:
     from vpatch.config.deploy import Suite

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vpatch.base.errors import ConfigError
+from vpatch.base import ConfigError
 
 
 class Document:

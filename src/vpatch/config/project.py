@@ -7,9 +7,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from vpatch.base import ConfigError, atomic_write
 from vpatch.config.document import Document
-from vpatch.base.errors import ConfigError
-from vpatch.base.fs import atomic_write
 
 CONFIG_NAME = "vpatch.yaml"
 DEFAULT_GIT_URL = "https://github.com/vllm-project/vllm.git"

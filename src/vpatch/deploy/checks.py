@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from vpatch.base import Progress
+from vpatch.config import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
 from vpatch.deploy.client import Server, ServerError, Timing
 from vpatch.deploy.memory import MemoryWatch, Source
 from vpatch.deploy.readings import (
@@ -25,9 +27,7 @@ from vpatch.deploy.readings import (
     strict_json,
 )
 from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
-from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
 from vpatch.deploy.watchdog import Aborted, Reading, Stalled, Tick, Watchdog
-from vpatch.base.progress import Progress
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
 WEATHER_TOOL = {"type": "function", "function": {

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vpatch.base import VpatchError
 from vpatch.deploy.readings import Metrics, StreamedChat, assemble_chat, sse_events
-from vpatch.base.errors import VpatchError
 from vpatch.serve import alive
 
 # Lines of filler a long prompt is made of; numbered so no two lines and no two prompts share a prefix

@@ -10,14 +10,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from vpatch.base import lock
+from vpatch.base import Progress, VpatchError, lock
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
-from vpatch.base.errors import VpatchError
-from vpatch.base.progress import Progress
-from vpatch.serve import health
-from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY
+from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, health
 
 DAEMON_WAIT_S = 300.0  # how long a rollback waits for a docker daemon that stopped answering (a restart)
 

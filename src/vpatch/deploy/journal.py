@@ -16,9 +16,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vpatch.base import records
-from vpatch.base.errors import ConfigError, JournalError
-from vpatch.config.definition import definition_name_ok
+from vpatch.base import ConfigError, JournalError, records
+from vpatch.config import definition_name_ok
 
 _HINT = "inspect it and the containers (`docker ps -a`); remove it only once production is sound"
 
@@ -63,7 +62,7 @@ class Journal:
 
     @property
     def url(self) -> str:
-        from vpatch.serve.alive import base_url
+        from vpatch.serve import base_url
 
         return base_url(self.port or 8000, self.host)
 
@@ -77,7 +76,7 @@ class Journal:
 
     @staticmethod
     def folder() -> Path:
-        from vpatch.base.paths import state_dir
+        from vpatch.base import state_dir
 
         return state_dir() / "deploy"
 

@@ -14,19 +14,17 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vpatch.base import Progress, VpatchError
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.client import Server, ServerError
-from vpatch.deploy.readings import assemble_chat, sse_events
-from vpatch.base.errors import VpatchError
-from vpatch.image.plan import LABEL_PREFIX
 from vpatch.deploy.livecheck import Api, Case, LiveCheck, LiveCheckError
 from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
-from vpatch.base.progress import Progress
+from vpatch.deploy.readings import assemble_chat, sse_events
+from vpatch.image import LABEL_PREFIX
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
+    from vpatch.config import Config, ServeConfig
     from vpatch.docker import Docker
-    from vpatch.config.serve import ServeConfig
 
 # The labels `vpatch build` writes (image/plan.py) that say which patches an image holds.
 _PATCHES_LABEL = f"{LABEL_PREFIX}.patches"
@@ -125,8 +123,7 @@ def plan(config: Config, *, candidate: str, baseline: str | None, serve: ServeCo
     is refused here, before anything is touched. A check the serve configuration cannot satisfy (say it
     needs the qwen3_coder tool parser) is refused here too.
     """
-    from vpatch.series.retired import retired_entries
-    from vpatch.series.files import Series, live_check_file
+    from vpatch.series import Series, live_check_file, retired_entries
 
     cand_labels = docker.image(candidate).labels
     kept_names = _labelled(cand_labels)
@@ -189,11 +186,9 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     import uuid
     from dataclasses import replace
 
-    from vpatch.config.definition import ImageDefinition
-    from vpatch.serve import lint
-    from vpatch.serve.health import wait_alive
+    from vpatch.config import ImageDefinition
+    from vpatch.serve import health_url, lint, start, wait_alive
     from vpatch.serve.render import render
-    from vpatch.serve.run import health_url, start
 
     name = definition or docker.image(image).labels.get(f"{LABEL_PREFIX}.image")
     if not name:
@@ -351,7 +346,7 @@ def _load(path: Path, root: Path) -> LiveCheck:
 
 
 def _verify(config: Config, image: str, docker: Docker, progress: Progress) -> str:
-    from vpatch.image.verify import verify_image
+    from vpatch.image import verify_image
 
     progress(f"verify: {image} against its labels (the pin plus the series, file by file)")
     report = verify_image(config, image, docker=docker)

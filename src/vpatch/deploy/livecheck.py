@@ -13,7 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vpatch.base.errors import ConfigError
+from vpatch.base import ConfigError
 
 LIVE_DIR = "checks/live"
 # Serve keys a check may require, and their types (a subset of serve:'s typed keys that change behaviour

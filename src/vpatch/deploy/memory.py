@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vpatch.base import process
+from vpatch.base import ProcessError, VpatchError, process
 from vpatch.deploy.series import MemoryPoint, Recorder
 from vpatch.docker import Docker
-from vpatch.base.errors import ProcessError, VpatchError
 
 MIB = 1024 * 1024
 SAMPLE_EVERY_S = 0.5

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from vpatch.base import VpatchError
 from vpatch.deploy.container import held
 from vpatch.deploy.journal import Journal
 from vpatch.docker import Docker
-from vpatch.base.errors import VpatchError
-from vpatch.serve.render import LABEL_DEFINITION
+from vpatch.serve import LABEL_DEFINITION
 
 # <production name>-parked-YYYYmmdd-HHMMSS / -candidate-YYYYmmdd-HHMMSS, as park and the rollback name them.
 _LEFT = re.compile(r"^(?P<prod>.+)-(?P<kind>parked|candidate)-(?P<stamp>\d{8}-\d{6})$")

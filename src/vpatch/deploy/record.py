@@ -15,12 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vpatch.base import records
+from vpatch.base import JournalError, records
+from vpatch.config import Suite
 from vpatch.deploy.checks import CheckResult, Figures, Status
 from vpatch.deploy.journal import Journal
 from vpatch.deploy.series import Series
-from vpatch.config.deploy import Suite
-from vpatch.base.errors import JournalError
 
 _HINT = "the deploy's record is only read for its report and as a later baseline: move it away to measure afresh"
 

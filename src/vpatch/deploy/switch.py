@@ -9,7 +9,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import process
+from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, process
+from vpatch.config import Suite
 from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks, scan_log
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
@@ -32,14 +33,11 @@ from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key
 from vpatch.deploy.record import Source as BaselineSource
 from vpatch.deploy.series import Series
-from vpatch.config.deploy import Suite
 from vpatch.docker import Docker
-from vpatch.base.errors import ExitCode, ProcessError, VpatchError
-from vpatch.base.progress import Progress
-from vpatch.serve.alive import base_url as alive_url
+from vpatch.serve import base_url as alive_url
 
 if TYPE_CHECKING:
-    from vpatch.config.serve import ServeConfig
+    from vpatch.config import ServeConfig
 
 
 class Decision(str, Enum):
@@ -117,10 +115,8 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
 
 def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
             progress: Progress, live: LivePlan | None, mode: BaselineMode) -> Report:
-    from vpatch.serve import lint
-    from vpatch.serve.health import refuse_taken_port
-    from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY, render
-    from vpatch.serve.run import start
+    from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint, refuse_taken_port, start
+    from vpatch.serve.render import render
 
     current = Journal.load(definition)
     if current is not None and not current.phase.settled:

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vpatch.base import Output as RunResult
 from vpatch.docker.daemon import Daemon, DockerError, daemon_call, output_tail
 from vpatch.docker.images import inspect_image
-from vpatch.base.process import Output as RunResult
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
-from vpatch.base import process
-from vpatch.base.errors import ProcessError, VpatchError
-from vpatch.base.process import Output as RunResult
+from vpatch.base import Output as RunResult
+from vpatch.base import ProcessError, VpatchError, process
 
 if TYPE_CHECKING:
     import docker as dockersdk

@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
-from vpatch.base import process
+from vpatch.base import ProcessError, Progress, process
 from vpatch.docker.daemon import TAIL_LINES, Daemon, DockerError, output_tail
-from vpatch.base.errors import ProcessError
-from vpatch.base.progress import Progress
 
 if TYPE_CHECKING:
     import docker as dockersdk

@@ -14,8 +14,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from vpatch.base import process
-from vpatch.base.errors import GitError
+from vpatch.base import GitError, process
 
 # Readers kept open at once: a test session or a library caller walks many repositories; the least recently
 # used is closed, so the open processes (and their pipes) stay few.

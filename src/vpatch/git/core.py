@@ -6,9 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import process
-from vpatch.base.errors import GitError
-from vpatch.base.process import Output
+from vpatch.base import GitError, Output, process
 
 Result = Output  # what a git command gave back: exit code, stdout, stderr
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base.errors import GitError
+from vpatch.base import GitError
 from vpatch.git.core import Identity, is_object_id, run
 from vpatch.git.objects import cat_objects
 

@@ -7,8 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import process
-from vpatch.base.errors import GitError
+from vpatch.base import GitError, process
 from vpatch.git.core import command, is_object_id, run
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vpatch.base.lock import exclusive
+from vpatch.base import exclusive
 from vpatch.git.refs import git_dir, toplevel
 
 PROJECT_LOCK = "vpatch.lock"

@@ -6,8 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import process
-from vpatch.base.errors import GitError
+from vpatch.base import GitError, process
 from vpatch.git.core import Result, command, run
 
 

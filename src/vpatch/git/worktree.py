@@ -6,8 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from vpatch.base import process
-from vpatch.base.errors import GitError
+from vpatch.base import GitError, process
 from vpatch.git.core import Identity, Result, run
 from vpatch.git.index import temp_index
 from vpatch.git.moves import MERGE_RENAME_LIMIT

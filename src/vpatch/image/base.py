@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import ApplyError, VpatchError
-from vpatch.config.definition import Base, ImageDefinition
+from vpatch.base import ApplyError, VpatchError
+from vpatch.config import Base, ImageDefinition
 from vpatch.docker import Docker, DockerError
 from vpatch.image.plan import BaseFacts, Plan, in_package
-from vpatch.series.files import Patch
+from vpatch.series import Patch
 
 # Asks the base's own python where vllm/ is installed without importing it (importing pulls in torch).
 _DISCOVER = (
@@ -110,8 +110,7 @@ def base_facts(
 def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
     """Where `image_id` installs vllm/: asked of the image's own python once per image id (ids are content
     hashes, so the answer never goes stale)."""
-    from vpatch.base.fs import atomic_write
-    from vpatch.base.paths import cache_dir
+    from vpatch.base import atomic_write, cache_dir
 
     memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"
     if memo.is_file():

@@ -13,10 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import ConfigError, VpatchError
-from vpatch.base.progress import Progress
-from vpatch.config.definition import Base, ImageDefinition, Strategy, image_reference_ok
-from vpatch.config.project import Config
+from vpatch.base import ConfigError, Progress, VpatchError
+from vpatch.config import Base, Config, ImageDefinition, Strategy, image_reference_ok
 from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
 from vpatch.image import base as image_base
 from vpatch.image.plan import (
@@ -33,7 +31,7 @@ from vpatch.image.plan import (
     version_of,
     vllm_buildargs,
 )
-from vpatch.series.files import Series
+from vpatch.series import Series
 
 OVERLAY_DOCKERFILE = "Dockerfile"
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import PurePosixPath
 
-from vpatch.config.definition import ImageDefinition, Strategy
-from vpatch.base.errors import VpatchError
-from vpatch.series.files import Patch
+from vpatch.base import VpatchError
+from vpatch.config import ImageDefinition, Strategy
+from vpatch.series import Patch
 
 # Bumped when the overlay recipe's meaning changes, so old content tags are not reused for it.
 RECIPE_VERSION = "vpatch-image/1"

@@ -8,17 +8,15 @@ from enum import Enum
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from vpatch.config.project import Config
-from vpatch.config.definition import Strategy
+from vpatch.base import VpatchError
+from vpatch.config import Config, Strategy
 from vpatch.docker import Docker
-from vpatch.base.errors import VpatchError
 from vpatch.image.base import discover_package_dir, expected_entries
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
-from vpatch.series.files import Patch, Series
+from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
-    from vpatch.probes.file import Probe
-    from vpatch.probes.outcome import Place, Ran
+    from vpatch.probes import Place, Probe, Ran
 
 
 class CheckKind(str, Enum):
@@ -138,8 +136,7 @@ def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: C
 def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
     """Each patch's landing probe, run against the image instead of a tree, read by the same rules as on a
     tree: it must pass (the fix is in); an error is an error, never "the bug is there"."""
-    from vpatch.probes.file import probe_for
-    from vpatch.probes.outcome import ProbeKind, ProbeOutcome, interpret
+    from vpatch.probes import ProbeKind, ProbeOutcome, interpret, probe_for
 
     checks: list[Check] = []
     for patch in patches:
@@ -164,7 +161,7 @@ def image_place(docker: Docker, image_id: str, package_dir: str) -> Place:
     outside vllm/ is not in the image: missing), and a command runs with the image's python3 and the folder
     holding vllm/ as the tree (cwd, PYTHONPATH). The probe's requirements are not installed: the image has
     vLLM's own dependencies. Moves are not followed: the image holds the files as the series left them."""
-    from vpatch.probes.outcome import Place, Ran, argv
+    from vpatch.probes import Place, Ran, argv
 
     tree = str(PurePosixPath(package_dir).parent)
 

@@ -8,14 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vpatch import git
+from vpatch.base import Reporter, atomic_write, silent
 from vpatch.probes import workspace as probe_runs
-from vpatch.base.fs import atomic_write
 from vpatch.probes.env import LOCK_NAME
 from vpatch.probes.file import ProbeError, probe_for
 from vpatch.probes.outcome import ProbeKind
 from vpatch.probes.runner import Validation, validation
-from vpatch.base.progress import Reporter, silent
-from vpatch.series.files import PROBE, Patch, Series
+from vpatch.series import PROBE, Patch, Series
 
 
 @dataclass(frozen=True)

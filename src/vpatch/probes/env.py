@@ -21,12 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import process
-from vpatch.base.errors import ProcessError, VpatchError
-from vpatch.base.fs import atomic_write
-from vpatch.base.lock import exclusive
-from vpatch.base.paths import cache_dir
-from vpatch.base.progress import Event, Reporter, silent
+from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, exclusive, process, silent
 
 LOCK_NAME = "requirements.lock"
 _SUBJECT = "probe venv"

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base.errors import VpatchError
+from vpatch.base import VpatchError
 from vpatch.probes.env import LOCK_NAME, Requirements
 from vpatch.probes.outcome import PLACEHOLDER, ProbeKind
-from vpatch.series.trailers import missing_probe
+from vpatch.series import missing_probe
 
 if TYPE_CHECKING:
-    from vpatch.series.files import Patch
+    from vpatch.series import Patch
 
 DEFAULT_TIMEOUT = 900.0
 _PLACEHOLDERS = ("python", "probe_dir", "tree")

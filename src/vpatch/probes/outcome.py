@@ -16,8 +16,8 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.upstream.moves import Move
     from vpatch.probes.file import Probe
+    from vpatch.upstream import Move
 
 PASS_CODE, FAIL_CODE = 0, 1
 PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")

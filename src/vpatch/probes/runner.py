@@ -33,11 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch import git, upstream
-from vpatch.base import process
-from vpatch.base.errors import ProcessError, VpatchError
-from vpatch.base.fs import atomic_write
-from vpatch.base.paths import cache_dir
-from vpatch.base.progress import Event, Reporter, silent
+from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, process, silent
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes.env import EnvError, probe_venv
 from vpatch.probes.file import Probe, ProbeError, probe_for
@@ -47,8 +43,8 @@ from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 
 from vpatch.upstream import mirror
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
-    from vpatch.series.files import Patch
+    from vpatch.config import Config
+    from vpatch.series import Patch
 
 
 @dataclass(frozen=True)

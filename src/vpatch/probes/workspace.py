@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
-from vpatch.base.paths import cache_dir
+from vpatch.base import cache_dir
 from vpatch.probes.env import remove_stale_runs
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Self, TextIO
 
-from vpatch.base.progress import Event
+from vpatch.base import Event
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID

@@ -9,7 +9,7 @@ from vpatch.deploy import report as deploy_report
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from vpatch.deploy.switch import Report, Where
+    from vpatch.deploy import Report, Where
 
 
 def status_lines(name: str, found: Where) -> list[str]:

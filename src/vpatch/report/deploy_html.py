@@ -15,10 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vpatch.deploy import DeployRecord, Figures, Series, Side, Source, age
 from vpatch.deploy import report as deploy_report
-from vpatch.deploy.checks import Figures
-from vpatch.deploy.record import DeployRecord, Side, Source, age
-from vpatch.deploy.series import Series
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vpatch.serve.drift import DriftReport
+    from vpatch.serve import DriftReport
 
 
 def drift_json(result: DriftReport) -> dict[str, Any]:

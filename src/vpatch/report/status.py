@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vpatch.upstream.hunkmoves import HunkMove
-from vpatch.upstream.moves import Move
-from vpatch.verdict.judge import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, Verdict
+from vpatch.upstream import HunkMove, Move
+from vpatch.verdict import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, Verdict
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from vpatch.verdict.decision import Decision
-    from vpatch.status.compute import Landing, PatchStatus, Status
+    from vpatch.status import Landing, PatchStatus, Status
+    from vpatch.verdict import Decision
 
 JSON_VERSION = 1
 _STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow", State.CONFLICT: "red",

@@ -17,7 +17,7 @@ def plan_table(result: Result) -> RenderableType | None:
     if result.outcome is not Outcome.PLANNED or result.plan.report is None:
         return None
     from vpatch.report import status as report
-    from vpatch.status.compute import Status
+    from vpatch.status import Status
 
     assert isinstance(result.plan.report, Status)
     return report.status_table(result.plan.report)

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from vpatch.base.errors import SeriesError
+from vpatch.base import SeriesError
 
 # a hunk header: old start, old count, new start, new count (a count left out is 1)
 HUNK_HEADER = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from vpatch.base.errors import SeriesError
+from vpatch.base import SeriesError
 from vpatch.series.filediff import FileDiff, parse_diff
 
 PATCH_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9._-]*)\.patch$")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from vpatch.base.errors import SeriesError
+from vpatch.base import SeriesError
 from vpatch.series.files import PROBE, Patch
 
 # A template's "fill me in" text: <...> holding no @ (a "Name <mail@host>" trailer is filled in).

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vpatch.config.project import Pin
-from vpatch.config.definition import ImageDefinition
+from vpatch.base import VpatchError
+from vpatch.config import ImageDefinition, Pin
 from vpatch.docker import ContainerInfo, Docker, DockerError, ImageInfo
-from vpatch.base.errors import VpatchError
-from vpatch.image.plan import LABEL_PREFIX
+from vpatch.image import LABEL_PREFIX
 from vpatch.serve import render
 from vpatch.serve.lint import serves
 

@@ -9,9 +9,8 @@ import re
 import socket
 import time
 
+from vpatch.base import Progress, VpatchError
 from vpatch.docker import Docker
-from vpatch.base.errors import VpatchError
-from vpatch.base.progress import Progress
 from vpatch.serve import alive
 
 # How often a wait reports while vLLM loads (the GPU host takes ~15 minutes).

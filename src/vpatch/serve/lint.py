@@ -10,10 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from vpatch.base import Progress, VpatchError, atomic_write
 from vpatch.docker import Docker, ImageInfo
-from vpatch.base.errors import VpatchError
-from vpatch.base.fs import atomic_write
-from vpatch.base.progress import Progress
 from vpatch.serve.render import RunCommand
 
 # Run with the image's python3: prints vLLM's version and every option string its OpenAI server accepts.

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base.errors import ConfigError
-from vpatch.config.serve import ServeConfig
+from vpatch.base import ConfigError
+from vpatch.config import ServeConfig
 
 if TYPE_CHECKING:
-    from vpatch.config.definition import ImageDefinition
+    from vpatch.config import ImageDefinition
 
 # Labels every container vpatch starts carries: which image definition it serves, so that drift and
 # deploy can tell vpatch's containers from others.

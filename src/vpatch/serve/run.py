@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import lock
-from vpatch.config.definition import ImageDefinition
+from vpatch.base import Progress, VpatchError, lock
+from vpatch.config import ImageDefinition
 from vpatch.docker import Docker, DockerError
-from vpatch.base.errors import VpatchError
-from vpatch.base.progress import Progress
 from vpatch.serve import alive, health, lint, render, runerror
 from vpatch.serve.render import LABEL_DEFINITION, RunCommand
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from vpatch.base import VpatchError
 from vpatch.docker import Docker, DockerError
-from vpatch.base.errors import VpatchError
 from vpatch.serve.render import LABEL_DEFINITION, RunCommand
 
 # What the daemon says -> the serve: key that made the `docker run` option, and that option.

@@ -31,26 +31,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
-from vpatch.base.errors import ExitCode, VpatchError
-from vpatch.base.progress import Reporter, silent
+from vpatch.base import ExitCode, Reporter, VpatchError, silent
+from vpatch.probes import ProbeOutcome
 from vpatch.probes import file as probe_file
 from vpatch.status import landing
 from vpatch.status.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.upstream import commitcache, lineage, prefetch
-from vpatch.verdict import decision
-from vpatch.verdict.judge import (
-    ProbeCheck,
-    ProbeFn,
-    ProbeOutcome,
-    State,
-    Verdict,
-    judge_series,
-)
+from vpatch.verdict import ProbeCheck, ProbeFn, State, Verdict, decision, judge_series
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
+    from vpatch.config import Config
     from vpatch.probes import workspace as probe_runs
-    from vpatch.series.files import Patch
+    from vpatch.series import Patch
 
 
 @dataclass(frozen=True)
@@ -366,7 +358,7 @@ def _landing(
 
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     """Where the line's last revert of this change sits (+1), 0 when none is on the line."""
-    from vpatch.verdict.judge import Kind
+    from vpatch.verdict import Kind
 
     story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
     named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))

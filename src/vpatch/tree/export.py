@@ -9,11 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import GitError, SeriesError, VpatchError
-from vpatch.base.fs import atomic_write
-from vpatch.series.files import PATCH_NAME, Patch, Series, slugify
+from vpatch.base import GitError, SeriesError, VpatchError, atomic_write
+from vpatch.series import PATCH_NAME, Patch, Series, slugify, unfinished
 from vpatch.tree.stack import MARKER, AppliedPatch, Stack, load_stack, save_stack, strip_marker
-from vpatch.series.trailers import unfinished
 
 
 def tree_patch(state_dir: Path, key: str, directory: Path) -> tuple[str, Patch | None]:

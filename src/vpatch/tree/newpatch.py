@@ -7,10 +7,9 @@ import re
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import GitError, VpatchError
-from vpatch.series.files import Series
+from vpatch.base import GitError, VpatchError
+from vpatch.series import TEMPLATE_BODY, Series
 from vpatch.tree.stack import MARKER, load_stack
-from vpatch.series.trailers import TEMPLATE_BODY
 
 _SLUG = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 

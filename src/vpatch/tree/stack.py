@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from vpatch import git
+from vpatch.base import ApplyError, VpatchError, records
+from vpatch.series import Patch, Series
 from vpatch.upstream import moves
-from vpatch.base import records
-from vpatch.base.errors import ApplyError, VpatchError
-from vpatch.series.files import Patch, Series
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.

@@ -4,7 +4,7 @@ plan.py decides what happens to each patch; run.py does the work in an update tr
 the state that makes a stop or a kill resumable; commit.py builds and moves the project commit.
 """
 
-from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError
 from vpatch.update.furthest import Blocker, Choice, Reach
 from vpatch.update.guard import Refused
 from vpatch.update.plan import (

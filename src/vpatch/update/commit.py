@@ -6,11 +6,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import GitError, VpatchError
-from vpatch.tree.export import ExportResult
-from vpatch.base.fs import atomic_write
-from vpatch.series.retired import RETIRED_FILE, NarrowedPatch, RetiredPatch, with_entries
-from vpatch.series.files import Series
+from vpatch.base import GitError, VpatchError, atomic_write
+from vpatch.series import RETIRED_FILE, NarrowedPatch, RetiredPatch, Series, with_entries
+from vpatch.tree import ExportResult
 from vpatch.update.journal import (
     JOURNAL_FILE,
     CommitJournal,
@@ -40,7 +38,7 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
         record = project.path(f"{config.patches}/{RETIRED_FILE}")
         current = git.read_blobs(top, old, [record])[record]
         writes[record] = with_entries(current, retired)
-    from vpatch.config.project import repin_text
+    from vpatch.config import repin_text
 
     yaml_path = project.path("vpatch.yaml")
     current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()

@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git
-from vpatch.verdict import decision
-from vpatch.upstream import lineage
-from vpatch.base.errors import ExitCode, VpatchError
-from vpatch.base.progress import Event, Reporter, silent
+from vpatch.base import Event, ExitCode, Reporter, VpatchError, silent
 from vpatch.update.plan import Action, Outcome, PatchPlan, Result
+from vpatch.upstream import lineage
+from vpatch.verdict import decision
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
+    from vpatch.config import Config
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git
-from vpatch.verdict import decision
-from vpatch.upstream import lineage
-from vpatch.verdict.decision import vetoed
-from vpatch.base.errors import VpatchError
+from vpatch.base import VpatchError
 from vpatch.update.plan import Action, Plan, ProbeCheck
+from vpatch.upstream import lineage
+from vpatch.verdict import decision, vetoed
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
-    from vpatch.series.files import Patch, Series
+    from vpatch.config import Config
+    from vpatch.series import Patch, Series
 
 class Refused(VpatchError):
     """A dry run refused as the real run would, carrying the judging it refused after (for the table)."""

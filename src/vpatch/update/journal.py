@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch import git
-from vpatch.base import records
-from vpatch.base.errors import VpatchError
+from vpatch.base import VpatchError, records
 from vpatch.update.plan import Plan
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
+    from vpatch.config import Config
 
 WORK_DIR = "vpatch-update"
 STATE_FILE = "state.json"

@@ -21,13 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from vpatch import git
-from vpatch.verdict import applycheck
-from vpatch.verdict.applycheck import Outcome
-from vpatch.base.errors import VpatchError
-from vpatch.series.filediff import Hunk
-from vpatch.series.retired import DroppedHunkRecord, NarrowedPatch
-from vpatch.series.files import LAST_UPDATE, Patch
-from vpatch.verdict.judge import State, Verdict, hunk_name
+from vpatch.base import VpatchError
+from vpatch.series import LAST_UPDATE, DroppedHunkRecord, Hunk, NarrowedPatch, Patch
+from vpatch.verdict import Outcome, State, Verdict, applycheck, hunk_name
 
 _HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _LAST_UPDATE_LINE = re.compile(rf"^{LAST_UPDATE}:[^\n]*$", re.MULTILINE)

@@ -8,18 +8,16 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vpatch.verdict import decision
-from vpatch.verdict.decision import Case
-from vpatch.series.retired import RETIRED_FILE
-from vpatch.series.files import Patch, Series
+from vpatch.series import RETIRED_FILE, Patch, Series
+from vpatch.verdict import Case, decision
 
 if TYPE_CHECKING:
+    from vpatch.base import Reporter
+    from vpatch.config import Config
     from vpatch.probes import workspace as probe_runs
-    from vpatch.config.project import Config
+    from vpatch.status import Landing, Status
     from vpatch.update.narrow import Narrowing
-    from vpatch.base.progress import Reporter
-    from vpatch.status.compute import Landing, Status
-    from vpatch.verdict.judge import Verdict
+    from vpatch.verdict import Verdict
 
 
 class Action(str, Enum):
@@ -189,8 +187,8 @@ def judge_with_status(
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
     `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
+    from vpatch.base import silent
     from vpatch.status import compute as status
-    from vpatch.base.progress import silent
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
@@ -219,7 +217,7 @@ def judge_with_status(
 def _move_words(verdict: Verdict) -> tuple[str, ...]:
     """Where the files and hunks of a patch went, in words: a deleted or split file whose hunks all followed their
     code says so (its evidence item) instead of "a person must look"."""
-    from vpatch.verdict.judge import FOLLOWED_CODE, Kind
+    from vpatch.verdict import FOLLOWED_CODE, Kind
 
     followed = [ev.detail.removesuffix(" (below)") for ev in verdict.evidence
                 if ev.kind is Kind.MOVED and FOLLOWED_CODE in ev.detail]
@@ -239,7 +237,7 @@ def narrow_rows(
     import datetime
 
     from vpatch.update import narrow
-    from vpatch.verdict.judge import judge_series
+    from vpatch.verdict import judge_series
 
     if not any(r.case.action is decision.Action.NARROW for r in rows):
         return rows

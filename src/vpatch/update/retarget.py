@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from vpatch import git
-from vpatch.upstream import hunkmoves
-from vpatch.upstream import moves
-from vpatch.base.errors import VpatchError
-from vpatch.series.files import Patch
-from vpatch.tree.stack import Stack
+from vpatch.base import VpatchError
+from vpatch.series import Patch
+from vpatch.tree import Stack
 from vpatch.update.plan import PatchPlan
+from vpatch.upstream import hunkmoves, moves
 
 
 def retargeted(patch: Patch, row: PatchPlan) -> Patch:
@@ -88,8 +87,7 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
 def probe_writes(repo: Path, root: Path, rel: str, series: Sequence[Patch], *, pin: str, target: str) -> dict[str, bytes]:
     """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved from
     `pin` to `target` (the patch's own files or any other the probe reads)."""
-    from vpatch.probes.file import Probe
-    from vpatch.probes.outcome import ProbeKind
+    from vpatch.probes import Probe, ProbeKind
 
     out: dict[str, bytes] = {}
     for patch in series:

@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git
-from vpatch.base.errors import ApplyError, ProcessError, VpatchError
-from vpatch.base.progress import Reporter, silent
-from vpatch.series.files import Patch, Series
-from vpatch.tree import export, stack
-from vpatch.tree.export import ExportResult
+from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
+from vpatch.series import Patch, Series
+from vpatch.tree import ExportResult, export, stack
 from vpatch.update import furthest, guard, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
@@ -50,9 +48,9 @@ from vpatch.update.plan import (
 )
 
 if TYPE_CHECKING:
-    from vpatch.config.project import Config
+    from vpatch.config import Config
     from vpatch.probes import workspace as probe_runs
-    from vpatch.status.compute import Status
+    from vpatch.status import Status
 
 
 def update(

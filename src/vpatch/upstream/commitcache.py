@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from vpatch import git
-from vpatch.base.fs import atomic_write
-from vpatch.base.paths import cache_dir
+from vpatch.base import atomic_write, cache_dir
 from vpatch.upstream import rangeindex
 
 T = TypeVar("T")

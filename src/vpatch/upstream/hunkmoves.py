@@ -38,12 +38,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vpatch import git
-from vpatch.upstream import lineage
-from vpatch.upstream import moves
-from vpatch.series.filediff import HUNK_HEADER, FileDiff, Hunk, parse_diff
-from vpatch.base.progress import Event, Reporter, silent
-from vpatch.series.files import Patch
-from vpatch.upstream import commitcache, mirror
+from vpatch.base import Event, Reporter, silent
+from vpatch.series import HUNK_HEADER, FileDiff, Hunk, Patch, parse_diff
+from vpatch.upstream import commitcache, lineage, mirror, moves
 
 CLEAR = 80  # a winner's score at least (the whole image exactly, or with whitespace and most surroundings)
 LEAD = 10  # ... and this many points above every other candidate

@@ -32,7 +32,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from vpatch.base.errors import UpstreamError
+from vpatch.base import UpstreamError
 
 PYPI = "https://pypi.org/simple"
 # PEP 691: ask for JSON, accept HTML (PEP 503) from indexes that only have that.

@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import VpatchError
-from vpatch.base.progress import Event, Reporter, silent
+from vpatch.base import Event, Reporter, VpatchError, silent
 
 FILTERS = ("blob:none",)
 _PHASE = re.compile(r"^(?:remote: )?([A-Za-z][A-Za-z ]+?):\s+(.*)$")

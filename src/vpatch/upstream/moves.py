@@ -26,11 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from vpatch import git
-from vpatch.upstream import lineage
-from vpatch.series.filediff import FileDiff, parse_diff
-from vpatch.base.progress import Event, Reporter, silent
-from vpatch.series.files import Patch
-from vpatch.upstream import commitcache
+from vpatch.base import Event, Reporter, silent
+from vpatch.series import FileDiff, Patch, parse_diff
+from vpatch.upstream import commitcache, lineage
 
 SIMILARITY = 50  # git's default rename score (-M, and what a 3-way merge uses)
 NEAR = 10  # a second candidate within this many points of git's choice makes the move a split

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.progress import Reporter, silent
+from vpatch.base import Reporter, silent
 from vpatch.upstream import mirror, rangeindex
 
 

@@ -16,14 +16,11 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from vpatch import git
-from vpatch.base.errors import UpstreamError
-from vpatch.base.lock import exclusive
-from vpatch.base.paths import cache_dir
-from vpatch.base.progress import Event, Reporter, silent
-from vpatch.upstream import history_path as history_path  # noqa: PLC0414 (re-exported: where the history lives)
+from vpatch.base import Event, Reporter, UpstreamError, cache_dir, exclusive, silent
 from vpatch.upstream import sdists
 from vpatch.upstream.index import Index
 from vpatch.upstream.sdists import Downloader
+from vpatch.upstream.source import history_path as history_path  # noqa: PLC0414 (re-exported: where the history lives)
 from vpatch.upstream.stream import IDENTITY as IDENTITY  # noqa: PLC0414 (re-exported: who made each commit)
 from vpatch.upstream.stream import (
     SCRATCH_REF,

@@ -17,9 +17,7 @@ from pathlib import Path
 from packaging.utils import InvalidSdistFilename, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from vpatch.base.errors import UpstreamError
-from vpatch.base.paths import cache_dir
-from vpatch.base.progress import Event, Reporter, silent
+from vpatch.base import Event, Reporter, UpstreamError, cache_dir, silent
 from vpatch.upstream.index import Index
 
 # Downloads are network-bound and hold no build environment: a few at once fill the line

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base.errors import UpstreamError
+from vpatch.base import UpstreamError
 
 IDENTITY = "vpatch release history <releases@vpatch.invalid>"
 # fast-import needs a branch to commit on; the stream resets it at the end so it is never written.

@@ -1,0 +1,27 @@
+"""One patch on one tree: what its diff says there (evidence), the verdict (landed / needed / partial /
+conflict) and the one decision from a verdict to what an update does.
+
+Other rooms import these names from here; modules inside the room import each other directly."""
+
+from vpatch.verdict.applycheck import Outcome
+from vpatch.verdict.decision import Case, Decision, vetoed
+from vpatch.verdict.judge import FOLLOWED_CODE, Evidence, Kind, ProbeCheck, ProbeFn, Says, State, Verdict, judge_series
+from vpatch.verdict.textual import Applies, hunk_name
+
+__all__ = [
+    "FOLLOWED_CODE",
+    "Applies",
+    "Case",
+    "Decision",
+    "Evidence",
+    "Kind",
+    "Outcome",
+    "ProbeCheck",
+    "ProbeFn",
+    "Says",
+    "State",
+    "Verdict",
+    "hunk_name",
+    "judge_series",
+    "vetoed",
+]

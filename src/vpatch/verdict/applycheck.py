@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from vpatch.series.filediff import HUNK_HEADER, FileDiff, Hunk
+from vpatch.series import HUNK_HEADER, FileDiff, Hunk
 
 _LINES = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from vpatch.base.errors import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError
 from vpatch.verdict.judge import Kind, ProbeOutcome, Says, State, Verdict
 
 

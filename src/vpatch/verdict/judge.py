@@ -50,17 +50,13 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
-from vpatch.upstream import hunkmoves
-from vpatch.upstream import lineage
-from vpatch.upstream import moves
-from vpatch.series.filediff import FileDiff, Hunk
-from vpatch.probes.runner import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
-from vpatch.base.progress import Reporter, silent
-from vpatch.series.files import Patch
+from vpatch.base import Reporter, silent
+from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
+from vpatch.series import FileDiff, Hunk, Patch
+from vpatch.upstream import commitcache, hunkmoves, lineage, moves
 from vpatch.verdict.textual import Applies as Applies  # noqa: PLC0414 - re-exported: a verdict says how the diff applies
 from vpatch.verdict.textual import Text, Tree, read, with_three_way
 from vpatch.verdict.textual import hunk_name as hunk_name  # noqa: PLC0414 - re-exported for narrow.py
-from vpatch.upstream import commitcache
 
 
 class State(str, Enum):

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Self
 
 from vpatch import git
+from vpatch.series import FileDiff, Hunk, Patch
 from vpatch.verdict import applycheck
 from vpatch.verdict.applycheck import Outcome
-from vpatch.series.filediff import FileDiff, Hunk
-from vpatch.series.files import Patch
 
 
 class Applies(str, Enum):
