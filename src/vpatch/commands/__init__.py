@@ -27,7 +27,7 @@ def console() -> Any:
     """A rich console; when output is not a terminal (CI logs, pipes) tables get room instead of 80 columns."""
     import os
 
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich loads only when something is shown; --help shows no table
 
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 160)
     return Console(soft_wrap=False, width=width)

@@ -84,7 +84,7 @@ def fetch(
                                                     "tree; file contents fetched when first read).")] = None,
 ) -> None:
     """Create or update the upstream mirror (a bare git repository in the cache); git's progress on stderr."""
-    from vpatch.commands import fetch
+    from vpatch.commands import fetch  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(fetch.run(project=state.project, blob_filter=blob_filter))
 
@@ -106,7 +106,7 @@ Without arguments it refreshes: every release from 0.28.0 \
 
     Example: vpatch releases --from 0.28.0 --to 0.33.0
     """
-    from vpatch.commands import releases
+    from vpatch.commands import releases  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(releases.run(project=state.project, versions=versions or [], first=first, last=last, pre=pre,
                        list_only=list_only))
@@ -122,7 +122,7 @@ def lock_probes(
     Every probe that uses the lock gets a new venv and new verdicts (the lock is part of both keys).
     Commit the changed lock with the reason for the refresh.
     """
-    from vpatch.commands import lock_probes
+    from vpatch.commands import lock_probes  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(lock_probes.run(project=state.project, lock=lock))
 
@@ -136,7 +136,7 @@ def apply(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing tree even if it holds work not yet exported.")] = False,
 ) -> None:
     """Materialise a work tree of the pin (or REF) with each patch committed as one commit."""
-    from vpatch.commands import apply
+    from vpatch.commands import apply  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(apply.run(project=state.project, ref=ref, out=out, keep=keep, force=force))
 
@@ -148,7 +148,7 @@ def export(
         "--force", help="Overwrite patch files changed since vpatch last wrote them (hand edits are lost).")] = False,
 ) -> None:
     """Write the commits of the applied tree back to the numbered patch files."""
-    from vpatch.commands import export
+    from vpatch.commands import export  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(export.run(project=state.project, dry_run=dry_run, force=force))
 
@@ -159,7 +159,7 @@ def new(
     subject: Annotated[str | None, typer.Option("--subject", help="First line of the patch message.")] = None,
 ) -> None:
     """Start a new patch: an empty commit with the header template in the applied tree."""
-    from vpatch.commands import new
+    from vpatch.commands import new  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(new.run(project=state.project, slug=slug, subject=subject))
 
@@ -175,7 +175,7 @@ def build(
         "--base", help="Base image to overlay instead of the definition's (a local mirror of it).")] = None,
 ) -> None:
     """Build the production image for the pin plus the series, by the cheapest correct strategy."""
-    from vpatch.commands import build
+    from vpatch.commands import build  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(build.run(project=state.project, name=name, plan=plan, push=push, strategy=strategy, base=base))
 
@@ -190,7 +190,7 @@ def verify(
         "--definition", help="With --live: the images/NAME.yaml to start it with (default: the image's own label).")] = None,
 ) -> None:
     """Check that an image holds what its labels say: each patched file, optionally the probes and the live checks."""
-    from vpatch.commands import verify
+    from vpatch.commands import verify  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(verify.run(project=state.project, image=image, probes=probes, live=live, definition=definition))
 
@@ -210,7 +210,7 @@ def serve(
 
     --print shows the exact `docker run` that would run; --diff shows how the running container differs.
     """
-    from vpatch.commands import serve
+    from vpatch.commands import serve  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(serve.run(project=state.project, name=name, print_only=print_only, diff=diff, image=image, replace=replace,
                     json_out=json_out, check=check))
@@ -229,7 +229,7 @@ def status(
         "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
 ) -> None:
     """Which patches upstream has (with the evidence), since which commit and release, and which still need you."""
-    from vpatch.commands import status
+    from vpatch.commands import status  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(status.run(project=state.project, against=against or [], json_out=json_out, exit_code=exit_code,
                      no_probes=no_probes, jobs=jobs))
@@ -253,7 +253,7 @@ def update(
         "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
 ) -> None:
     """Move the pin: drop the patches upstream has (with evidence), refresh the rest, one commit; or stop on a conflict."""
-    from vpatch.commands import update
+    from vpatch.commands import update  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(update.run(project=state.project, to=to, dry_run=dry_run, no_commit=no_commit,
                      allow_downgrade=allow_downgrade, no_narrow=no_narrow, furthest=furthest, continue_=continue_,
@@ -280,7 +280,7 @@ def deploy(
         "there are none); measure: run the checks against production now; none: no baseline.")] = "recorded",
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
-    from vpatch.commands import deploy
+    from vpatch.commands import deploy  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(deploy.run(project=state.project, name=name, image=image, rollback=rollback, where=where, prune=prune,
                      keep=keep, as_json=as_json, report=report, out=out, baseline=baseline))
@@ -303,7 +303,7 @@ def probe_check(
 
     Exits 0 only when it fails without the patch and passes with it (what `update` and `status` require).
     """
-    from vpatch.commands import probe
+    from vpatch.commands import probe  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(probe.check(project=state.project, patch=patch, ref=ref, no_cache=no_cache, jobs=jobs))
 
@@ -315,7 +315,7 @@ def probe_new(
                                                       "command: a script whose exit code decides.")] = "files",
 ) -> None:
     """Write probes/NNNN-slug.yaml (and, for a command probe, its script) from a template that follows the probe rules."""
-    from vpatch.commands import probe
+    from vpatch.commands import probe  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(probe.new(project=state.project, patch=patch, kind=kind))
 

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch.base import ConfigError
+from vpatch.config.consistency import check
+from vpatch.config.deploy import Suite
 from vpatch.config.document import Document
+from vpatch.config.serve import ServeConfig
 
 if TYPE_CHECKING:
     from vpatch.config.deploy import Suite
@@ -121,7 +124,6 @@ class ImageDefinition:
     @cached_property
     def serve(self) -> ServeConfig | None:
         """How the GPU host runs the image (vpatch serve); None when the yaml has no serve: section."""
-        from vpatch.config.serve import ServeConfig
 
         if "serve" not in self.sections:
             return None
@@ -130,7 +132,6 @@ class ImageDefinition:
     @cached_property
     def deploy(self) -> Suite:
         """The deploy: section (checks, hooks); the defaults when the yaml has none."""
-        from vpatch.config.deploy import Suite
 
         if "deploy" not in self.sections:
             return Suite()
@@ -144,7 +145,6 @@ class ImageDefinition:
         """Every section parsed and every rule between them checked (request sizes within max_model_len, a
         tool-call check with a tool parser, ...): the pass serve and deploy run before anything is touched.
         One ConfigError lists every cross-section problem."""
-        from vpatch.config.consistency import check
 
         check(self.serve, self.deploy, source=self._document.source)
         return self

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from vpatch.base import ConfigError
+from vpatch.config import yamlload
+from vpatch.config.yamlload import source_text
 
 
 class Document:
@@ -21,9 +23,8 @@ class Document:
     @classmethod
     def parse(cls, text: str | bytes, *, source: str) -> tuple[Document, Any]:
         """The document and its data; plain scalars keep their source text (see `text`)."""
-        import yaml
+        import yaml  # lazy: PyYAML loads only when a file is read; --help reads none
 
-        from vpatch.config import yamlload
 
         try:
             return cls(source), yamlload.load(text, keep_text=True)
@@ -138,7 +139,6 @@ class Document:
     def _as_written(self, data: Any, name: str, key: str, value: Any, form: re.Pattern[str]) -> None:
         """A number must be written as a plain decimal: YAML 1.1 reads `010` as 8 (octal), `0x10` as 16,
         `1_000` as 1000 and `1:30` as 90, where YAML 1.2 and every reader of the file see something else."""
-        from vpatch.config.yamlload import source_text
 
         raw = source_text(data, name)
         if raw is not None and not form.match(raw):
@@ -159,7 +159,6 @@ _DECIMAL = re.compile(r"^[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]
 def _written(container: Any, index: Any, value: Any) -> str:
     """A refused value as the file has it: a quoted "18610" keeps its quotes (it is text), a plain 018610
     says that YAML read it as text."""
-    from vpatch.config.yamlload import source_text
 
     raw = source_text(container, index)
     if raw is None:
@@ -170,7 +169,6 @@ def _written(container: Any, index: Any, value: Any) -> str:
 
 
 def _raw(container: Any, index: Any, value: Any) -> str:
-    from vpatch.config.yamlload import source_text
 
     raw = source_text(container, index)
     return raw if raw is not None else str(value)

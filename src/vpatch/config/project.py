@@ -97,7 +97,7 @@ class Config:
         return replace(self, pin=Pin(ref=ref, commit=commit))
 
     def dump(self) -> str:
-        import yaml
+        import yaml  # lazy: PyYAML loads only when a file is read; --help reads none
 
         up: dict[str, Any] = {"source": self.upstream.source, "git": self.upstream.git}
         if self.upstream.releases:
@@ -125,7 +125,6 @@ def find_root(start: Path) -> Path:
 
 def repin_text(text: str, ref: str, commit: str) -> str:
     """vpatch.yaml's text with the pin moved, comments and layout kept; a fresh dump when the pin block is unusual."""
-    import re
 
     block = re.search(r"^pin:[ \t]*\n((?:[ \t]+.*\n|[ \t]*\n)*)", text if text.endswith("\n") else text + "\n", re.M)
     if block is not None:

@@ -22,7 +22,7 @@ class TextList(list[Any]):
 def load(text: str | bytes, *, keep_text: bool = False) -> Any:
     """Like `yaml.safe_load`; a duplicate key raises yaml.YAMLError (PyYAML would keep the last one silently).
     With `keep_text`, mappings and sequences come as TextMap / TextList (dict / list with `.texts`)."""
-    import yaml
+    import yaml  # lazy: PyYAML loads only when a file is read; --help reads none
 
     try:
         return yaml.load(text, Loader=_loader(keep_text))
@@ -52,13 +52,13 @@ def _loader(keep_text: bool) -> Any:
 
 
 def _plain(node: Any) -> str | None:
-    import yaml
+    import yaml  # lazy: PyYAML loads only when a file is read; --help reads none
 
     return node.value if isinstance(node, yaml.ScalarNode) and node.style is None else None
 
 
 def _make_loader(keep_text: bool) -> Any:
-    import yaml
+    import yaml  # lazy: PyYAML loads only when a file is read; --help reads none
 
     class UniqueKeyLoader(yaml.SafeLoader):
         pass

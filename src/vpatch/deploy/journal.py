@@ -16,8 +16,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vpatch.base import ConfigError, JournalError, records
+from vpatch.base import ConfigError, JournalError, records, state_dir
 from vpatch.config import definition_name_ok
+from vpatch.serve import base_url
 
 _HINT = "inspect it and the containers (`docker ps -a`); remove it only once production is sound"
 
@@ -62,7 +63,6 @@ class Journal:
 
     @property
     def url(self) -> str:
-        from vpatch.serve import base_url
 
         return base_url(self.port or 8000, self.host)
 
@@ -76,7 +76,6 @@ class Journal:
 
     @staticmethod
     def folder() -> Path:
-        from vpatch.base import state_dir
 
         return state_dir() / "deploy"
 

@@ -7,20 +7,26 @@ it, so the new server must show it; when it does not, that is a false-drop alarm
 
 from __future__ import annotations
 
+import socket
 import time
+import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch.base import Progress, VpatchError
+from vpatch.config import ImageDefinition
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.client import Server, ServerError
 from vpatch.deploy.livecheck import Api, Case, LiveCheck, LiveCheckError
 from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
 from vpatch.deploy.readings import assemble_chat, sse_events
-from vpatch.image import LABEL_PREFIX
+from vpatch.image import LABEL_PREFIX, verify_image
+from vpatch.series import Series, live_check_file, retired_entries
+from vpatch.serve import health_url, lint, start, wait_alive
+from vpatch.serve.render import render
 
 if TYPE_CHECKING:
     from vpatch.config import Config, ServeConfig
@@ -123,7 +129,6 @@ def plan(config: Config, *, candidate: str, baseline: str | None, serve: ServeCo
     is refused here, before anything is touched. A check the serve configuration cannot satisfy (say it
     needs the qwen3_coder tool parser) is refused here too.
     """
-    from vpatch.series import Series, live_check_file, retired_entries
 
     cand_labels = docker.image(candidate).labels
     kept_names = _labelled(cand_labels)
@@ -182,13 +187,7 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     """`vpatch verify IMAGE --live`: start `image` as its image definition's serve: section says, on a free
     port under a name of its own (production is not touched), run the live checks of the patches its labels
     name, then remove the container."""
-    import socket
-    import uuid
-    from dataclasses import replace
 
-    from vpatch.config import ImageDefinition
-    from vpatch.serve import health_url, lint, start, wait_alive
-    from vpatch.serve.render import render
 
     name = definition or docker.image(image).labels.get(f"{LABEL_PREFIX}.image")
     if not name:
@@ -346,7 +345,6 @@ def _load(path: Path, root: Path) -> LiveCheck:
 
 
 def _verify(config: Config, image: str, docker: Docker, progress: Progress) -> str:
-    from vpatch.image import verify_image
 
     progress(f"verify: {image} against its labels (the pin plus the series, file by file)")
     report = verify_image(config, image, docker=docker)

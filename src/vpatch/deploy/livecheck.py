@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from vpatch.base import ConfigError
+from vpatch.config import yamlload
 
 LIVE_DIR = "checks/live"
 # Serve keys a check may require, and their types (a subset of serve:'s typed keys that change behaviour
@@ -131,9 +132,8 @@ class LiveCheck:
             raise LiveCheckError(f"{where}: cannot read the live check: {exc.strerror or exc}",
                                  hint="a Live-Check: trailer names a file relative to the project root, "
                                  f"e.g. {LIVE_DIR}/0003-slug.yaml; keep the file when the patch is dropped") from exc
-        import yaml
+        import yaml  # lazy: PyYAML loads only when a file is read; --help reads none
 
-        from vpatch.config import yamlload
 
         try:
             data = yamlload.load(raw)

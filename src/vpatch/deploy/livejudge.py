@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from vpatch.deploy.livecheck import Expect, ExpectedCall, Request
+from vpatch.deploy.readings import NotStrictJson, strict_json
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,6 @@ def judge(expect: Expect, seen: Observed) -> list[str]:
 
 
 def _judge_calls(expected: Sequence[ExpectedCall], seen: Sequence[tuple[str, str]]) -> list[str]:
-    from vpatch.deploy.readings import NotStrictJson, strict_json
 
     if len(seen) != len(expected):
         got = ", ".join(f"{n!r}" for n, _ in seen) or "none"

@@ -34,7 +34,9 @@ from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline,
 from vpatch.deploy.record import Source as BaselineSource
 from vpatch.deploy.series import Series
 from vpatch.docker import Docker
+from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint, refuse_taken_port, start
 from vpatch.serve import base_url as alive_url
+from vpatch.serve.render import render
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
@@ -115,8 +117,6 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
 
 def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
             progress: Progress, live: LivePlan | None, mode: BaselineMode) -> Report:
-    from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint, refuse_taken_port, start
-    from vpatch.serve.render import render
 
     current = Journal.load(definition)
     if current is not None and not current.phase.settled:

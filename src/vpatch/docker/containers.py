@@ -8,6 +8,7 @@ import re
 import tarfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from vpatch.base import Output as RunResult
@@ -124,8 +125,8 @@ class Containers(Daemon):
     ) -> RunResult:
         """Run `argv` in a throwaway container of `image`, with `files` (absolute path -> bytes) put in first;
         returns its exit code and output (code 124 when it ran past `timeout`)."""
-        import docker as dockersdk
-        import requests
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
+        import requests  # lazy: requests (under the docker SDK) loads only when a daemon is used
 
         inspect_image(self.client, image)
         container = self.client.containers.create(
@@ -154,7 +155,7 @@ class Containers(Daemon):
     @daemon_call
     def container(self, name: str) -> ContainerInfo | None:
         """The container `name` (or id) as docker inspect shows it; None when there is none."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             return ContainerInfo.from_attrs(self.client.api.inspect_container(name))
@@ -167,7 +168,6 @@ class Containers(Daemon):
     def container_logs(self, name: str, *, tail: int | None = None, since: str | None = None) -> str:
         """The container's output so far (stdout and stderr interleaved); `tail`: only the last lines;
         `since`: only what it wrote from that RFC 3339 time on (e.g. its State.StartedAt: this run only)."""
-        from datetime import datetime
 
         start = None
         if since:
@@ -180,7 +180,7 @@ class Containers(Daemon):
     @daemon_call
     def containers(self, *, label: str) -> list[ContainerInfo]:
         """Every container (running or not) carrying the label `label` ("key=value")."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             found = self.client.api.containers(all=True, filters={"label": label})
@@ -191,7 +191,7 @@ class Containers(Daemon):
     @daemon_call
     def processes(self, name: str) -> list[tuple[int, str]]:
         """(host pid, command line) of every process in the running container `name` (`docker top`)."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             top = self.client.api.top(name)
@@ -206,7 +206,7 @@ class Containers(Daemon):
         """(bytes used, limit in bytes) of the running container `name`, as `docker stats` shows them: the
         cgroup's usage without its inactive page cache (the kernel drops that first), against its memory
         limit (the host's memory when it has none). None when it is not running."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             stats = self.client.api.stats(name, stream=False, one_shot=True)
@@ -225,7 +225,7 @@ class Containers(Daemon):
     @daemon_call
     def remove_container(self, name: str) -> None:
         """Stop and delete the container `name` (nothing when there is none)."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             self.client.api.remove_container(name, force=True)
@@ -235,7 +235,7 @@ class Containers(Daemon):
     @daemon_call
     def set_restart_policy(self, name: str, policy: str) -> None:
         """Change a container's restart policy (no | always | unless-stopped | on-failure[:N]) in place."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         kind, _, retries = policy.partition(":")
         spec: dict[str, Any] = {"Name": kind}
@@ -249,7 +249,7 @@ class Containers(Daemon):
     @daemon_call
     def stop_container(self, name: str, *, timeout: int = 30) -> None:
         """Stop the container `name` (SIGTERM, SIGKILL after `timeout` seconds); kept, not deleted."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             self.client.api.stop(name, timeout=timeout)
@@ -259,7 +259,7 @@ class Containers(Daemon):
     @daemon_call
     def rename_container(self, name: str, new_name: str) -> None:
         """Rename a container; it keeps its id, so deploy addresses a parked container by id."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             self.client.api.rename(name, new_name)
@@ -269,7 +269,7 @@ class Containers(Daemon):
     @daemon_call
     def start_container(self, name: str) -> None:
         """Start an existing (stopped) container."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             self.client.api.start(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shlex
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
@@ -34,7 +35,7 @@ def daemon_call(method: Callable[_P, _R]) -> Callable[_P, _R]:
     HTTP library's own error: a restarting daemon is a state the deploy recovers from)."""
     @functools.wraps(method)
     def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        import requests
+        import requests  # lazy: requests (under the docker SDK) loads only when a daemon is used
 
         try:
             return method(*args, **kwargs)
@@ -58,7 +59,7 @@ class Daemon:
     @classmethod
     def connect(cls) -> Self:
         """Connect to the daemon named by DOCKER_HOST (default: the local socket) and check it answers."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             client = dockersdk.from_env()
@@ -75,7 +76,6 @@ class Daemon:
 
         For commands whose exact command line is the product (`vpatch serve --print` shows it, and
         this runs that very argv); DockerError with the command, exit code and output on failure."""
-        import shlex
 
         try:
             result = process.run(argv, timeout=timeout, check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import tarfile
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,7 +64,6 @@ class BuildKitInvocation:
     env: Mapping[str, str] = field(default_factory=dict)
 
     def shell_line(self) -> str:
-        import shlex
 
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
         return (prefix + " " if prefix else "") + shlex.join(self.argv)
@@ -80,7 +80,7 @@ def split_ref(ref: str) -> tuple[str, str]:
 def inspect_image(client: dockersdk.DockerClient, ref: str, *, missing_hint: str | None = None) -> ImageInfo:
     """The image `ref` names on the daemon; DockerError (with `missing_hint`) when there is none.
     (A function of the client, not only a method, because the container part checks its image with it.)"""
-    import docker as dockersdk
+    import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
     if not ref.strip():
         # The SDK would raise NullResource (not an APIError) for "": no image is named at all.
@@ -115,7 +115,7 @@ class Images(Daemon):
         return inspect_image(self.client, ref, missing_hint=missing_hint)
 
     def has_image(self, ref: str) -> bool:
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             self.client.api.inspect_image(ref)
@@ -132,7 +132,7 @@ class Images(Daemon):
         self.client.api.tag(image, repository, tag, force=True)
 
     def remove_image(self, ref: str) -> None:
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
             self.client.api.remove_image(ref, force=True)
@@ -157,7 +157,7 @@ class Images(Daemon):
     def read_entries(self, image: str, paths: Sequence[str]) -> dict[str, FileEntry | None]:
         """Each of the absolute `paths` inside `image` as git would record it (None: absent, or neither a
         regular file nor a symlink), read without starting a container."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         self.image(image)
         # A created, never-started container exposes the image's filesystem; nothing runs and no layer is kept.
@@ -177,7 +177,7 @@ class Images(Daemon):
 
     def list_dir(self, image: str, path: str) -> list[str]:
         """Names of the entries directly inside folder `path` of `image` ([] when it does not exist)."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         container = self.client.api.create_container(image, command=["true"], network_disabled=True)
         try:
@@ -203,7 +203,7 @@ class Images(Daemon):
         progress: Progress | None = None,
     ) -> str:
         """Build with the daemon's classic builder through the SDK, streaming each line; returns the image id."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         recent: deque[str] = deque(maxlen=TAIL_LINES)
         image_id: str | None = None
@@ -260,7 +260,7 @@ class Images(Daemon):
 
     def push(self, ref: str, progress: Progress | None = None) -> str | None:
         """Push `ref` to its registry; returns the pushed manifest digest."""
-        import docker as dockersdk
+        import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         repository, tag = split_ref(ref)
         digest: str | None = None

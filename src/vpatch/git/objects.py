@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vpatch.base import GitError, process
+from vpatch.git import catfile
 from vpatch.git.core import command, is_object_id, run
 
 
@@ -53,7 +54,6 @@ def read_blobs_at(repo: Path, commits: Sequence[str], paths: Sequence[str]) -> d
 
 def cat_objects(repo: Path, names: Sequence[str]) -> list[tuple[str, bytes] | None]:
     """(type, content) of each object named by an object id, from the repository's long-lived reader."""
-    from vpatch.git import catfile
 
     return catfile.read(repo, command(["cat-file", "--batch"]), ["git", "cat-file", "--batch"], names)
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vpatch import git
-from vpatch.base import ApplyError, VpatchError
+from vpatch.base import ApplyError, VpatchError, atomic_write, cache_dir
 from vpatch.config import Base, ImageDefinition
 from vpatch.docker import Docker, DockerError
 from vpatch.image.plan import BaseFacts, Plan, in_package
@@ -110,7 +110,6 @@ def base_facts(
 def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
     """Where `image_id` installs vllm/: asked of the image's own python once per image id (ids are content
     hashes, so the answer never goes stale)."""
-    from vpatch.base import atomic_write, cache_dir
 
     memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"
     if memo.is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from vpatch import git
+from vpatch import git, upstream
 from vpatch.base import ConfigError, Progress, VpatchError
 from vpatch.config import Base, Config, ImageDefinition, Strategy, image_reference_ok
 from vpatch.docker import BuildKitInvocation, Docker, DockerError, buildkit_cli, buildkit_invocation
@@ -32,6 +33,7 @@ from vpatch.image.plan import (
     vllm_buildargs,
 )
 from vpatch.series import Series
+from vpatch.tree import stack
 
 OVERLAY_DOCKERFILE = "Dockerfile"
 
@@ -58,7 +60,6 @@ class BuildResult:
 
 
 def load_inputs(config: Config, name: str) -> Inputs:
-    from vpatch import upstream
 
     definition = ImageDefinition.load(config.root, name)
     series = Series.load(config.patches_dir)
@@ -273,7 +274,6 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
 
 
 def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
-    from vpatch.tree import stack
 
     context = _context_dir(inputs.config, plan.image)
     tree = context.with_name(f"{context.name}.tree")
@@ -318,7 +318,6 @@ def _invocation(
 
 def label_instruction(labels: Mapping[str, str]) -> str:
     """A single Dockerfile LABEL instruction setting every label (JSON strings are valid quoted words)."""
-    import json
 
     return "LABEL " + " ".join(
         f"{json.dumps(k, ensure_ascii=False)}={json.dumps(v, ensure_ascii=False)}" for k, v in labels.items()

@@ -8,11 +8,13 @@ from enum import Enum
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
+from vpatch import upstream
 from vpatch.base import VpatchError
 from vpatch.config import Config, Strategy
 from vpatch.docker import Docker
 from vpatch.image.base import discover_package_dir, expected_entries
 from vpatch.image.plan import LABEL_PREFIX, PACKAGE, Changes, in_package
+from vpatch.probes import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret, probe_for
 from vpatch.series import Patch, Series
 
 if TYPE_CHECKING:
@@ -51,7 +53,6 @@ class Report:
 
 def verify_image(config: Config, image: str, *, probes: bool = False, docker: Docker | None = None) -> Report:
     """Every check of `vpatch verify`; raises only when the image cannot be checked at all."""
-    from vpatch import upstream
 
     docker = docker or Docker.connect()
     info = docker.image(image)
@@ -136,7 +137,6 @@ def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: C
 def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
     """Each patch's landing probe, run against the image instead of a tree, read by the same rules as on a
     tree: it must pass (the fix is in); an error is an error, never "the bug is there"."""
-    from vpatch.probes import ProbeKind, ProbeOutcome, interpret, probe_for
 
     checks: list[Check] = []
     for patch in patches:
@@ -161,7 +161,6 @@ def image_place(docker: Docker, image_id: str, package_dir: str) -> Place:
     outside vllm/ is not in the image: missing), and a command runs with the image's python3 and the folder
     holding vllm/ as the tree (cwd, PYTHONPATH). The probe's requirements are not installed: the image has
     vLLM's own dependencies. Moves are not followed: the image holds the files as the series left them."""
-    from vpatch.probes import Place, Ran, argv
 
     tree = str(PurePosixPath(package_dir).parent)
 

@@ -15,6 +15,7 @@ from vpatch.probes.file import ProbeError, probe_for
 from vpatch.probes.outcome import ProbeKind
 from vpatch.probes.runner import Validation, validation
 from vpatch.series import PROBE, Patch, Series
+from vpatch.tree import export
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,6 @@ class Checked:
 def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | None, list[Patch]]:
     """The patch `key` names (its number or name): from the series, else the commit `vpatch new` started in the
     applied tree. Its name, the patch (None while that commit changes nothing), and the series with it in place."""
-    from vpatch.tree import export
 
     patches = list(series.patches)
     found = next((p for p in patches if key in (p.name, p.filename) or (key.isdigit() and int(key) == p.number)), None)
@@ -54,7 +54,6 @@ class Target:
 
 def target(series: Series, state_dir: Path, key: str) -> Target:
     """`find_patch`, reading the applied tree's version of the patches it has not exported (see Target)."""
-    from vpatch.tree import export
 
     name, found, patches = find_patch(series, state_dir, key)
     work = export.tree_work(series, state_dir)

@@ -21,6 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
 from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, exclusive, process, silent
 
 LOCK_NAME = "requirements.lock"
@@ -61,7 +64,6 @@ class Requirements:
 
 def _pins(path: Path, raw: bytes) -> tuple[str, ...]:
     # Imported here: packaging's requirement grammar costs `vpatch status` start-up, and only a probe needs it.
-    from packaging.requirements import InvalidRequirement, Requirement
 
     pins = []
     for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
@@ -192,7 +194,6 @@ class LockChange:
 
 def refresh_lock(path: Path) -> LockChange:
     """Resolve the lock's `# requires:` line afresh, leave out `# omit:`, and rewrite its pins (atomically)."""
-    from packaging.utils import canonicalize_name
 
     old = Requirements.from_lock(path)
     text = old.source.decode("utf-8", "replace")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch.base import VpatchError
+from vpatch.config import yamlload
 from vpatch.probes.env import LOCK_NAME, Requirements
 from vpatch.probes.outcome import PLACEHOLDER, ProbeKind
 from vpatch.series import missing_probe
@@ -80,9 +81,8 @@ class Probe:
         except OSError as exc:
             raise ProbeError(f"{path}: cannot read the probe: {exc}",
                              hint="a patch's Probe: trailer is relative to the patches folder") from exc
-        import yaml  # imported here: status imports this module and rarely needs YAML
+        import yaml  # lazy: status imports this module and rarely needs YAML
 
-        from vpatch.config import yamlload
 
         try:
             data = yamlload.load(raw)

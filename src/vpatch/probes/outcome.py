@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from vpatch.upstream import moves
+
 if TYPE_CHECKING:
     from vpatch.probes.file import Probe
     from vpatch.upstream import Move
@@ -72,7 +74,6 @@ def argv(probe: Probe, *, python: str, probe_dir: str, tree: str) -> list[str]:
 
 
 def judge_files(probe: Probe, place: Place) -> tuple[ProbeOutcome, str]:
-    from vpatch.upstream import moves
 
     blobs = place.read([check.path for check in probe.files])
     gone = [check.path for check in probe.files if blobs.get(check.path) is None]

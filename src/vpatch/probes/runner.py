@@ -40,7 +40,7 @@ from vpatch.probes.file import Probe, ProbeError, probe_for
 from vpatch.probes.outcome import Place, Ran, argv, interpret
 from vpatch.probes.outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
-from vpatch.upstream import mirror
+from vpatch.upstream import mirror, moves
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -190,7 +190,6 @@ def _read_result(entry: Path) -> ProbeResult | None:
 def tree_place(repo: Path, tree: str, moves_from: str | None, run: Callable[[Probe], Ran] | None = None) -> Place:
     """A tree of `repo` as the place a probe runs: files read from git's objects, moves followed from
     `moves_from` (the pin) by git's rename detection; a command needs `run` (the tree extracted)."""
-    from vpatch.upstream import moves
 
     def follow(gone: Sequence[str], blobs: Mapping[str, bytes | None]) -> Mapping[str, moves.Move]:
         if moves_from is None:

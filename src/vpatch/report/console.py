@@ -50,8 +50,8 @@ class ProgressView:
 
     def __enter__(self) -> Self:
         if self.live:
-            from rich.console import Console
-            from rich.progress import (
+            from rich.console import Console  # lazy: rich loads only when something is shown; --help shows no table
+            from rich.progress import (  # lazy: rich loads only when something is shown; --help shows no table
                 BarColumn,
                 DownloadColumn,
                 Progress,

@@ -33,7 +33,7 @@ def status_lines(name: str, found: Where) -> list[str]:
 
 def tables(result: Report) -> list[Table]:
     """The checks, the baseline against the candidate, and (where there are any) the patches' live checks."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: rich loads only when something is shown; --help shows no table
 
     checks = Table(title=f"deploy {result.definition}: {result.image} as {result.container}")
     for column in ("check", "baseline", "candidate", "figure", "s"):

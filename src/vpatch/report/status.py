@@ -224,9 +224,9 @@ def landing_line(p: PatchStatus, branch: str) -> str:
 
 def status_table(status: Status) -> RenderableType:
     """The table people read: one row per patch, one column per target, then a landing line per patch."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
+    from rich.console import Group  # lazy: rich loads only when something is shown; --help shows no table
+    from rich.table import Table  # lazy: rich loads only when something is shown; --help shows no table
+    from rich.text import Text  # lazy: rich loads only when something is shown; --help shows no table
 
     table = Table(show_lines=True)
     table.add_column("patch", no_wrap=True)

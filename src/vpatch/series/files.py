@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from email.errors import HeaderParseError
+from email.header import decode_header, make_header
 from pathlib import Path, PurePosixPath
 
 from vpatch.base import SeriesError
 from vpatch.series.filediff import FileDiff, parse_diff
+from vpatch.series.retired import RETIRED_FILE, retired_numbers
 
 PATCH_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9][a-z0-9._-]*)\.patch$")
 _TRAILER = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*): ?(?P<value>.*)$")
@@ -147,7 +150,6 @@ class Series:
                     hint="numbers are identities: give one of them the next free number",
                 )
             by_number[patch.number] = patch
-        from vpatch.series.retired import RETIRED_FILE, retired_numbers
 
         retired = retired_numbers(directory)
         for number in sorted(retired & set(by_number)):
@@ -226,8 +228,6 @@ def _split_mail(head: str) -> tuple[dict[str, str], str]:
         if "=?" not in v:
             continue
         # RFC 2047 encoded words; the email package is only loaded for them
-        from email.errors import HeaderParseError
-        from email.header import decode_header, make_header
 
         try:
             headers[k] = str(make_header(decode_header(v)))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from vpatch.base import ConfigError
 from vpatch.config import ServeConfig
+from vpatch.serve import alive
 
 if TYPE_CHECKING:
     from vpatch.config import ImageDefinition
@@ -35,7 +36,6 @@ def health_command(port: int, host: str | None = None, model: str | None = None)
 
     The source travels compressed and base64-encoded on one line, so that `serve --print` (and `docker
     inspect`) stay readable and no quoting of the file's text can go wrong; `health_source` reads it back."""
-    from vpatch.serve import alive
 
     source = Path(alive.__file__).read_text(encoding="utf-8")
     blob = base64.b64encode(zlib.compress(source.encode("utf-8"), 9)).decode("ascii")

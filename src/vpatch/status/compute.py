@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING
 from vpatch import git, upstream
 from vpatch.base import ExitCode, Reporter, VpatchError, silent
 from vpatch.probes import ProbeOutcome
+from vpatch.probes import check as probe_check
 from vpatch.probes import file as probe_file
+from vpatch.probes import runner as probes
 from vpatch.status import landing
 from vpatch.status.landing import bisect_first as bisect_first  # noqa: PLC0414 - re-exported: status's landing search
 from vpatch.upstream import commitcache, lineage, prefetch
-from vpatch.verdict import ProbeCheck, ProbeFn, State, Verdict, decision, judge_series
+from vpatch.verdict import Kind, ProbeCheck, ProbeFn, State, Verdict, decision, judge_series
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -231,7 +233,6 @@ class _PinVettedProbe:
         """Run, in parallel, the command probes that the calls below will ask for, and only those: each probe on
         the pin; where it fails there, on the pin plus the series up to its patch; where it passes there, on
         every other target. The calls then read the results in the verdicts' order."""
-        from vpatch.probes import check as probe_check
 
         runner = self.inner.inner
         if not isinstance(runner, ProbeRunner) or runner.session is None:
@@ -259,8 +260,6 @@ class _PinVettedProbe:
 
     def _vet(self, patch: Patch) -> tuple[ProbeCheck | None, ProbeCheck | None]:
         """The probe's answer on the pin, and the INVALID check to give instead when it does not validate."""
-        from vpatch.probes import check as probe_check
-        from vpatch.probes import runner as probes
 
         at_pin = self.inner(patch, self.pin.commit)
         if at_pin is None:
@@ -358,7 +357,6 @@ def _landing(
 
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     """Where the line's last revert of this change sits (+1), 0 when none is on the line."""
-    from vpatch.verdict import Kind
 
     story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
     named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
@@ -389,7 +387,6 @@ class ProbeRunner:
         self._base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
 
     def _moves_from(self) -> str | None:
-        from vpatch.probes import runner as probes
 
         if not self._base:
             self._base.append(probes.moves_base(self.repo, self.config))
@@ -406,7 +403,6 @@ class ProbeRunner:
     def __call__(self, patch: Patch, commit: str) -> ProbeCheck | None:
         if patch.probe_path is None:
             return None
-        from vpatch.probes import runner as probes
 
         try:
             result = probes.run_probe(self.repo, self._probe(patch.probe_path), commit, cache=self.cache,
@@ -419,7 +415,6 @@ class ProbeRunner:
     def ahead(self, pairs: Sequence[tuple[Patch, str]]) -> list[ProbeOutcome | None]:
         """Run the command probes of (patch, commit) `pairs` at once, up to the session's jobs, for the calls
         that ask for them later; their outcomes (None: not run ahead, it runs when asked)."""
-        from vpatch.probes import runner as probes
 
         if self.session is None:
             return [None] * len(pairs)

@@ -13,7 +13,7 @@ from typing import Any
 from vpatch import git
 from vpatch.base import ApplyError, VpatchError, records
 from vpatch.series import Patch, Series
-from vpatch.upstream import moves
+from vpatch.upstream import hunkmoves, moves
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -153,7 +153,6 @@ def _following_code(upstream: Path, original: Patch, patch: Patch, tree: Path, p
                     found: dict[str, moves.Move]) -> Patch | None:
     """`patch` with each hunk that is not in its file on the tree (neither image) moved to where its code went on
     `base` (hunkmoves.py: one clear place), or None when no hunk has such a place."""
-    from vpatch.upstream import hunkmoves
 
     blobs = {fd.path: _read(tree / fd.path) for fd in patch.files}
     asks = hunkmoves.asks(original, patch, lambda fd, n, hunk: hunkmoves.lost(fd, n, hunk, blobs), found)

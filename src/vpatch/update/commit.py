@@ -7,6 +7,7 @@ from pathlib import Path
 
 from vpatch import git
 from vpatch.base import GitError, VpatchError, atomic_write
+from vpatch.config import repin_text
 from vpatch.series import RETIRED_FILE, NarrowedPatch, RetiredPatch, Series, with_entries
 from vpatch.tree import ExportResult
 from vpatch.update.journal import (
@@ -17,7 +18,9 @@ from vpatch.update.journal import (
     discard,
     save_journal,
 )
+from vpatch.update.narrow import record
 from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
+from vpatch.update.retarget import probe_writes
 
 
 def commit_update(project: Project, series: Series, state: State, plan: Plan, exported: ExportResult,
@@ -27,7 +30,6 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
     removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
-    from vpatch.update.retarget import probe_writes
 
     kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
     moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
@@ -38,7 +40,6 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
         record = project.path(f"{config.patches}/{RETIRED_FILE}")
         current = git.read_blobs(top, old, [record])[record]
         writes[record] = with_entries(current, retired)
-    from vpatch.config import repin_text
 
     yaml_path = project.path("vpatch.yaml")
     current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()
@@ -180,7 +181,6 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
     for row in plan.patches:
         patch = series.get(row.file.removesuffix(".patch"))
         if row.narrowing is not None:
-            from vpatch.update.narrow import record
 
             entries.append(record(patch, row.narrowing, retired_by=f"update {plan.from_ref} -> {plan.to_ref}",
                                   last_version=f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}"))

@@ -23,6 +23,8 @@ from typing import Any
 from vpatch import git
 from vpatch.base import VpatchError
 from vpatch.series import LAST_UPDATE, DroppedHunkRecord, Hunk, NarrowedPatch, Patch
+from vpatch.status import landing
+from vpatch.upstream import lineage
 from vpatch.verdict import Outcome, State, Verdict, applycheck, hunk_name
 
 _HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
@@ -304,8 +306,6 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
                   branch: str | None) -> str:
     """The first commit (and release) that has the hunk, found by status's landing search (release branches
     followed, searched after the last revert that took the hunk out again)."""
-    from vpatch.status import landing
-    from vpatch.upstream import lineage
 
     fd, hunk = next((fd, h) for fd in patch.files for n, h in enumerate(fd.hunks, 1) if hunk_name(fd, n, h) == name)
     one = (replace(fd, hunks=(hunk,)),)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vpatch.base import silent
 from vpatch.series import RETIRED_FILE, Patch, Series
-from vpatch.verdict import Case, decision
+from vpatch.status import compute as status
+from vpatch.update import narrow
+from vpatch.update.narrow import Narrowing, message_lines
+from vpatch.update.retarget import message_lines as moved_lines
+from vpatch.update.retarget import retargeted
+from vpatch.verdict import FOLLOWED_CODE, Case, Kind, decision, judge_series
 
 if TYPE_CHECKING:
     from vpatch.base import Reporter
@@ -102,7 +109,6 @@ class Plan:
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         rows = data["patches"]
         assert isinstance(rows, list)
-        from vpatch.update.narrow import Narrowing
 
         # a plan journaled before cases were recorded has the state word only: it names the case
         patches = tuple(PatchPlan(**{**{k: v for k, v in r.items() if k != "state"},
@@ -187,8 +193,6 @@ def judge_with_status(
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
     `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
-    from vpatch.base import silent
-    from vpatch.status import compute as status
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
@@ -217,7 +221,6 @@ def judge_with_status(
 def _move_words(verdict: Verdict) -> tuple[str, ...]:
     """Where the files and hunks of a patch went, in words: a deleted or split file whose hunks all followed their
     code says so (its evidence item) instead of "a person must look"."""
-    from vpatch.verdict import FOLLOWED_CODE, Kind
 
     followed = [ev.detail.removesuffix(" (below)") for ev in verdict.evidence
                 if ev.kind is Kind.MOVED and FOLLOWED_CODE in ev.detail]
@@ -234,10 +237,7 @@ def narrow_rows(
 ) -> list[PatchPlan]:
     """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14).
     `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
-    import datetime
 
-    from vpatch.update import narrow
-    from vpatch.verdict import judge_series
 
     if not any(r.case.action is decision.Action.NARROW for r in rows):
         return rows
@@ -250,7 +250,6 @@ def narrow_rows(
         check = validate(patch, tree)
         return None if check.ok else check.detail or "it does not fail without the patch and pass with it"
 
-    from vpatch.update.retarget import retargeted
 
     # the verdicts followed upstream's moves: narrowing splits the patch as they judged it, at the new paths
     by_file = {r.file: r for r in rows}
@@ -295,7 +294,6 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
-    from vpatch.update.retarget import message_lines as moved_lines
 
     narrowed = [p for p in plan.patches if p.narrowing is not None]
     dropped, refreshed, kept = (plan.files(Action.DROP), _unnarrowed(plan, Action.REFRESH),
@@ -308,7 +306,6 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     lines = [subject, "", f"Pin: {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})"]
     rows = {p.file: p for p in plan.patches}
     if narrowed:
-        from vpatch.update.narrow import message_lines
 
         lines += ["", f"Narrowed, the hunks upstream already has dropped (recorded in {RETIRED_FILE}):"]
         for row in narrowed:

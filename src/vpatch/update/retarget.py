@@ -14,13 +14,18 @@ import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import VpatchError
+from vpatch.probes import Probe, ProbeKind
 from vpatch.series import Patch
 from vpatch.tree import Stack
-from vpatch.update.plan import PatchPlan
 from vpatch.upstream import hunkmoves, moves
+
+if TYPE_CHECKING:
+    # only in annotations: plan imports this module to re-target its rows
+    from vpatch.update.plan import PatchPlan
 
 
 def retargeted(patch: Patch, row: PatchPlan) -> Patch:
@@ -87,7 +92,6 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
 def probe_writes(repo: Path, root: Path, rel: str, series: Sequence[Patch], *, pin: str, target: str) -> dict[str, bytes]:
     """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved from
     `pin` to `target` (the patch's own files or any other the probe reads)."""
-    from vpatch.probes import Probe, ProbeKind
 
     out: dict[str, bytes] = {}
     for patch in series:

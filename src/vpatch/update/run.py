@@ -14,8 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import git
+from vpatch import git, upstream
 from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
+from vpatch.probes import runner as probes
 from vpatch.series import Patch, Series
 from vpatch.tree import ExportResult, export, stack
 from vpatch.update import furthest, guard, retarget
@@ -82,7 +83,6 @@ def _furthest(
     project: Project, to: str, *, dry_run: bool, no_commit: bool, judge: Judge | None, validator: Validator | None,
     narrow: bool, progress: Reporter | None,
 ) -> furthest.Reach:
-    from vpatch import upstream
 
     config = project.config
     refuse_in_progress(project)
@@ -154,7 +154,6 @@ def _update(
     project: Project, to: str, *, dry_run: bool, no_commit: bool, allow_downgrade: bool, judge: Judge | None,
     validator: Validator | None, narrow: bool, ahead: tuple[str, ...] = (),
 ) -> Result:
-    from vpatch import upstream
 
     config = project.config
     refuse_in_progress(project)
@@ -381,7 +380,6 @@ def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str,
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str, *,
                          report: Reporter = silent, session: probe_runs.Session | None = None) -> ProbeCheck:
     """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
-    from vpatch.probes import runner as probes
 
     outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report, session=session)
     return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)

@@ -30,6 +30,7 @@ the code away from where the pin had it is found by bisection and named with its
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -308,7 +309,6 @@ def _score(path: str, blob: bytes, pre: Sequence[bytes], post: Sequence[bytes], 
 def _in_order(norm: Sequence[bytes], image: Sequence[bytes]) -> int:
     """How many of the image's lines the file holds in order around its longest run of them (a line changed in
     the middle of the hunk still leaves the rest counted)."""
-    import difflib  # only for a file that does not hold the image whole (a few ms to import at start-up)
 
     run = difflib.SequenceMatcher(None, image, norm, autojunk=False).find_longest_match()
     if run.size == 0:

@@ -32,7 +32,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from vpatch.base import UpstreamError
+from vpatch.base import UpstreamError, process
 
 PYPI = "https://pypi.org/simple"
 # PEP 691: ask for JSON, accept HTML (PEP 503) from indexes that only have that.
@@ -88,7 +88,6 @@ class IndexSettings:
     @classmethod
     def from_pip(cls, python: str = sys.executable) -> IndexSettings:
         """pip's own view of its configuration (files, PIP_* variables), as `pip config list` shows it."""
-        from vpatch.base import process
 
         result = process.run([python, "-m", "pip", "config", "list"], check=False)
         if result.returncode != 0 and "No module named pip" in result.err:

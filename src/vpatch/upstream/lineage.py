@@ -21,6 +21,8 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from vpatch import git
 from vpatch.upstream import commitcache
 
@@ -37,7 +39,6 @@ def release_tags(tags: Sequence[str]) -> list[str]:
 
 def release_version(ref: str) -> object | None:
     """The version of a final release tag ("v1.1.0"), or None when `ref` is not one."""
-    from packaging.version import InvalidVersion, Version
 
     try:
         version = Version(ref[1:] if ref[:1] in "vV" else ref)

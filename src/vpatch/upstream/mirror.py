@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,7 +40,6 @@ def fetch(cache: Path, url: str, *, blob_filter: str | None = None, report: Repo
     if not git.is_repo(path):
         tmp = path.with_name(path.name + ".partial")
         if tmp.exists():
-            import shutil
 
             shutil.rmtree(tmp)
         git.init_bare(tmp)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import cache_dir
+from vpatch import git
+from vpatch.base import VpatchError, cache_dir
+from vpatch.upstream.mirror import mirror_path
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -19,14 +21,11 @@ def history_path(cache: Path | None = None, package: str = "vllm") -> Path:
 
 def open_upstream(config: Config) -> Path:
     """The bare repository that answers refs for this project; an error with a hint when it is missing."""
-    from vpatch import git
-    from vpatch.base import VpatchError
 
     if config.upstream.source == "releases":
         path = history_path(cache_dir(), config.upstream.releases or "vllm")
         what, hint = "release history", "run `vpatch releases` to build it from PyPI"
     else:
-        from vpatch.upstream.mirror import mirror_path
 
         path = mirror_path(cache_dir(), config.upstream.git)
         what, hint = f"mirror of {config.upstream.git}", "run `vpatch fetch` to create it"
@@ -37,8 +36,6 @@ def open_upstream(config: Config) -> Path:
 
 def resolve(repo: Path, ref: str, *, what: str = "ref") -> str:
     """The commit a ref names upstream, or an error naming the ref."""
-    from vpatch import git
-    from vpatch.base import VpatchError
 
     commit = git.resolve_commit(repo, ref)
     if commit is None:
@@ -57,8 +54,6 @@ def pin_commit(repo: Path, config: Config, *, moved_ok: bool = False) -> str:
     the fix instead of surfacing as a raw git error or as a bogus "downgrade". `moved_ok` accepts a moved
     ref while the recorded commit exists (apply keeps building what the project pinned).
     """
-    from vpatch import git
-    from vpatch.base import VpatchError
 
     recorded = config.pin.commit
     if not recorded:
@@ -82,12 +77,10 @@ def pin_commit(repo: Path, config: Config, *, moved_ok: bool = False) -> str:
 def pin_moved(repo: Path, config: Config) -> bool:
     """Whether pin.ref now names another commit upstream than the recorded pin.commit: a `moved_ok` caller
     (apply, probe check) keeps the recorded commit and says so."""
-    from vpatch import git
 
     return bool(config.pin.commit) and git.resolve_commit(repo, config.pin.ref) != config.pin.commit
 
 
 def _is_tag(repo: Path, ref: str) -> bool:
-    from vpatch import git
 
     return git.resolve_commit(repo, f"refs/tags/{ref}") is not None

@@ -7,6 +7,7 @@ diffs) goes to `git apply --cached --check` on a temporary index holding only th
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -49,7 +50,6 @@ _INDEX_MODE = re.compile(rb"^index [0-9a-f]+\.\.[0-9a-f]+ (\d{6})$", re.MULTILIN
 
 
 def _blob_id(data: bytes) -> str:
-    import hashlib
 
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
