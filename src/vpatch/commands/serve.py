@@ -47,7 +47,7 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
         echo(f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}")
         return ExitCode.OK if checked.alive else ExitCode.ERROR
     if diff:
-        from vpatch.report import drift as drift_report
+        from vpatch.report import serve as drift_report
         from vpatch.serve import drift
 
         result = drift.diff(docker, definition, image=image, pin=load_config(project).pin)
