@@ -9,7 +9,10 @@ from vpatch.commands import echo, load_config, progress
 from vpatch.base.errors import ExitCode, VpatchError
 
 if TYPE_CHECKING:
+    from vpatch.config.definition import ImageDefinition
+    from vpatch.config.project import Pin
     from vpatch.config.serve import ServeConfig
+    from vpatch.docker import Docker
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
@@ -30,43 +33,59 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
                           if not check else "--image goes not with --check: --check asks the running container",
                           hint="name the image as `docker images` shows it, e.g. ml/vllm:cpu-next")
     # The whole definition, every section and the rules between them, before anything is shown or touched.
-    definition = ImageDefinition.load(load_config(project).root, name).validate()
+    config = load_config(project)
+    definition = ImageDefinition.load(config.root, name).validate()
     if print_only:
         echo(render.for_definition(definition, image=image).shell_line())
         return ExitCode.OK
     from vpatch.docker import Docker
-    from vpatch.upstream import cache_dir
 
     docker = Docker.connect()
     if check:
-        from vpatch.deploy.journal import Journal
-        from vpatch.serve import run as serve_run
-
-        checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
-        health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
-        echo(f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}")
-        return ExitCode.OK if checked.alive else ExitCode.ERROR
+        return check_alive(docker, definition)
     if diff:
-        from vpatch.report import serve as drift_report
-        from vpatch.serve import drift
+        return show_drift(docker, definition, image=image, pin=config.pin, json_out=json_out)
+    return start(docker, definition, image=image, replace=replace)
 
-        result = drift.diff(docker, definition, image=image, pin=load_config(project).pin)
-        if json_out:
-            import json
 
-            echo(json.dumps(drift_report.drift_json(result), indent=2))
-        else:
-            for line in drift_report.drift_lines(result, name):
-                echo(line)
-        return ExitCode.DRIFT if result.drifts else ExitCode.OK
+def check_alive(docker: Docker, definition: ImageDefinition) -> ExitCode:
+    """`--check`: is the running server alive (the container health check's rule)."""
+    from vpatch.deploy.journal import Journal
+    from vpatch.report import serve as shown
+    from vpatch.serve import run as serve_run
+
+    checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
+    echo(shown.check_line(checked))
+    return ExitCode.OK if checked.alive else ExitCode.ERROR
+
+
+def show_drift(docker: Docker, definition: ImageDefinition, *, image: str | None, pin: Pin, json_out: bool) -> ExitCode:
+    """`--diff`: the running container against the yaml; exit 7 on drift."""
+    from vpatch.report import serve as shown
+    from vpatch.serve import drift
+
+    result = drift.diff(docker, definition, image=image, pin=pin)
+    if json_out:
+        import json
+
+        echo(json.dumps(shown.drift_json(result), indent=2))
+    else:
+        for line in shown.drift_lines(result, definition.name):
+            echo(line)
+    return ExitCode.DRIFT if result.drifts else ExitCode.OK
+
+
+def start(docker: Docker, definition: ImageDefinition, *, image: str | None, replace: bool) -> ExitCode:
+    """Lint the command against the image, run it, wait for /health."""
+    from vpatch.report import serve as shown
     from vpatch.serve import run
+    from vpatch.upstream import cache_dir
 
     _refuse_unfinished_deploys(definition.name, definition.serve)
     served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
-    echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
-         f"{run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ''}")
-    echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
-         f"vLLM {served.lint.vllm_version}")
+    url = run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
+    for line in shown.served_lines(served, url):
+        echo(line)
     return ExitCode.OK
 
 
