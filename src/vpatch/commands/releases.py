@@ -10,9 +10,8 @@ from vpatch.base.errors import ExitCode
 
 def run(*, project: Path, versions: list[str], first: str | None, last: str | None, pre: bool,
         list_only: bool) -> ExitCode:
-    import datetime
-
     from vpatch.config.project import CONFIG_NAME, find_root
+    from vpatch.report import releases as shown
     from vpatch.upstream import cache_dir, releases
 
     root = find_root(project.resolve())
@@ -28,8 +27,7 @@ def run(*, project: Path, versions: list[str], first: str | None, last: str | No
         echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
         echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
         return ExitCode.OK
-    for r in result:
-        day = datetime.datetime.fromtimestamp(r.date, datetime.UTC).strftime("%Y-%m-%d")
-        echo(f"{r.tag:<12} {r.commit[:12]}  {day}  {r.state.value}")
+    for line in shown.release_lines(result):
+        echo(line)
     echo(f"release history: {releases.history_path(cache_dir())}", err=True)
     return ExitCode.OK

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vpatch.report import deploy as deploy_report
 from vpatch.deploy.checks import Figures
 from vpatch.deploy.record import DeployRecord, Side, Source, age
 from vpatch.deploy.series import Series
+from vpatch.report import deploy as deploy_report
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
