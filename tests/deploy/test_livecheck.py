@@ -236,10 +236,10 @@ def test_update_refuses_a_drop_whose_live_check_names_no_file(project: Project) 
 
 
 def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -> None:
-    from vpatch.deploy import report as deploy_report
     from vpatch.deploy.checks import Figures
     from vpatch.deploy.live import LiveReport, Plan
     from vpatch.deploy.switch import Decision, Outcome, Report
+    from vpatch.report import deploy as deploy_report
 
     check = parse(GOOD)
     planned = Planned("0003-x", Role.DROPPED, "checks/live/0009-x.yaml", check, "Applied-Upstream: v0.33.0")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vpatch import git, upstream
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, load_series
+from vpatch.report import apply as shown
+from vpatch.tree import stack
 
 
 def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
-    from vpatch import git, upstream
-    from vpatch.tree import stack
-
     config = load_config(project)
     series = load_series(config)
     repo = upstream.open_upstream(config)
@@ -19,14 +19,12 @@ def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: 
     pinned = upstream.pin_commit(repo, config, moved_ok=True)
     base = pinned if ref is None else upstream.resolve(repo, target)
     if ref is None and upstream.pin_moved(repo, config):
-        echo(f"warning: {config.pin.ref} now names another commit upstream; applying onto the recorded {pinned[:12]}", err=True)
+        echo(shown.moved_pin_warning(config.pin.ref, pinned), err=True)
     with git.project_lock(config.root, "apply"):
         # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
         pin = pinned if ref is not None else None
         result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
                                     state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
-    echo(f"applied {len(result.applied)} patch(es) onto {target} ({base[:12]}) in {result.worktree}")
-    for a in result.applied:
-        echo(f"  {a.commit[:12]} {a.file}")
-    echo("edit the commits there (amend, add a commit for a new patch), then run `vpatch export`")
+    for line in shown.applied_lines(result, target, base):
+        echo(line)
     return ExitCode.OK

@@ -7,12 +7,12 @@ from pathlib import Path
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, progress, warn_tree_work
 from vpatch.config import Strategy
+from vpatch.image import build as image_build
+from vpatch.image import describe
+from vpatch.report import build as shown
 
 
 def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy | None, base: str | None) -> ExitCode:
-    from vpatch.image import build as image_build
-    from vpatch.image import describe
-
     config = load_config(project)
     warn_tree_work(config, "build")
     if plan:
@@ -22,9 +22,6 @@ def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy 
         return ExitCode.OK
     # Build progress goes to stderr; stdout keeps only the result (scripts read the tags from it).
     built = image_build.build_image(config, name, strategy=strategy, base=base, push=push, progress=progress)
-    verb = "reused" if built.reused else f"built in {built.seconds:.1f}s"
-    echo(f"{verb}: {built.image_id[:19]} ({built.plan.strategy.value}: {built.plan.reason})")
-    for tag in built.plan.tags:
-        digest = built.pushed.get(tag)
-        echo(f"  {tag}" + (f"  pushed {digest}" if digest else ""))
+    for line in shown.built_lines(built):
+        echo(line)
     return ExitCode.OK

@@ -2,103 +2,127 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError, atomic_write, cache_dir
 from vpatch.commands import console, echo, load_config, progress
+from vpatch.config import ImageDefinition
+from vpatch.deploy import DeployRecord, Journal
+from vpatch.deploy.prune import prune
+from vpatch.docker import Docker
+from vpatch.report import deploy as shown
+from vpatch.report import deploy_html
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
     from vpatch.deploy import DeployRecord
+    from vpatch.deploy.switch import BaselineMode
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
         as_json: bool, report: bool = False, out: Path | None = None, baseline: str = "recorded") -> ExitCode:
-    import json
+    """Refuse what one mode would ignore, then run the one mode asked for."""
+    from vpatch.deploy import switch
 
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
-    keep = 1 if keep is None else keep
-
-    from vpatch.config import ImageDefinition
-    from vpatch.deploy import report as deploy_report
-    from vpatch.deploy import switch
-    from vpatch.docker import Docker
-    from vpatch.report import deploy as shown
-
     modes = {m.value: m for m in switch.BaselineMode}
     if baseline not in modes:
         raise VpatchError(f"--baseline {baseline} is not one of {', '.join(modes)}",
                           hint="recorded (the default) spares production; measure measures it afresh; none skips it")
     if out is not None and not report:
         raise VpatchError("--out needs --report", hint=f"`vpatch deploy {name} --report --out FILE`")
-    if report:  # the state folder only: a report of a deploy that was killed must not need the yaml or the daemon
-        from vpatch.deploy import DeployRecord, Journal
-
-        record = DeployRecord.latest(name)
-        if record is None:
-            raise VpatchError(f"no deploy of {name} is recorded on this host ({DeployRecord.folder()})",
-                              hint=f"`vpatch deploy {name}` writes one (and its report) as it runs")
-        journal = Journal.load(name)
-        phase = journal.phase.value if journal is not None and journal.started == record.started else None
-        echo(f"report: {_write_report(record, out, phase)}")
-        return ExitCode.OK
+    if report:
+        return show_report(name, out=out)
     # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
-    if where or rollback or prune:
-        docker = Docker.connect()
-        if where:
-            serve = _serve_if_readable(project, name)
-            found = switch.status(definition=name, docker=docker, container=serve.container.name if serve else None,
-                                  port=serve.port if serve else None)
-            for line in shown.status_lines(name, found):
-                echo(line)
-            unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
-            return ExitCode.UNFINISHED if unfinished else ExitCode.OK
-        elif rollback:
-            from vpatch.deploy import Journal
+    if where:
+        return show_status(project, name)
+    if rollback:
+        return roll_back(project, name)
+    if prune:
+        return prune_old(name, keep=1 if keep is None else keep)
+    return deploy(project, name, image=image, as_json=as_json, baseline=modes[baseline])
 
-            serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
-            for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
-                # A renamed definition (tiny.yaml -> tiny2.yaml): its deploy is recorded under the old name.
-                raise VpatchError(f"no deploy of {name} is recorded on this host, but an unfinished deploy of "
-                                  f"{other.definition} ({other.phase.value}) holds {other.container} (port {other.port})",
-                                  hint=f"`vpatch deploy {other.definition} --rollback` restores production")
-            restored = switch.rollback(definition=name, docker=docker, progress=progress)
-            echo(f"rolled back: {switch.describe(restored)}")
-        else:
-            from vpatch.deploy.prune import prune as prune_left
 
-            pruned = prune_left(docker, name, keep=keep)
-            for cname in pruned.removed:
-                echo(f"removed {cname}")
-            for cname, why in pruned.kept:
-                echo(f"kept    {cname} ({why})")
-            if not pruned.removed:
-                echo("nothing to prune")
-        return ExitCode.OK
-    definition = ImageDefinition.load(load_config(project).root, name)
+def show_report(name: str, *, out: Path | None) -> ExitCode:
+    """`--report`: the last deploy's HTML page again, from the state folder only: a report of a deploy that was
+    killed must not need the yaml or the daemon."""
+
+    record = DeployRecord.latest(name)
+    if record is None:
+        raise VpatchError(f"no deploy of {name} is recorded on this host ({DeployRecord.folder()})",
+                          hint=f"`vpatch deploy {name}` writes one (and its report) as it runs")
+    journal = Journal.load(name)
+    phase = journal.phase.value if journal is not None and journal.started == record.started else None
+    echo(shown.page_line(_write_report(record, out, phase)))
+    return ExitCode.OK
+
+
+def show_status(project: Path, name: str) -> ExitCode:
+    """`--status`: where the last deploy stands; exit 8 while it is unfinished."""
+    from vpatch.deploy import switch
+
+    docker = Docker.connect()
+    serve = _serve_if_readable(project, name)
+    found = switch.status(definition=name, docker=docker, container=serve.container.name if serve else None,
+                          port=serve.port if serve else None)
+    for line in shown.status_lines(name, found):
+        echo(line)
+    unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
+    return ExitCode.UNFINISHED if unfinished else ExitCode.OK
+
+
+def roll_back(project: Path, name: str) -> ExitCode:
+    """`--rollback`: bring the parked production container back."""
+    from vpatch.deploy import switch
+
+    docker = Docker.connect()
+    serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
+    for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
+        # A renamed definition (tiny.yaml -> tiny2.yaml): its deploy is recorded under the old name.
+        raise VpatchError(f"no deploy of {name} is recorded on this host, but an unfinished deploy of "
+                          f"{other.definition} ({other.phase.value}) holds {other.container} (port {other.port})",
+                          hint=f"`vpatch deploy {other.definition} --rollback` restores production")
+    restored = switch.rollback(definition=name, docker=docker, progress=progress)
+    echo(shown.rolled_back_line(restored))
+    return ExitCode.OK
+
+
+def prune_old(name: str, *, keep: int) -> ExitCode:
+    """`--prune`: remove old parked and candidate containers, keeping the `keep` newest of each kind."""
+
+    for line in shown.prune_lines(prune(Docker.connect(), name, keep=keep)):
+        echo(line)
+    return ExitCode.OK
+
+
+def deploy(project: Path, name: str, *, image: str | None, as_json: bool, baseline: BaselineMode) -> ExitCode:
+    """The switch: verify the candidate, baseline, park production, start and check the candidate, keep it or
+    roll back; exit 6 when it rolled back."""
+
+    from vpatch.deploy import live, switch
+
+    config = load_config(project)
+    definition = ImageDefinition.load(config.root, name)
     if definition.serve is None:
         raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
     docker = Docker.connect()
-    from vpatch.base import cache_dir
-    from vpatch.deploy import live
-
     definition.validate()  # every section and the rules between them, before production is touched
     candidate = image or definition.moving_ref
     production = docker.container(definition.serve.container.name)
     # Before anything is touched: verify the candidate against its labels and gather the live checks it owes.
-    plan = live.plan(load_config(project), candidate=candidate, docker=docker, serve=definition.serve,
-                     progress=progress,
+    plan = live.plan(config, candidate=candidate, docker=docker, serve=definition.serve, progress=progress,
                      baseline=production.image_id if production is not None and production.status == "running" else None)
-    for note in plan.notes:
-        echo(f"live checks: {note}", err=True)
+    for line in shown.plan_notes(plan):
+        echo(line, err=True)
     result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
-                           docker=docker, cache=cache_dir(), progress=progress, live=plan, baseline=modes[baseline])
+                           docker=docker, cache=cache_dir(), progress=progress, live=plan, baseline=baseline)
     page = _write_report(result.record, None, None) if result.record is not None else None
     if as_json:
-        echo(json.dumps(deploy_report.to_json(result), indent=2))
+        echo(json.dumps(shown.to_json(result), indent=2))
         if page is not None:
-            progress(f"report: {page}")
+            progress(shown.page_line(page))
     else:
         shell = console()
         for table in shown.tables(result):
@@ -106,14 +130,13 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
         for line in shown.lines(result):
             echo(line)
         if page is not None:
-            echo(f"report: {page}")
+            echo(shown.page_line(page))
     return result.decision.exit_code
 
 
 def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
     """images/NAME.yaml's serve: section when it reads: --status then also finds another definition's
     unfinished deploy on its container or port (a renamed definition's). Recovery never needs it."""
-    from vpatch.config import ImageDefinition
 
     try:
         return ImageDefinition.load(load_config(project).root, name).serve
@@ -145,8 +168,6 @@ def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where:
 
 def _write_report(record: DeployRecord, out: Path | None, phase: str | None) -> Path:
     """The deploy's HTML page, written atomically beside its record (or to `out`); its path."""
-    from vpatch.base import atomic_write
-    from vpatch.report import deploy_html
 
     path = out or record.html_path
     atomic_write(path, deploy_html.render(record, phase=phase).encode(), durable=False)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.base import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError, cache_dir
 from vpatch.commands import echo, load_config
+from vpatch.report import ProgressView
+from vpatch.upstream import mirror
 
 
 def run(*, project: Path, blob_filter: str | None) -> ExitCode:
-    from vpatch.base import cache_dir
-    from vpatch.report import ProgressView
-    from vpatch.upstream import mirror
-
     config = load_config(project)
     if config.upstream.source == "releases":
         raise VpatchError("this project reads upstream from the release history, not a git mirror",

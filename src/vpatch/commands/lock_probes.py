@@ -6,20 +6,17 @@ from pathlib import Path
 
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config
+from vpatch.probes import env as probe_env
+from vpatch.report import lock_probes as shown
 
 
 def run(*, project: Path, lock: Path | None) -> ExitCode:
-    from vpatch.probes import env as probe_env
-
     path = lock or load_config(project).patches_dir / "probes" / probe_env.LOCK_NAME
     echo(f"resolving {path.name} with pip (nothing is installed)...", err=True)
     change = probe_env.refresh_lock(path)
-    for name, old, new in change.moved:
-        echo(f"{name} {old} -> {new}")
-    for line in change.added:
-        echo(f"+ {line}")
-    for line in change.removed:
-        echo(f"- {line}")
-    if not (change.moved or change.added or change.removed):
+    lines = shown.change_lines(change)
+    for line in lines:
+        echo(line)
+    if not lines:
         echo(f"{path.name}: unchanged", err=True)
     return ExitCode.OK

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vpatch.base import ExitCode
+from vpatch.base import ExitCode, cache_dir
 from vpatch.commands import echo, load_config
+from vpatch.config import CONFIG_NAME, find_root
+from vpatch.report import ProgressView
+from vpatch.report import releases as shown
+from vpatch.upstream import releases
 
 
 def run(*, project: Path, versions: list[str], first: str | None, last: str | None, pre: bool,
         list_only: bool) -> ExitCode:
-    import datetime
-
-    from vpatch.base import cache_dir
-    from vpatch.config import CONFIG_NAME, find_root
-    from vpatch.upstream import releases
-
     root = find_root(project.resolve())
     pin = load_config(project).pin.ref if (root / CONFIG_NAME).is_file() else None
     if list_only:
         result = releases.list_releases()
     else:
-        from vpatch.report import ProgressView
 
         with ProgressView() as view:
             result = releases.update(versions, first=first, last=last, pre=pre, pin=pin, report=view)
@@ -29,8 +26,7 @@ def run(*, project: Path, versions: list[str], first: str | None, last: str | No
         echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
         echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
         return ExitCode.OK
-    for r in result:
-        day = datetime.datetime.fromtimestamp(r.date, datetime.UTC).strftime("%Y-%m-%d")
-        echo(f"{r.tag:<12} {r.commit[:12]}  {day}  {r.state.value}")
+    for line in shown.release_lines(result):
+        echo(line)
     echo(f"release history: {releases.history_path(cache_dir())}", err=True)
     return ExitCode.OK

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError, cache_dir
 from vpatch.commands import echo, load_config, progress
+from vpatch.config import ImageDefinition, image_reference_ok
+from vpatch.deploy import Journal, holders
+from vpatch.docker import Docker
+from vpatch.report import serve as shown
+from vpatch.serve import drift, render
+from vpatch.serve import run as serve_run
 
 if TYPE_CHECKING:
-    from vpatch.config import ServeConfig
+    from vpatch.config import ImageDefinition, Pin, ServeConfig
+    from vpatch.docker import Docker
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
         check: bool) -> ExitCode:
-    from vpatch.config import ImageDefinition, image_reference_ok
-    from vpatch.serve import render
-
     modes = [flag for flag, on in (("--print", print_only), ("--diff", diff), ("--check", check)) if on]
     if len(modes) > 1 or (replace and modes):
         both = modes if len(modes) > 1 else [modes[0], "--replace"]
@@ -30,43 +35,50 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
                           if not check else "--image goes not with --check: --check asks the running container",
                           hint="name the image as `docker images` shows it, e.g. ml/vllm:cpu-next")
     # The whole definition, every section and the rules between them, before anything is shown or touched.
-    definition = ImageDefinition.load(load_config(project).root, name).validate()
+    config = load_config(project)
+    definition = ImageDefinition.load(config.root, name).validate()
     if print_only:
         echo(render.for_definition(definition, image=image).shell_line())
         return ExitCode.OK
-    from vpatch.base import cache_dir
-    from vpatch.docker import Docker
 
     docker = Docker.connect()
     if check:
-        from vpatch.deploy import Journal
-        from vpatch.serve import run as serve_run
-
-        checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
-        health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
-        echo(f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}")
-        return ExitCode.OK if checked.alive else ExitCode.ERROR
+        return check_alive(docker, definition)
     if diff:
-        from vpatch.report import drift as drift_report
-        from vpatch.serve import drift
+        return show_drift(docker, definition, image=image, pin=config.pin, json_out=json_out)
+    return start(docker, definition, image=image, replace=replace)
 
-        result = drift.diff(docker, definition, image=image, pin=load_config(project).pin)
-        if json_out:
-            import json
 
-            echo(json.dumps(drift_report.drift_json(result), indent=2))
-        else:
-            for line in drift_report.drift_lines(result, name):
-                echo(line)
-        return ExitCode.DRIFT if result.drifts else ExitCode.OK
+def check_alive(docker: Docker, definition: ImageDefinition) -> ExitCode:
+    """`--check`: is the running server alive (the container health check's rule)."""
+
+    checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
+    echo(shown.check_line(checked))
+    return ExitCode.OK if checked.alive else ExitCode.ERROR
+
+
+def show_drift(docker: Docker, definition: ImageDefinition, *, image: str | None, pin: Pin, json_out: bool) -> ExitCode:
+    """`--diff`: the running container against the yaml; exit 7 on drift."""
+
+    result = drift.diff(docker, definition, image=image, pin=pin)
+    if json_out:
+
+        echo(json.dumps(shown.drift_json(result), indent=2))
+    else:
+        for line in shown.drift_lines(result, definition.name):
+            echo(line)
+    return ExitCode.DRIFT if result.drifts else ExitCode.OK
+
+
+def start(docker: Docker, definition: ImageDefinition, *, image: str | None, replace: bool) -> ExitCode:
+    """Lint the command against the image, run it, wait for /health."""
     from vpatch.serve import run
 
     _refuse_unfinished_deploys(definition.name, definition.serve)
     served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
-    echo(f"{served.command.name} ({served.container_id[:12]}) is healthy after {served.seconds_to_healthy:.0f}s: "
-         f"{run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ''}")
-    echo(f"lint: entrypoint `{' '.join(served.lint.entrypoint)}`, {len(served.lint.flags)} flag(s) known to "
-         f"vLLM {served.lint.vllm_version}")
+    url = run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
+    for line in shown.served_lines(served, url):
+        echo(line)
     return ExitCode.OK
 
 
@@ -74,7 +86,6 @@ def _refuse_unfinished_deploys(name: str, serve: ServeConfig | None) -> None:
     """A deploy left unfinished (killed, or its rollback failed) on this container or port: starting a server
     there would put a container the journal does not know where its rollback acts. Its own lock refuses a
     running deploy; this refuses one that ended half-way."""
-    from vpatch.deploy import Journal, holders
 
     if serve is None:
         return

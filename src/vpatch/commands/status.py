@@ -2,27 +2,27 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from vpatch import upstream
 from vpatch.base import ExitCode
 from vpatch.commands import console, echo, load_config, load_series, warn_tree_work
+from vpatch.probes import workspace as probe_runs
+from vpatch.report import ProgressView
+from vpatch.report import status as report
+from vpatch.series import refuse_unfinished
+from vpatch.status import compute as core
 
 
 def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, no_probes: bool,
         jobs: int | None = None) -> ExitCode:
-    from vpatch import upstream
-    from vpatch.probes import workspace as probe_runs
-    from vpatch.report import status as report
-    from vpatch.series import refuse_unfinished
-    from vpatch.status import compute as core
-
     config = load_config(project)
     series = load_series(config)
     refuse_unfinished(series.patches, where="edit the patch file (or amend the commit in the applied tree and export)")
     warn_tree_work(config, "status")
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against)
-    from vpatch.report import ProgressView
 
     names = {t.commit: t.ref for t in [*targets, pin]}
     with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
@@ -33,7 +33,6 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
             report=view,
         )
     if json_out:
-        import json
 
         echo(json.dumps(report.status_json(result), indent=2))
     else:

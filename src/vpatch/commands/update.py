@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 
+from vpatch import update as core
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import console, echo, load_config, warn_tree_work
+from vpatch.probes import workspace as probe_runs
+from vpatch.report import ProgressView
+from vpatch.report import status as report
+from vpatch.report import update as update_report
+from vpatch.status import Status
 
 
 def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
         continue_: bool, abort: bool, json_out: bool, furthest: bool = False, jobs: int | None = None) -> ExitCode:
-    from vpatch import update as core
-
     if sum(bool(x) for x in (to, continue_, abort)) != 1:
         raise VpatchError("give exactly one of --to REF, --continue, --abort", exit_code=ExitCode.USAGE,
                           hint="vpatch update --to v0.31.0 [--dry-run]")
@@ -21,10 +27,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
     if furthest:
         assert to is not None
         return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, narrow=not no_narrow, json_out=json_out)
-    import functools
 
-    from vpatch.probes import workspace as probe_runs
-    from vpatch.report import ProgressView
 
     config = load_config(project)
     with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
@@ -43,18 +46,14 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
                                      validator=validator)
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
-                from vpatch.report import status as report
-                from vpatch.status import Status
 
                 if isinstance(refused.report, Status) and not json_out:
                     console().print(report.status_table(refused.report))
                 raise
     if json_out:
-        import json
 
         echo(json.dumps(result.to_json(), indent=2))
     else:
-        from vpatch.report import update as update_report
 
         table = update_report.plan_table(result)
         if table is not None:
@@ -65,18 +64,11 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
 
 
 def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow: bool, json_out: bool) -> ExitCode:
-    import functools
-
-    from vpatch import update as core
-    from vpatch.report import ProgressView
-    from vpatch.report import update as update_report
-
     config = load_config(project)
     with ProgressView() as view:
         reach = core.update_furthest(config, to, dry_run=dry_run, no_commit=no_commit, narrow=narrow, progress=view,
                                      validator=functools.partial(core.validate_with_probes, report=view))
     if json_out:
-        import json
 
         echo(json.dumps(reach.to_json(), indent=2))
     else:

@@ -5,23 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError, cache_dir
 from vpatch.commands import echo, load_config, progress
+from vpatch.deploy import live as deploy_live
+from vpatch.docker import Docker
+from vpatch.image import verify as image_verify
+from vpatch.report import verify as shown
 
 if TYPE_CHECKING:
     from vpatch.config import Config
 
 
 def run(*, project: Path, image: str, probes: bool, live: bool, definition: str | None) -> ExitCode:
-    from vpatch.image import verify as image_verify
-
     if definition is not None and not live:
         raise VpatchError("--definition names the image definition that --live starts the image with",
                           hint=f"vpatch verify {image} --live --definition {definition}")
     config = load_config(project)
     report = image_verify.verify_image(config, image, probes=probes)
-    for check in report.checks:
-        echo(f"{check.mark} {check.what}" + (f": {check.detail}" if check.detail else ""))
+    for line in shown.check_lines(report):
+        echo(line)
     if report.ok and live:
         verify_live(config, image, definition)
     if not report.ok:
@@ -31,29 +33,18 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
                           hint="a probe's FAIL: the fix is not in the image; ERROR: the probe could not decide (a crash, "
                           "a timeout, a missing file: it may need vLLM's dependencies, which an official image has)" if only_probes
                           else "rebuild it with `vpatch build`")
-    echo(f"image {image} matches its labels: {len(report.checks)} check(s) passed")
+    echo(shown.matched_line(image, report))
     return ExitCode.OK
 
 
 def verify_live(config: Config, image: str, definition: str | None) -> None:
-    from vpatch.base import cache_dir
-    from vpatch.deploy import live as deploy_live
-    from vpatch.docker import Docker
-
     result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
                                      progress=progress)
-    for note in result.plan.notes:
-        echo(f"note {note}")
-    for outcome in result.candidate:
-        for case in outcome.cases:
-            shown = "" if case.ok else ": " + "; ".join(case.problems)
-            echo(f"{'ok  ' if case.ok else 'FAIL'} live {outcome.planned.patch}: {case.name}{shown}")
+    for line in shown.live_lines(result):
+        echo(line)
     failed = [o for o in result.candidate if not o.ok]
     if failed:
         raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",
                           hint="the fix does not show through the server; `vpatch verify --live` again after "
                           "fixing the patch and rebuilding")
-    if result.candidate:
-        echo(f"live checks: {sum(len(o.cases) for o in result.candidate)} case(s) passed")
-    else:
-        echo("live checks: none to run (no patch in the image names a Live-Check); nothing was started")
+    echo(shown.live_summary(result))

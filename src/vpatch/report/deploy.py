@@ -1,15 +1,26 @@
-"""How `vpatch deploy` shows a deploy: its tables and lines, and where the last one stands (--status)."""
+"""How `vpatch deploy` shows a deploy: its tables and lines, its --json document, where the last one stands
+(--status), and the rows (baseline and candidate side by side) that the tables and the HTML page
+(deploy_html.py) both show."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
-from vpatch.deploy import report as deploy_report
+from vpatch.deploy.checks import CheckResult, Figures
+from vpatch.deploy.live import LiveReport, live_json
+from vpatch.deploy.switch import Report, describe
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.table import Table
 
-    from vpatch.deploy import Report, Where
+    from vpatch.deploy import Where
+    from vpatch.deploy.container import Restored
+    from vpatch.deploy.live import Plan
+    from vpatch.deploy.prune import Pruned
 
 
 def status_lines(name: str, found: Where) -> list[str]:
@@ -33,20 +44,20 @@ def status_lines(name: str, found: Where) -> list[str]:
 
 def tables(result: Report) -> list[Table]:
     """The checks, the baseline against the candidate, and (where there are any) the patches' live checks."""
-    from rich.table import Table  # lazy: rich loads only when something is shown; --help shows no table
+    from rich.table import Table
 
     checks = Table(title=f"deploy {result.definition}: {result.image} as {result.container}")
     for column in ("check", "baseline", "candidate", "figure", "s"):
         checks.add_column(column)
-    for row in deploy_report.check_rows(result):
+    for row in check_rows(result):
         checks.add_row(*row)
     figures = Table(title="baseline vs candidate")
     for column in ("figure", "baseline", "candidate"):
         figures.add_column(column)
-    for frow in deploy_report.figure_rows(result):
+    for frow in figure_rows(result):
         figures.add_row(*frow)
     shown = [checks, figures]
-    rows = deploy_report.live_rows(result.live)
+    rows = live_rows(result.live)
     if rows:
         live = Table(title="live checks, per patch")
         for column in ("patch", "case", "baseline", "candidate", "candidate answered"):
@@ -74,3 +85,127 @@ def lines(result: Report) -> list[str]:
     for alarm in result.live.alarms if result.live else []:
         shown.append(alarm)
     return shown
+
+
+
+def plan_notes(plan: Plan) -> list[str]:
+    """Before the switch, on stderr: what the live checks' plan says (a patch without one, a check left out)."""
+    return [f"live checks: {note}" for note in plan.notes]
+
+
+def page_line(path: Path) -> str:
+    """Where the deploy's HTML page was written."""
+    return f"report: {path}"
+
+
+def rolled_back_line(restored: Restored) -> str:
+    return f"rolled back: {describe(restored)}"
+
+
+def prune_lines(pruned: Pruned) -> list[str]:
+    """Each container removed, each kept and why; or that there was nothing to prune."""
+    lines = [f"removed {name}" for name in pruned.removed]
+    lines += [f"kept    {name} ({why})" for name, why in pruned.kept]
+    if not pruned.removed:
+        lines.append("nothing to prune")
+    return lines
+
+# The figures compared side by side, with how each is shown.
+_FIGURES: tuple[tuple[str, str], ...] = (
+    ("kv_pool_tokens", "KV pool (tokens)"),
+    ("max_concurrency", "max concurrency"),
+    ("tokens_per_block", "tokens per KV block held"),
+    ("blocks_ratio", "blocks held / predicted"),
+    ("ttft_s", "time to first token (median, s)"),
+    ("decode_tps", "decode tokens/s (median)"),
+    ("needles_found", "needles found"),
+    ("questions_right", "questions right"),
+    ("preemptions", "preemptions (parallel)"),
+    ("log_findings", "log findings"),
+)
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def figure_rows(report: Report) -> list[tuple[str, str, str]]:
+    """(figure, baseline, candidate) for every figure either side measured."""
+    return figure_rows_of(report.baseline.figures if report.baseline else Figures(), report.candidate.figures)
+
+
+def figure_rows_of(base: Figures, cand: Figures) -> list[tuple[str, str, str]]:
+    """figure_rows for two sides' figures (a deploy's, or a record's read back)."""
+    rows = []
+    for key, label in _FIGURES:
+        b, c = getattr(base, key), getattr(cand, key)
+        if b is not None or c is not None:
+            if key == "max_concurrency":
+                label += f" at {_show(cand.concurrency_tokens or base.concurrency_tokens)} tokens"
+            rows.append((label, _show(b), _show(c)))
+    return rows
+
+
+def check_rows(report: Report) -> list[tuple[str, str, str, str, str]]:
+    """(check, baseline status, candidate status, candidate figure and detail, seconds)."""
+    return check_rows_of(report.baseline.checks if report.baseline else (), report.candidate.checks)
+
+
+def check_rows_of(baseline: Sequence[CheckResult], candidate: Sequence[CheckResult]) -> list[tuple[str, str, str, str, str]]:
+    """check_rows for two sides' checks."""
+    base = {c.name: c for c in baseline}
+    rows = []
+    for check in candidate:
+        b = base.get(check.name)
+        text = check.figure + (f" - {check.detail}" if check.detail and check.failed else "")
+        rows.append((check.name, b.status.value if b else "-", check.status.value, text, f"{check.seconds:.1f}"))
+    return rows
+
+
+def live_rows(live: LiveReport | None) -> list[tuple[str, str, str, str, str]]:
+    """(patch and role, case, baseline, candidate, what the candidate answered) for every live-check case."""
+    if live is None:
+        return []
+    base = {(o.planned.patch, c.name): c for o in live.baseline for c in o.cases}
+    rows = []
+    for outcome in live.candidate:
+        for case in outcome.cases:
+            b = base.get((outcome.planned.patch, case.name))
+            seen = case.seen.summary() if case.seen else ""
+            shown = seen if case.ok else "; ".join(case.problems)
+            rows.append((f"{outcome.planned.patch} ({outcome.planned.role.value})", case.name,
+                         "-" if b is None else ("pass" if b.ok else "fail"), "pass" if case.ok else "fail", shown))
+    return rows
+
+
+def _check(c: CheckResult) -> dict[str, Any]:
+    return {"name": c.name, "status": c.status.value, "figure": c.figure, "detail": c.detail,
+            "seconds": round(c.seconds, 2)}
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    def outcome(o: Any) -> dict[str, Any] | None:
+        if o is None:
+            return None
+        return {"checks": [_check(c) for c in o.checks], "figures": asdict(o.figures), "series": o.series.to_json(),
+                "source": o.source, "recorded_at": o.recorded_at}
+
+    failed = report.failed_check
+    return {
+        "definition": report.definition, "container": report.container, "image": report.image,
+        "decision": report.decision.value, "exit_code": int(report.decision.exit_code),
+        "failed_check": failed.name if failed else None,
+        "baseline": outcome(report.baseline), "candidate": outcome(report.candidate),
+        "steps": [{"name": s.name, "seconds": round(s.seconds, 2)} for s in report.steps],
+        "parked_as": report.parked_as, "candidate_kept_as": report.candidate_kept_as,
+        "rollback": report.rollback, "failed_hooks": list(report.hooks),
+        "live": live_json(report.live), "alarms": report.live.alarms if report.live else [],
+        "record": str(report.record.path) if report.record else None,
+        "report": str(report.record.html_path) if report.record else None,
+    }

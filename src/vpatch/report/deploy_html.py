@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vpatch.deploy import DeployRecord, Figures, Series, Side, Source, age
-from vpatch.deploy import report as deploy_report
+from vpatch.report import deploy as deploy_report
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -139,8 +139,8 @@ def plots(base: Series, cand: Series) -> list[Plot]:
 def _draw(plot_id: str, panels: int, draw: Any) -> str | None:
     """`draw(axes)` on a matplotlib figure, as inline SVG; None without matplotlib (the tables still stand)."""
     try:
-        import matplotlib  # lazy: heavy (about a second): only when a report is drawn
-        from matplotlib.figure import Figure  # lazy: matplotlib loads only for the HTML report's charts
+        import matplotlib  # heavy (about a second): only when a report is drawn
+        from matplotlib.figure import Figure
     except ImportError:
         return None
     # Ids in the SVG are hashes salted with this; each plot its own salt, so two inline SVGs of one page

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vpatch.report import status as report
+from vpatch.status import Status
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -16,8 +19,6 @@ def plan_table(result: Result) -> RenderableType | None:
 
     if result.outcome is not Outcome.PLANNED or result.plan.report is None:
         return None
-    from vpatch.report import status as report
-    from vpatch.status import Status
 
     assert isinstance(result.plan.report, Status)
     return report.status_table(result.plan.report)
