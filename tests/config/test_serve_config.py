@@ -112,7 +112,11 @@ def test_default_container_name_and_published_port(tmp_path: Path) -> None:
         ("serve:\n  model: m\n  tool_call_parser: hermes\n", "key 'serve.enable_auto_tool_choice' must be set"),
         ("serve:\n  model: m\n  extra_args: --x\n", "key 'serve.extra_args' must be a list"),
         ("serve:\n  model: m\n  env:\n    1BAD: x\n", "key 'serve.env.1BAD' is not a valid environment"),
-        ("serve:\n  model: m\n  env:\n    A: [1]\n", "key 'serve.env.A' must be a string or number"),
+        # The kind as YAML names it, never the loader's class (it said "not a TextList").
+        ("serve:\n  model: m\n  env:\n    A: [1]\n", "key 'serve.env.A' must be a string or number, not a list"),
+        ("serve:\n  model: m\n  env:\n    A: {b: 1}\n", "key 'serve.env.A' must be a string or number, not a mapping"),
+        ("serve:\n  model: m\n  env: [A]\n", "key 'serve.env' must be a mapping of NAME: value (leave the key out "
+         "for none), not a list"),
         ("serve:\n  model: m\n  container:\n    restart: sometimes\n", "key 'serve.container.restart' must be"),
         ("serve:\n  model: m\n  container:\n    gpus: 0,1\n", "key 'serve.container.gpus' must be all"),
         ("serve:\n  model: m\n  container:\n    shm_size: lots\n", "key 'serve.container.shm_size' must be a size"),

@@ -21,6 +21,7 @@ from vpatch.base.errors import ConfigError, JournalError, VpatchError
 from vpatch.base.lock import LockedError, LockFolderError, host_resources
 from vpatch.base.paths import state_dir
 from vpatch.config.definition import ImageDefinition
+from vpatch.deploy import switch
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.serve import alive, health
 from vpatch.serve.render import for_definition
@@ -135,6 +136,18 @@ def test_x61_a_journal_with_a_key_given_twice_is_refused(state: Path) -> None:
     write_journal(state, text)
     with pytest.raises(JournalError, match="the key 'phase' is given twice"):
         Journal.load("tiny")
+
+
+@pytest.mark.parametrize(("note", "said"), [
+    ("", "the last deploy of tiny was already rolled back"),  # J13 replayed: it said "rolled back ()"
+    ("audit-tiny alive again after 40s", "the last deploy of tiny was already rolled back (audit-tiny alive again after 40s)"),
+])
+def test_j13_a_rollback_of_a_closed_deploy_says_so_with_what_to_do(state: Path, note: str, said: str) -> None:
+    write_journal(state, json.dumps({**GOOD, "phase": "rolled-back", "note": note}))
+    with pytest.raises(VpatchError) as info:
+        switch.rollback(definition="tiny", docker=None, progress=lambda _: None)  # type: ignore[arg-type]  # never asked
+    assert info.value.message == said
+    assert info.value.hint == "nothing to roll back; `vpatch deploy tiny --status` shows what runs"
 
 
 def test_x26_the_rollback_waits_as_long_as_production_needs(state: Path) -> None:

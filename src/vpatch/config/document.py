@@ -82,6 +82,11 @@ class Document:
                 "" if empty_ok else " for the defaults"))
         return self.mapping(value, key, required=required, optional=optional)
 
+    def shown(self, value: Any) -> str:
+        """How a message names a value: its kind for a mapping or a list (never the loader's class name), else
+        the value."""
+        return _shown(value)
+
     def string(self, data: dict[str, Any], key: str, default: str | None = None) -> str:
         name = key.rsplit(".", 1)[-1]
         value = data.get(name, default)

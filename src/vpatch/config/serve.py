@@ -341,14 +341,13 @@ def _env(doc: Document, data: dict[str, Any], key: str) -> tuple[tuple[str, str]
         return ()
     value = data["env"]
     if not isinstance(value, dict) or not value:
-        doc.fail(key, "must be a mapping of NAME: value (leave the key out for none), not "
-                 f"{'empty' if not value else type(value).__name__}")
+        doc.fail(key, f"must be a mapping of NAME: value (leave the key out for none), not {doc.shown(value)}")
     out = []
     for name in value:
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             doc.fail(f"{key}.{name}", "is not a valid environment variable name")
         if isinstance(value[name], (dict, list)):
-            doc.fail(f"{key}.{name}", f"must be a string or number, not a {type(value[name]).__name__}")
+            doc.fail(f"{key}.{name}", f"must be a string or number, not {doc.shown(value[name])}")
         # As written: `0123`, `2.10`, `1:30` and `on` stay those strings (YAML 1.1 would give 83, 2.1, 90, 1).
         out.append((name, doc.text(value, name, f"{key}.{name}")))
     return tuple(out)

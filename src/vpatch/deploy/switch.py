@@ -320,7 +320,10 @@ def rollback(*, definition: str, docker: Docker, progress: Progress) -> Restored
             raise VpatchError(f"no deploy of {definition} is recorded on this host ({Journal.path_for(definition)})",
                               hint="nothing to roll back; `docker ps -a` shows the containers")
         if journal.phase is Phase.ROLLED_BACK:
-            raise VpatchError(f"the last deploy of {definition} was already rolled back ({journal.note})")
+            # A journal closed without a note (a hand-written one) said "rolled back ()".
+            raise VpatchError(f"the last deploy of {definition} was already rolled back"
+                              + (f" ({journal.note})" if journal.note else ""),
+                              hint=f"nothing to roll back; `vpatch deploy {definition} --status` shows what runs")
         if journal.phase is Phase.BASELINE:
             journal.advance(Phase.ROLLED_BACK, note="stopped during the baseline: nothing had been switched")
             raise VpatchError(f"the last deploy of {definition} stopped during the baseline; nothing had been switched",
