@@ -243,7 +243,10 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
             if ran is not None:  # None: the zygote could not run it to the end, and this run goes fresh
                 if ran.cancelled:
                     return Ran(-1, b"", failure="the run was cancelled")
-                return Ran(ran.returncode, ran.output, timed_out=ran.timed_out)
+                if ran.timed_out:  # what a fresh run's timeout keeps of the output: its tail (process.run)
+                    kept = ran.output.decode("utf-8", "replace")[-process.TAIL_CHARS:].strip()
+                    return Ran(124, kept.encode(), timed_out=True)
+                return Ran(ran.returncode, ran.output)
         try:
             # Its own process group, so that a timeout also ends what the probe started; under a supervisor
             # that ends the group when vpatch dies, even by SIGKILL (see _SUPERVISOR).

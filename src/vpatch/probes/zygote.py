@@ -67,6 +67,9 @@ class Zygote:
         self._file = python.parent.parent / PRELOAD_FILE
         self._lock = threading.Lock()  # held while the zygote imports: runs wait for it
         self._closed = False
+        self._guard = threading.Lock()  # the modules runs reported, not yet preloaded
+        self._pending: list[str] = []
+        self._learning = False
         started = {**self.env, **{k: v for k, v in THREAD_VARS.items() if k not in self.env}}
         try:
             # cwd: a folder with no probe code in it (sys.path's first entry is dropped anyway)
@@ -167,10 +170,7 @@ class Zygote:
                 status = int(str(message["status"]))
                 break
         if learned:
-            # imported while this run's result goes on: the runs after it wait for the zygote (see run)
-            # (the lock is taken here, so that the next run waits for it, and released by the importing thread)
-            self._lock.acquire()
-            threading.Thread(target=self._learn, args=(learned,), name="zygote-preload", daemon=True).start()
+            self._learn_later(learned)
         if status is None:
             if timed_out or cancelled:
                 return ZygoteRan(124, b"".join(chunks), timed_out=timed_out, cancelled=cancelled)
@@ -190,15 +190,30 @@ class Zygote:
         return {key: [str(n) for n in data.get(key, [])] for key in ("preload", "refused")} \
             if isinstance(data, dict) else {}
 
-    def _learn(self, modules: list[str]) -> None:
-        """Preload what a run imported (with self._lock held by the caller, released here)."""
-        try:
-            new = [m for m in modules if m not in self._preloaded and m not in self._refused]
-            if not new or self.broken is not None or self._closed:
+    def _learn_later(self, modules: list[str]) -> None:
+        """Preload what a run imported, on a thread of its own while the run's result goes on; the runs after it
+        wait for the zygote (see run). One such thread at a time takes what every run reported meanwhile."""
+        with self._guard:
+            self._pending += modules
+            if self._learning:
                 return
-            known = set(self._known)
-            self._known += [m for m in new if m not in known]
-            self._preload(new)
+            self._learning = True
+        self._lock.acquire()  # taken here, so that the next run waits; released by the importing thread
+        threading.Thread(target=self._learn_pending, name="zygote-preload", daemon=True).start()
+
+    def _learn_pending(self) -> None:
+        try:
+            while True:
+                with self._guard:
+                    batch, self._pending = self._pending, []
+                    if not batch:
+                        self._learning = False
+                        return
+                new = [m for m in dict.fromkeys(batch) if m not in self._preloaded and m not in self._refused]
+                if new and self.broken is None and not self._closed:
+                    known = set(self._known)
+                    self._known += [m for m in new if m not in known]
+                    self._preload(new)
         finally:
             self._lock.release()
 
