@@ -42,6 +42,7 @@ PRELOAD_FILE = "vpatch-preload.json"
 # Set in the zygote (not in what a probe sees): a BLAS or OpenMP pool started at import would not survive fork.
 THREAD_VARS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _SUBJECT = "probe zygote"
+WEDGED_S = 600.0  # a zygote that takes longer to import, or to answer a run, is wedged: the runs go fresh
 
 
 @dataclass(frozen=True)
@@ -106,9 +107,14 @@ class Zygote:
     def run(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None,
             cancel: threading.Event | None = None) -> ZygoteRan | None:
         """`argv` in a child; None when the zygote could not run it to the end (run it fresh instead)."""
-        with self._lock:  # a preload in flight finishes first (the zygote does one thing at a time)
-            if self.broken is not None:
-                return None
+        # a preload in flight finishes first (the zygote does one thing at a time); one that never ends is a
+        # wedged zygote, and the runs go fresh
+        if not self._lock.acquire(timeout=WEDGED_S):
+            self._break(f"it has been importing for over {WEDGED_S:g}s")
+            return None
+        self._lock.release()
+        if self.broken is not None:
+            return None
         read, write = os.pipe()
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -129,11 +135,11 @@ class Zygote:
 
     def _follow(self, conn: socket.socket, read: int, timeout: float | None,
                 cancel: threading.Event | None) -> ZygoteRan | None:
-        reply = _message(conn)
+        reply = _message(conn, wait=WEDGED_S)
         early: list[str] = []
         while reply is not None and "modules" in reply:  # a child quicker than its zygote's reply
             early += [str(m) for m in reply["modules"]]
-            reply = _message(conn)
+            reply = _message(conn, wait=WEDGED_S)
         if reply is None or "pid" not in reply:
             self._break(str(reply.get("refused", "it refused the run")) if reply else "it ended")
             return None
