@@ -27,6 +27,9 @@ from vpatch.probes.zygote import PRELOAD_FILE, Zygote
 # A module of the venv that records, when it is imported, the variable a probe is started with.
 HEAVY = "import os\nIMPORTED_WITH = os.environ.get('PROBE_FLAVOUR')\nIMPORTS = 0\n"
 
+# A module of the venv that starts a thread when imported: a zygote that imported it could no longer fork safely.
+THREADED = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+
 CONTRACT = """\
 import os, signal, sys
 import __main__
@@ -66,6 +69,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     site = next(root.glob("lib/python*/site-packages"))
     (site / "heavy.py").write_text(HEAVY)
+    (site / "threaded.py").write_text(THREADED)
     return root / "bin" / "python"
 
 
@@ -261,3 +265,24 @@ def test_a_probe_may_ask_for_a_fresh_process(tmp_path: Path) -> None:
 
     with pytest.raises(Exception, match="fresh_process: must be true or false"):
         write_probe(tmp_path, 'kind: command\nrun: ["{python}", "x.py"]\nfresh_process: "yes"\n', name="bad.yaml")
+
+
+def test_a_module_that_starts_a_thread_is_never_preloaded_and_the_runs_go_fresh(zygote: Zygote, venv: Path,
+                                                                                 tree: Path) -> None:
+    (tree.parent / "probes" / "threads.py").write_text("import threaded\nprint('ran')\n")
+    argv = [str(venv), str(tree.parent / "probes" / "threads.py")]
+
+    first = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # its report makes the zygote import threaded
+    second = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+
+    assert first is not None and (first.returncode, first.output) == (0, b"ran\n")
+    assert second is None and zygote.broken == "importing threaded started a thread"  # the runner runs it fresh
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert "threaded" in recorded["refused"] and "threaded" not in recorded["preload"]
+    again = Zygote(venv, env=probe_runs.zygote_env())  # the next command's zygote leaves it out
+    try:
+        assert again.broken is None
+        ran = again.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        assert ran is not None and ran.output == b"ran\n"
+    finally:
+        again.close()
