@@ -228,19 +228,26 @@ class Zygote:
         before any run)."""
         started = time.monotonic()
         self.report(Event(_SUBJECT, "importing", f"{len(names)} modules the probes import"))
-        try:
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            conn.connect("\0" + self.address)
-            conn.send(json.dumps({"preload": names}).encode())
-            answer = _message(conn, wait=None)
-            conn.close()
-        except OSError as exc:
-            answer, reason = None, str(exc)
-        else:
-            reason = "it ended while importing"
-        if answer is None:
-            self._break(reason)
-            return
+        answer: dict[str, Any] = {"loaded": [], "refused": []}
+        for first in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
+            try:
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                conn.connect("\0" + self.address)
+                conn.send(json.dumps({"preload": names[first:first + 500]}).encode())
+                part = _message(conn, wait=WEDGED_S)
+                conn.close()
+            except OSError as exc:
+                part, reason = None, str(exc)
+            else:
+                reason = "it ended, or took too long, while importing"
+            if part is None:
+                self._break(reason)
+                return
+            answer["loaded"] += part.get("loaded", [])
+            answer["refused"] += part.get("refused", [])
+            if part.get("threads") or part.get("foreign"):
+                answer.update({k: part[k] for k in ("threads", "foreign") if part.get(k)})
+                break
         self._preloaded.update(answer.get("loaded", []))
         self._refused.update(answer.get("refused", []))
         if answer.get("threads"):  # that module started a thread: never again, and this zygote cannot fork
@@ -465,7 +472,8 @@ def become(request, out, conn, known):
                  and not any(os.path.realpath(str(getattr(module, "__file__", None) or "")).startswith(p)
                              for p in places)]
         try:
-            conn.send(json.dumps({"modules": names}).encode())
+            for start in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
+                conn.send(json.dumps({"modules": names[start:start + 500]}).encode())
         except OSError:
             pass
 
