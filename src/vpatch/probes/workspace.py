@@ -40,9 +40,9 @@ def zygote_default() -> bool:
     return ZYGOTE_DEFAULT if not value else value not in ("0", "no", "false", "off")
 
 
-# Off until it is measured to pay on a quiet 2-core machine (docs/benchmarks.md: scripts/bench-probes prints
-# the zygote side against the same runs without it); VPATCH_PROBE_ZYGOTE=1 turns it on.
-ZYGOTE_DEFAULT = False
+# On: measured to pay on this 2-core machine at load ~2 (docs/benchmarks.md: scripts/bench-probes, 1.96x against
+# the same runs without it); VPATCH_PROBE_ZYGOTE=0 turns it off.
+ZYGOTE_DEFAULT = True
 
 
 def zygote_env() -> dict[str, str]:
