@@ -1,8 +1,8 @@
 """Equivalence of the probe workspace with the way probes ran before it, on the real release history: every shipped
 probe on every release v0.28.0 ... v0.33.0, without and with its patch (where it applies),
 run the old way (its own extraction, the probe started directly, one run at a time) and the new way (one
-workspace, trees shared, runs in parallel under the supervisor) must give the same outcome and the same output
-lines. The new way writes the user's result cache, so the shipped-series tests after it read these results
+workspace, trees shared, runs in parallel, each a child of the probe venv's warm interpreter) must give the same
+outcome and the same output lines. The new way writes the user's result cache, so the shipped-series tests after it read these results
 instead of running the probes again: the test's own cost is the old way's runs."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from vpatch import git
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes import runner as probes
 from vpatch.base import process
+from vpatch.base.progress import Event
 from vpatch.base.errors import ProcessError
 from vpatch.probes.env import probe_venv
 from vpatch.probes.file import Probe, probe_for
@@ -81,12 +82,18 @@ def test_the_workspace_gives_what_a_fresh_extraction_and_process_gave(release_hi
                 cases.append((f"{patch.name} on {tag} with the patch", probe, patched))
     assert len(cases) >= 2 * len(RELEASE_VERSIONS) * len(patches) - len(skipped)
 
-    # the new way: one workspace, every run ahead and in parallel, then read in order (and cached, for later tests)
-    with probe_runs.Session(cache=REAL_CACHE) as session:
+    # the new way: one workspace, every run ahead and in parallel, each a fork of the probe venv's warm interpreter
+    # (probes/zygote.py), then read in order (and cached, for later tests)
+    events: list[Event] = []
+    with probe_runs.Session(cache=REAL_CACHE, zygote=True, report=events.append) as session:
         requests = [probes.Request(probe, tree, what) for what, probe, tree in cases]
         probes.run_ahead(release_history, requests, session, use_cache=False)
         new = [probes.run_probe(release_history, r.probe, r.treeish, use_cache=False, session=session)
                for r in requests]
+        zygotes = session.zygotes()
+    # every command run went through the zygote: none fell back to a fresh process
+    commands = len({(probe.path, tree) for _, probe, tree in cases if probe.kind is ProbeKind.COMMAND})
+    assert [z.broken for z in zygotes] == [None] and zygotes[0].runs == commands, (events, commands)
 
     # the old way, two at a time (each run is what it was: its own tree, its own process)
     with ThreadPoolExecutor(max_workers=max(1, probe_runs.default_jobs())) as pool:

@@ -202,11 +202,12 @@ time.sleep(600)
 """
 
 
-def test_a_sigkill_during_parallel_runs_leaves_no_probe_running_and_no_tree(project: Project) -> None:
+def test_a_sigkill_during_parallel_runs_leaves_no_probe_running_no_zygote_and_no_tree(project: Project) -> None:
     two_probes(project, SLEEPER, timeout=900)
     probes = project.patches / "probes"
     command = subprocess.Popen([sys.executable, "-m", "vpatch", "--project", str(project.root), "status", "--jobs", "2"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "VPATCH_PROBE_ZYGOTE": "1"})
     try:
         deadline = time.monotonic() + 120
         while len(list(probes.glob("*.pids"))) < 2:
@@ -214,19 +215,37 @@ def test_a_sigkill_during_parallel_runs_leaves_no_probe_running_and_no_tree(proj
             time.sleep(0.05)
         assert any(name.startswith(f"run-{command.pid}-") for name in leftovers())
         pids = [int(pid) for path in probes.glob("*.pids") for pid in path.read_text().split()]
+        zygotes = _zygotes_of(command.pid)  # the probes ran in children of the venv's warm interpreter
+        assert len(zygotes) == 1, zygotes
+        pids += zygotes
     finally:
         command.send_signal(signal.SIGKILL)
         command.wait()
 
-    # the probes and what they started end with the command, however it ended
+    # the probes, what they started and the zygote end with the command, however it ended
     survivors = [pid for pid in pids if not _gone(pid, within=30)]
     for pid in survivors:  # the test leaves nothing running when it fails
         os.kill(pid, signal.SIGKILL)
-    assert not survivors, "a probe outlived the command killed by SIGKILL"
+    assert not survivors, "a probe or the zygote outlived the command killed by SIGKILL"
     # its extracted trees are removed by the next command, whatever it runs
     code, out = run(project, "status", "--no-probes")
     assert code == 0, out
     assert leftovers() == []
+
+
+def _zygotes_of(pid: int) -> list[int]:
+    """The warm interpreters (probes/zygote.py) that vpatch process `pid` started: its children whose argv names
+    it (their own children, the probe runs, are forks with the same argv)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if proc.name.isdigit() and parent == pid and any(a.startswith(f"vpatch-zygote-{pid}-".encode()) for a in argv):
+            found.append(int(proc.name))
+    return found
 
 
 def test_a_run_folder_of_a_live_process_stays(project: Project) -> None:

@@ -17,6 +17,7 @@ the patches folder). Two kinds::
     run: ["{python}", "{probe_dir}/0002-mamba-null-gap-free.py"]
     requirements: ["torch==2.13.0", "..."]   # pip requirements of the probe venv (default: none)
     timeout: 900                              # seconds (default 900)
+    fresh_process: true                       # never in the warm interpreter (default false)
 
 In ``run``, ``{python}`` is the probe venv's python, ``{probe_dir}`` the folder of the YAML file and
 ``{tree}`` the tree root. The file is typed and validated here, every error naming the file and the key;
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 900.0
 _PLACEHOLDERS = ("python", "probe_dir", "tree")
-_KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "lock", "timeout"}}
+_KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "lock", "timeout",
+                                                    "fresh_process"}}
 _FILE_KEYS = {"contains", "not_contains", "absent_is_fix"}
 
 
@@ -69,6 +71,7 @@ class Probe:
     requirements: tuple[str, ...] = ()
     lock: Path | None = None  # a lock file of exact pins (next to the probe) instead of `requirements`
     timeout: float = DEFAULT_TIMEOUT
+    fresh_process: bool = False  # never in a warm interpreter (probes/zygote.py): a fresh `python` every run
 
     @property
     def name(self) -> str:
@@ -110,6 +113,7 @@ class Probe:
             requirements=_strings(path, "requirements", data.get("requirements", []), allow_empty=True),
             lock=_parse_lock(path, data),
             timeout=_parse_timeout(path, data.get("timeout", DEFAULT_TIMEOUT)),
+            fresh_process=_parse_flag(path, "fresh_process", data.get("fresh_process", False)),
         )
 
     def environment(self) -> Requirements:
@@ -211,6 +215,12 @@ def _parse_timeout(path: Path, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise ProbeError(f"{path}: timeout: must be a positive number of seconds")
     return float(value)
+
+
+def _parse_flag(path: Path, key: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ProbeError(f"{path}: {key}: must be true or false, not {value!r}")
+    return value
 
 
 def probe_for(patch: Patch) -> Probe | None:

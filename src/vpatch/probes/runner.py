@@ -110,7 +110,8 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
     if session is not None:
         return _store(entry, _command_result(_run_command(repo, probe, tree, python, session, session.cancel,
                                                           report, subject)))
-    with probe_runs.Session(cache=cache, jobs=1) as alone:
+    # one run alone: a zygote would import for this run only, and pay nothing back
+    with probe_runs.Session(cache=cache, jobs=1, zygote=False) as alone:
         return _store(entry, _command_result(_run_command(repo, probe, tree, python, alone, alone.cancel, report,
                                                           subject)))
 
@@ -232,6 +233,16 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
     }
 
     def run(probe: Probe) -> Ran:
+        zygote = None if probe.fresh_process else session.zygote_for(python, report)
+        if zygote is not None and zygote.fits(command, process.child_env(env)):
+            ran = zygote.run(command, cwd=root, env=process.child_env(env), timeout=probe.timeout, cancel=cancel)
+            if ran is not None:  # None: the zygote could not run it to the end, and this run goes fresh
+                if ran.cancelled:
+                    return Ran(-1, b"", failure="the run was cancelled")
+                if ran.timed_out:  # what a fresh run's timeout keeps of the output: its tail (process.run)
+                    kept = ran.output.decode("utf-8", "replace")[-process.TAIL_CHARS:].strip()
+                    return Ran(124, kept.encode(), timed_out=True)
+                return Ran(ran.returncode, ran.output)
         try:
             # Its own process group, so that a timeout also ends what the probe started; under a supervisor
             # that ends the group when vpatch dies, even by SIGKILL (see _SUPERVISOR).

@@ -19,8 +19,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
-from vpatch.base import cache_dir
+from vpatch.base import Event, Reporter, cache_dir, process, silent
 from vpatch.probes.env import remove_stale_runs
+from vpatch.probes.zygote import Zygote
 
 if TYPE_CHECKING:
     from typing import Self
@@ -29,6 +30,22 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def zygote_default() -> bool:
+    """Whether probe runs go through a warm interpreter: VPATCH_PROBE_ZYGOTE=1 / 0, else the default."""
+    value = os.environ.get("VPATCH_PROBE_ZYGOTE", "").strip()
+    return ZYGOTE_DEFAULT if not value else value not in ("0", "no", "false", "off")
+
+
+# On: measured to pay on this 2-core machine at load ~2 (docs/benchmarks.md: scripts/bench-probes, 1.96x against
+# the same runs without it); VPATCH_PROBE_ZYGOTE=0 turns it off.
+ZYGOTE_DEFAULT = True
+
+
+def zygote_env() -> dict[str, str]:
+    """The environment a probe run is started with, its PYTHONPATH aside: what a zygote is started with."""
+    return process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def default_jobs() -> int:
@@ -42,9 +59,15 @@ def default_jobs() -> int:
 class Session:
     """Shared extracted trees and a pool of `jobs` runs for the length of a `with` block."""
 
-    def __init__(self, *, cache: Path | None = None, jobs: int | None = None) -> None:
+    def __init__(self, *, cache: Path | None = None, jobs: int | None = None, zygote: bool | None = None,
+                 report: Reporter = silent) -> None:
         self.cache = cache_dir() if cache is None else cache
         self.jobs = default_jobs() if jobs is None else max(1, jobs)
+        # a warm interpreter per probe venv (probes/zygote.py); VPATCH_PROBE_ZYGOTE=0/1 overrides the default
+        self.zygote = zygote_default() if zygote is None else zygote
+        self.report = report
+        self._zygotes: dict[Path, Zygote] = {}
+        self._zygote_lock = threading.Lock()
         self.cancel = threading.Event()  # set when the command ends: running probes end with it
         self.ahead: dict[Path, ProbeResult] = {}  # result-cache entry -> a result run ahead, not yet read
         self._root: Path | None = None
@@ -64,12 +87,37 @@ class Session:
         self.cancel.set()
         for batch in list(self._batches):
             batch.set()
+        with self._zygote_lock:
+            for zygote in self._zygotes.values():
+                zygote.close()
+            self._zygotes.clear()
         with self._guard:
             self._open = False
             if self._root is not None:
                 shutil.rmtree(self._root, ignore_errors=True)
                 self._root = None
             self._trees.clear()
+
+    def zygote_for(self, python: Path, report: Reporter = silent) -> Zygote | None:
+        """The warm interpreter of the venv of `python`, started on first use (None: the session runs fresh
+        processes, or that zygote is broken). Its progress goes to the session's reporter, else to `report` (the
+        first run's: the commands report probe runs that way)."""
+        if not self.zygote:
+            return None
+        with self._zygote_lock:
+            assert self._open, "a Session is used inside its with block"
+            found = self._zygotes.get(python)
+            if found is None:
+                reporter = self.report if self.report is not silent else report
+                found = self._zygotes[python] = Zygote(python, env=zygote_env(), report=reporter)
+                if found.broken is not None:
+                    reporter(Event("probe zygote", "fresh processes", found.broken, final=True))
+        return None if found.broken is not None else found
+
+    def zygotes(self) -> list[Zygote]:
+        """The warm interpreters started so far (broken ones too)."""
+        with self._zygote_lock:
+            return list(self._zygotes.values())
 
     def tree(self, repo: Path, tree: str) -> Path:
         """The root of `tree` extracted in the workspace: the first caller extracts it, the others wait for it."""

@@ -1,0 +1,288 @@
+"""The warm interpreter (probes/zygote.py): a child of the zygote runs a probe as a fresh `python probe.py` does,
+what to preload is measured from the runs, nothing of vllm or of a tree reaches the zygote, and a zygote that
+breaks leaves the runs to fresh processes with the same outcomes.
+
+Real parts: a real venv (made with `python -m venv`, a "third-party" module written into its site-packages),
+real forks and process groups; each probe is also run fresh, the way the runner runs it without a zygote, and
+the two must agree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ToyUpstream
+
+from vpatch.base import process
+from vpatch.probes import workspace as probe_runs
+from vpatch.probes.zygote import PRELOAD_FILE, Zygote
+
+# A module of the venv that records, when it is imported, the variable a probe is started with.
+HEAVY = "import os\nIMPORTED_WITH = os.environ.get('PROBE_FLAVOUR')\nIMPORTS = 0\n"
+
+# A module of the venv that starts a thread when imported: a zygote that imported it could no longer fork safely.
+THREADED = "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+
+CONTRACT = """\
+import os, signal, sys
+import __main__
+print("argv", sys.argv)
+print("name", __name__, __main__.__file__ == __file__, __file__)
+print("cwd", os.getcwd())
+print("env", os.environ.get("PROBE_FLAVOUR"), os.environ.get("OPENBLAS_NUM_THREADS"), os.environ["PYTHONPATH"])
+print("path", sys.path)
+print("bytecode", sys.dont_write_bytecode)
+print("stdin", sys.stdin.read())
+print("vllm before", sorted(m for m in sys.modules if m == "vllm" or m.startswith(("vllm.", "treemod"))))
+sys.stdout.flush()
+print("to stderr", file=sys.stderr)
+sys.stderr.flush()
+print("to stdout again")
+import heavy, vllm, treemod
+heavy.IMPORTS += 1
+print("heavy", heavy.IMPORTED_WITH, heavy.IMPORTS, "vllm from the tree", vllm.__file__.startswith(os.getcwd()))
+mode = sys.argv[1]
+if mode == "exit":
+    sys.exit(int(sys.argv[2]))
+if mode == "raise":
+    def inner():
+        raise ValueError("the probe broke")
+    inner()
+if mode == "signal":
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGTERM)
+if mode == "message":
+    sys.exit("a message exit")
+"""
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("zygote-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    site = next(root.glob("lib/python*/site-packages"))
+    (site / "heavy.py").write_text(HEAVY)
+    (site / "threaded.py").write_text(THREADED)
+    return root / "bin" / "python"
+
+
+@pytest.fixture()
+def tree(tmp_path: Path) -> Path:
+    """A tree with a vllm package and a module of its own, and the probe script beside it (not in it)."""
+    root = tmp_path / "tree"
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "treemod.py").write_text("")
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "probe.py").write_text(CONTRACT)
+    return root
+
+
+def _env(tree: Path, **extra: str) -> dict[str, str]:
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p),
+           "PYTHONDONTWRITEBYTECODE": "1", **extra}
+    return process.child_env(env)
+
+
+def _fresh(argv: list[str], tree: Path, env: dict[str, str]) -> tuple[int, bytes]:
+    proc = subprocess.run(argv, cwd=tree, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, check=False)
+    return proc.returncode, proc.stdout
+
+
+@pytest.fixture()
+def zygote(venv: Path) -> Iterator[Zygote]:
+    """A zygote of the venv, nothing recorded to preload; started by the test's first use (the environment it
+    is started with is the test's own: pytest's PYTEST_CURRENT_TEST differs in a fixture's setup)."""
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    started: list[Zygote] = []
+
+    class Lazy:
+        def __getattr__(self, name: str) -> object:
+            if not started:
+                started.append(Zygote(venv, env=probe_runs.zygote_env()))
+                assert started[0].broken is None, started[0].broken
+            return getattr(started[0], name)
+
+    yield Lazy()  # type: ignore[misc]
+    for found in started:
+        found.close()
+
+
+@pytest.mark.parametrize("args", [["plain"], ["exit", "1"], ["exit", "3"], ["raise"], ["signal"], ["message"]])
+def test_a_child_runs_the_probe_as_a_fresh_python_does(zygote: Zygote, venv: Path, tree: Path,
+                                                       args: list[str]) -> None:
+    argv = [str(venv), str(tree.parent / "probes" / "probe.py"), *args]
+    env = _env(tree)
+    assert zygote.fits(argv, env)
+
+    ran = zygote.run(argv, cwd=tree, env=env, timeout=60)
+    code, output = _fresh(argv, tree, env)
+
+    assert ran is not None
+    assert (ran.returncode, ran.output.decode()) == (code, output.decode())
+    assert b"vllm before []" in output and b"heavy None 1 vllm from the tree True" in output
+    expected = {"plain": 0, "raise": 1, "signal": -signal.SIGTERM, "message": 1}
+    assert code == (int(args[1]) if args[0] == "exit" else expected[args[0]])
+
+
+def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(zygote: Zygote, venv: Path,
+                                                                                  tree: Path) -> None:
+    argv = [str(venv), str(tree.parent / "probes" / "probe.py"), "plain"]
+    first = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+    second = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+
+    assert first is not None and second is not None
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert "heavy" in recorded["preload"]
+    assert not [m for m in recorded["preload"] if m.startswith(("vllm", "treemod", "probe"))], recorded
+    # the second child found heavy imported (by the zygote: its counter is 0 in a fresh import, 1 after the
+    # probe's own increment in the first child, which the zygote never sees), and no vllm nor tree module
+    assert b"vllm before []" in second.output and b"heavy None 1 " in second.output
+
+
+def test_a_run_with_other_variables_goes_fresh_and_sees_them(zygote: Zygote, venv: Path, tree: Path) -> None:
+    from conftest import KV_FIXED  # noqa: F401 - the toy upstream's fixture module is importable
+
+    argv = [str(venv), str(tree.parent / "probes" / "probe.py"), "plain"]
+    assert zygote.run(argv, cwd=tree, env=_env(tree), timeout=60) is not None  # heavy is preloaded now
+
+    other = _env(tree, PROBE_FLAVOUR="sour")
+    assert not zygote.fits(argv, other)  # heavy was imported without it: the run goes fresh
+    code, output = _fresh(argv, tree, other)
+    assert code == 0 and b"heavy sour 1 " in output
+
+
+# A probe whose group outlives its timeout: it starts a grandchild, says both pids, and sleeps.
+SLEEPER = """\
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+print(os.getpid(), child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int, *, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_timeout_kills_the_child_s_whole_group(zygote: Zygote, venv: Path, tree: Path) -> None:
+    (tree.parent / "probes" / "sleeper.py").write_text(SLEEPER)
+    argv = [str(venv), str(tree.parent / "probes" / "sleeper.py")]
+
+    ran = zygote.run(argv, cwd=tree, env=_env(tree), timeout=3)
+
+    assert ran is not None and ran.timed_out
+    pids = [int(pid) for pid in ran.output.split()[:2]]
+    assert len(pids) == 2 and pids[0] != zygote.pid
+    assert all(_gone(pid, within=30) for pid in pids)
+
+
+def test_torch_works_in_a_child_of_a_zygote_that_preloaded_it() -> None:
+    """The real probe venv (CPU torch, numpy): a child runs torch's thread pool and numpy's BLAS after the
+    zygote imported both; skipped where the shipped probe venv is not built."""
+    from conftest import REAL_CACHE
+
+    from vpatch.probes.env import probe_venv, venv_root
+    from vpatch.probes.file import Probe
+
+    probe = Probe.load(Path(__file__).resolve().parents[2] / "patches" / "probes" / "0002-mamba-null-gap-free.yaml")
+    key = probe.environment().key()
+    if not (venv_root(REAL_CACHE) / key / "bin" / "python").exists():
+        pytest.skip("the shipped probe venv is not built here")
+    python = probe_venv(probe.environment(), cache=REAL_CACHE)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "torch_probe.py"
+        script.write_text("import numpy, torch\n"
+                          "a = torch.ones(256, 256)\n"
+                          "print('torch', float((a @ a).sum()), torch.get_num_threads() >= 1)\n"
+                          "print('numpy', float(numpy.ones((64, 64)).dot(numpy.ones((64, 64))).sum()))\n")
+        found = Zygote(python, env=probe_runs.zygote_env())
+        try:
+            assert found.broken is None, found.broken
+            env = process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+            argv = [str(python), str(script)]
+            first = found.run(argv, cwd=Path(tmp), env=env, timeout=300)  # measures: torch and numpy preloaded
+            second = found.run(argv, cwd=Path(tmp), env=env, timeout=300)
+            assert found.broken is None, found.broken
+        finally:
+            found.close()
+    expected = b"torch 16777216.0 True\nnumpy 262144.0\n"
+    assert first is not None and second is not None
+    assert (first.returncode, first.output) == (0, expected)
+    assert (second.returncode, second.output) == (0, expected)
+
+
+def test_a_killed_zygote_leaves_the_runs_to_fresh_processes(toy_upstream: ToyUpstream, tmp_path: Path) -> None:
+    from helpers.probefiles import COMMAND_PROBE, SCRIPT, write_probe
+
+    from vpatch.base.progress import Event
+    from vpatch.probes import runner as probes
+    from vpatch.probes.runner import ProbeOutcome
+
+    probe = write_probe(tmp_path / "probes", COMMAND_PROBE, SCRIPT)
+    events: list[Event] = []
+    with probe_runs.Session(cache=tmp_path / "cache", jobs=1, zygote=True, report=events.append) as session:
+        first = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session, report=events.append)
+        python = probes.probe_venv(probe.environment(), cache=tmp_path / "cache")
+        warm = session.zygote_for(python)
+        assert warm is not None
+        os.kill(warm.pid, signal.SIGKILL)
+        assert _gone(warm.pid, within=30)
+        second = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session, report=events.append,
+                                  use_cache=False)
+    assert (first.outcome, first.detail) == (second.outcome, second.detail)
+    assert first.outcome is ProbeOutcome.FAIL
+    assert [e for e in events if e.subject == "probe zygote" and e.step == "fresh processes from now on"]
+    # both runs ran: the one in the zygote's child and the fresh one
+    assert (tmp_path / "probes" / "runs.log").read_text() == "run\nrun\n"
+
+
+def test_a_probe_may_ask_for_a_fresh_process(tmp_path: Path) -> None:
+    from helpers.probefiles import write_probe
+
+    probe = write_probe(tmp_path, 'kind: command\nrun: ["{python}", "{probe_dir}/check.py"]\nfresh_process: true\n',
+                        "print(1)\n")
+    assert probe.fresh_process
+
+    with pytest.raises(Exception, match="fresh_process: must be true or false"):
+        write_probe(tmp_path, 'kind: command\nrun: ["{python}", "x.py"]\nfresh_process: "yes"\n', name="bad.yaml")
+
+
+def test_a_module_that_starts_a_thread_is_never_preloaded_and_the_runs_go_fresh(zygote: Zygote, venv: Path,
+                                                                                 tree: Path) -> None:
+    (tree.parent / "probes" / "threads.py").write_text("import threaded\nprint('ran')\n")
+    argv = [str(venv), str(tree.parent / "probes" / "threads.py")]
+
+    first = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # its report makes the zygote import threaded
+    second = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+
+    assert first is not None and (first.returncode, first.output) == (0, b"ran\n")
+    assert second is None and zygote.broken == "importing threaded started a thread"  # the runner runs it fresh
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert "threaded" in recorded["refused"] and "threaded" not in recorded["preload"]
+    again = Zygote(venv, env=probe_runs.zygote_env())  # the next command's zygote leaves it out
+    try:
+        assert again.broken is None
+        ran = again.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        assert ran is not None and ran.output == b"ran\n"
+    finally:
+        again.close()
