@@ -15,8 +15,8 @@ from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
 from vpatch.base import records
-from vpatch.deploy.journal import Journal, Phase
 from vpatch.base.errors import JournalError
+from vpatch.deploy.journal import Journal, Phase
 
 
 class Color(str, Enum):

@@ -13,9 +13,9 @@ from conftest import KV_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
 from typer.testing import CliRunner
 
+from vpatch.base.errors import ConfigError, VpatchError
 from vpatch.commands.cli import app
 from vpatch.config.project import Config
-from vpatch.base.errors import ConfigError, VpatchError
 
 
 def committed(project: Project) -> Project:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.config.project import Config
 from vpatch.base.errors import ConfigError
+from vpatch.config.project import Config
 
 
 def load(tmp_path: Path, text: str | bytes) -> Config:

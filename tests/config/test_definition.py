@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from vpatch.base.errors import ConfigError
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition
-from vpatch.base.errors import ConfigError
 from vpatch.serve.render import for_definition
 
 HEAD = "image:\n  repository: test/vllm\n  tag: tiny\n"

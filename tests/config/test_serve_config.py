@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from vpatch.base.errors import ConfigError
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition
-from vpatch.base.errors import ConfigError
 from vpatch.serve.render import LABEL_DEFINITION, for_definition
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from vpatch.base.errors import ConfigError
+from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
 from vpatch.deploy.checks import (
     CheckResult,
     Status,
@@ -33,8 +35,6 @@ from vpatch.deploy.readings import (
     sse_events,
     strict_json,
 )
-from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
-from vpatch.base.errors import ConfigError
 
 GPU_LOG = """\
 (EngineCore_DP0 pid=311) INFO 09-24 20:11:07 [kv_cache_utils.py:1087] GPU KV cache size: 1,050,422 tokens

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.deploy.journal import Journal, Phase
 from vpatch.base.errors import ConfigError, JournalError
+from vpatch.deploy.journal import Journal, Phase
 
 
 def test_journal_round_trips_each_phase_and_lives_in_the_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

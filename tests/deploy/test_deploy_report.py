@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from vpatch.base.errors import ConfigError
 from vpatch.config.definition import ImageDefinition
+from vpatch.config.deploy import MemoryCheck, Suite
 from vpatch.deploy.checks import CheckResult, Figures, Status, judge_memory
 from vpatch.deploy.client import Server
 from vpatch.deploy.memory import DeviceMemory, MemoryWatch, parse_nvidia_smi
 from vpatch.deploy.record import DeployRecord, Side, Source, age, recorded_baseline
 from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
-from vpatch.config.deploy import MemoryCheck, Suite
 from vpatch.deploy.watchdog import Aborted, Tick, Watchdog
-from vpatch.base.errors import ConfigError
 from vpatch.report import deploy_html
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.deployhost import IMAGE_PYTHON, NAME, SUITE, Host, production_host
 from helpers import browser
+from helpers.deployhost import IMAGE_PYTHON, NAME, SUITE, Host, production_host
 
 from vpatch.deploy.readings import Metrics
 from vpatch.deploy.record import DeployRecord

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from helpers import placeholder
 import pytest
+from helpers import placeholder
 from helpers.serverimage import free_port, tiny_serve, write_project
 from typer.testing import CliRunner
 

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from conftest import Project
 
-from vpatch.deploy.live import CaseOutcome, PatchOutcome, Planned, Role, observed_stream, observed_whole
 from vpatch.base.errors import SeriesError
+from vpatch.deploy.live import CaseOutcome, PatchOutcome, Planned, Role, observed_stream, observed_whole
 from vpatch.deploy.livecheck import Api, LiveCheck, LiveCheckError, regex_for
 from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
-from vpatch.series.retired import RetiredPatch, retired_entries, with_entries
 from vpatch.series.files import Series
+from vpatch.series.retired import RetiredPatch, retired_entries, with_entries
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "checks" / "live" / "0003-qwen3-tool-call-unclosed-function.yaml"

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.serverimage import tiny_serve, write_project
 from typer.testing import CliRunner
 
+from helpers.serverimage import tiny_serve, write_project
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.client import Server

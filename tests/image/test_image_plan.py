@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from vpatch import git as vgit
-from vpatch.config.definition import ImageDefinition, Strategy
 from vpatch.base.errors import VpatchError
+from vpatch.config.definition import ImageDefinition, Strategy
 from vpatch.image.plan import Changes, Kind, choose, classify, content_hash, declared_args, vllm_buildargs
 from vpatch.series.files import Patch
 

@@ -16,12 +16,12 @@ from conftest import KV_FIXED, Project, ToyUpstream
 from helpers.probefiles import COMMAND_PROBE, SCRIPT, project_patch, write_probe
 from helpers.project import commit_all, release
 
+from vpatch.base.progress import Event
 from vpatch.probes import env as probe_env
 from vpatch.probes import runner as probes
 from vpatch.probes.env import EnvError, Requirements
 from vpatch.probes.file import Probe
 from vpatch.probes.runner import ProbeOutcome
-from vpatch.base.progress import Event
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,11 +17,11 @@ import pytest
 from conftest import REAL_CACHE, RELEASE_VERSIONS
 
 from vpatch import git
-from vpatch.probes import workspace as probe_runs
-from vpatch.probes import runner as probes
 from vpatch.base import process
-from vpatch.base.progress import Event
 from vpatch.base.errors import ProcessError
+from vpatch.base.progress import Event
+from vpatch.probes import runner as probes
+from vpatch.probes import workspace as probe_runs
 from vpatch.probes.env import probe_venv
 from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.outcome import ProbeKind, ProbeOutcome, Ran, argv, interpret

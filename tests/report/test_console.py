@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 
-from vpatch.report.console import ProgressView
 from vpatch.base.progress import Event
+from vpatch.report.console import ProgressView
 
 
 def test_plain_lines_show_each_step_and_the_end_but_not_every_chunk() -> None:

@@ -9,8 +9,8 @@ from conftest import KV_V1, Project, snapshot
 from conftest import vpatch_cli as cli
 from typer.testing import CliRunner
 
-from vpatch.commands.cli import app
 from vpatch.base.errors import SeriesError
+from vpatch.commands.cli import app
 from vpatch.series.files import Series
 
 GOOD = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

@@ -20,9 +20,9 @@ from helpers.deployhost import Host
 from helpers.serverimage import SERVED_NAME, free_port, tiny_serve, unique_name, write_project
 from typer.testing import CliRunner
 
+from vpatch.base.errors import ExitCode
 from vpatch.commands.cli import app
 from vpatch.docker import Docker
-from vpatch.base.errors import ExitCode
 from vpatch.serve import alive
 from vpatch.serve.render import health_source
 

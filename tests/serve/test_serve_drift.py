@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from helpers import placeholder
 import pytest
+from helpers import placeholder
 from helpers.serverimage import tiny_serve, tiny_yaml
 
-from vpatch.config.project import Pin
 from vpatch.config.definition import ImageDefinition
+from vpatch.config.project import Pin
 from vpatch.docker import Docker
 from vpatch.serve import drift
 from vpatch.serve.render import for_definition

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from vpatch.docker import Docker
 from vpatch.base.errors import VpatchError
-from vpatch.serve import lint
 from vpatch.config.serve import ContainerOptions, ServeConfig
+from vpatch.docker import Docker
+from vpatch.serve import lint
 from vpatch.serve.render import render
 
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("serve-lint")]  # one worker builds the module's images

@@ -7,16 +7,16 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from helpers import placeholder
 import pytest
+from helpers import placeholder
 from helpers.serverimage import tiny_serve, tiny_yaml
 from typer.testing import CliRunner
 
 from vpatch.base import process
+from vpatch.base.errors import ProcessError, VpatchError
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition
 from vpatch.docker import Docker, DockerError
-from vpatch.base.errors import ProcessError, VpatchError
 from vpatch.serve import run
 from vpatch.serve.render import for_definition
 

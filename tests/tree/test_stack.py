@@ -8,8 +8,8 @@ import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
 
-from vpatch.tree import stack
 from vpatch.base.errors import JournalError
+from vpatch.tree import stack
 
 
 def three_patches(project: Project) -> None:

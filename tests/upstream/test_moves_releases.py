@@ -18,10 +18,10 @@ from conftest import REAL_CACHE, git
 from typer.testing import CliRunner
 
 from vpatch import git as vgit
-from vpatch.probes import file as probe_file
-from vpatch.probes import runner as probes
 from vpatch.commands.cli import app
 from vpatch.image.base import expected_files
+from vpatch.probes import file as probe_file
+from vpatch.probes import runner as probes
 from vpatch.series.files import Patch, Series
 
 pytestmark = pytest.mark.releases

@@ -8,9 +8,9 @@ from pathlib import Path
 from conftest import git as sh
 
 from vpatch import git
+from vpatch.series.filediff import parse_diff
 from vpatch.verdict import applycheck
 from vpatch.verdict.applycheck import Outcome
-from vpatch.series.filediff import parse_diff
 
 
 def make_repo(tmp_path: Path) -> Path:

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from vpatch.base import VpatchError
+from vpatch.config import Config, find_root  # cli.py loads the config room already (Strategy)
+
 if TYPE_CHECKING:
-    from vpatch.config import Config
     from vpatch.series import Series
 
 
@@ -25,7 +27,7 @@ def progress(line: str) -> None:
 
 def console() -> Any:
     """A rich console; when output is not a terminal (CI logs, pipes) tables get room instead of 80 columns."""
-    import os
+    import os  # lazy: beside rich's, which loads only when something is shown
 
     from rich.console import Console  # lazy: rich loads only when something is shown; --help shows no table
 
@@ -34,8 +36,7 @@ def console() -> Any:
 
 
 def load_config(project: Path) -> Config:
-    from vpatch.config import Config, find_root
-    from vpatch.series import stray_files
+    from vpatch.series import stray_files  # lazy: this package loads with every --help; the series with a command
 
     config = Config.load(find_root(project.resolve()))
     stray = stray_files(config.patches_dir)
@@ -46,7 +47,7 @@ def load_config(project: Path) -> Config:
 
 
 def load_series(config: Config) -> Series:
-    from vpatch.series import Series
+    from vpatch.series import Series  # lazy: this package loads with every --help; the series with a command
 
     return Series.load(config.patches_dir)
 
@@ -54,9 +55,8 @@ def load_series(config: Config) -> Series:
 def warn_tree_work(config: Config, what: str) -> None:
     """One line on stderr when the applied tree holds work `patches/` lacks: `what` (a check that reads the
     files) does not see it. Nothing when there is no tree, or the series does not load (the check says why)."""
-    from vpatch.base import VpatchError
-    from vpatch.series import Series
-    from vpatch.tree import export
+    from vpatch.series import Series  # lazy: this package loads with every --help; the series with a command
+    from vpatch.tree import export  # lazy: the tree room (git, upstream) only for a command that reads the tree
 
     try:
         work = export.tree_work(Series.load(config.patches_dir), config.state_dir)

@@ -23,7 +23,7 @@ class _Group(TyperGroup):
             return super().invoke(ctx)
         except VpatchError as exc:
             if state.debug:
-                import traceback
+                import traceback  # lazy: only with --debug
 
                 traceback.print_exc()
             echo(f"error: {exc.message}", err=True)
@@ -55,7 +55,7 @@ state = _State()
 
 def _show_version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from importlib.metadata import version  # lazy: only for --version
 
         echo(f"vpatch {version('vpatch')}")
         raise typer.Exit()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from vpatch.base import ExitCode, VpatchError, atomic_write, cache_dir
 from vpatch.commands import console, echo, load_config, progress
 from vpatch.config import ImageDefinition
-from vpatch.deploy import DeployRecord, Journal
+from vpatch.deploy import DeployRecord, Journal, live, switch
 from vpatch.deploy.prune import prune
 from vpatch.docker import Docker
 from vpatch.report import deploy as shown
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
         as_json: bool, report: bool = False, out: Path | None = None, baseline: str = "recorded") -> ExitCode:
     """Refuse what one mode would ignore, then run the one mode asked for."""
-    from vpatch.deploy import switch
-
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
     modes = {m.value: m for m in switch.BaselineMode}
     if baseline not in modes:
@@ -61,8 +59,6 @@ def show_report(name: str, *, out: Path | None) -> ExitCode:
 
 def show_status(project: Path, name: str) -> ExitCode:
     """`--status`: where the last deploy stands; exit 8 while it is unfinished."""
-    from vpatch.deploy import switch
-
     docker = Docker.connect()
     serve = _serve_if_readable(project, name)
     found = switch.status(definition=name, docker=docker, container=serve.container.name if serve else None,
@@ -75,8 +71,6 @@ def show_status(project: Path, name: str) -> ExitCode:
 
 def roll_back(project: Path, name: str) -> ExitCode:
     """`--rollback`: bring the parked production container back."""
-    from vpatch.deploy import switch
-
     docker = Docker.connect()
     serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
     for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
@@ -100,8 +94,6 @@ def prune_old(name: str, *, keep: int) -> ExitCode:
 def deploy(project: Path, name: str, *, image: str | None, as_json: bool, baseline: BaselineMode) -> ExitCode:
     """The switch: verify the candidate, baseline, park production, start and check the candidate, keep it or
     roll back; exit 6 when it rolled back."""
-
-    from vpatch.deploy import live, switch
 
     config = load_config(project)
     definition = ImageDefinition.load(config.root, name)

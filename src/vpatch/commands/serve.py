@@ -72,11 +72,9 @@ def show_drift(docker: Docker, definition: ImageDefinition, *, image: str | None
 
 def start(docker: Docker, definition: ImageDefinition, *, image: str | None, replace: bool) -> ExitCode:
     """Lint the command against the image, run it, wait for /health."""
-    from vpatch.serve import run
-
     _refuse_unfinished_deploys(definition.name, definition.serve)
-    served = run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
-    url = run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
+    served = serve_run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
+    url = serve_run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
     for line in shown.served_lines(served, url):
         echo(line)
     return ExitCode.OK

@@ -15,7 +15,7 @@ from vpatch.deploy.switch import Report, describe
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from rich.table import Table
+    from rich.table import Table  # lazy: rich loads only when a table is shown
 
     from vpatch.deploy import Where
     from vpatch.deploy.container import Restored
@@ -44,7 +44,7 @@ def status_lines(name: str, found: Where) -> list[str]:
 
 def tables(result: Report) -> list[Table]:
     """The checks, the baseline against the candidate, and (where there are any) the patches' live checks."""
-    from rich.table import Table
+    from rich.table import Table  # lazy: rich loads only when a table is shown
 
     checks = Table(title=f"deploy {result.definition}: {result.image} as {result.container}")
     for column in ("check", "baseline", "candidate", "figure", "s"):

@@ -139,8 +139,8 @@ def plots(base: Series, cand: Series) -> list[Plot]:
 def _draw(plot_id: str, panels: int, draw: Any) -> str | None:
     """`draw(axes)` on a matplotlib figure, as inline SVG; None without matplotlib (the tables still stand)."""
     try:
-        import matplotlib  # heavy (about a second): only when a report is drawn
-        from matplotlib.figure import Figure
+        import matplotlib  # lazy: heavy (about a second), only when a report is drawn
+        from matplotlib.figure import Figure  # lazy: with matplotlib above
     except ImportError:
         return None
     # Ids in the SVG are hashes salted with this; each plot its own salt, so two inline SVGs of one page

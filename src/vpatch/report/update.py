@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from vpatch.report import status as report
 from vpatch.status import Status
+from vpatch.update import Action, Outcome
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
 
 def plan_table(result: Result) -> RenderableType | None:
     """The status table a dry run's plan was made from; None for every other outcome."""
-    from vpatch.update import Outcome
-
     if result.outcome is not Outcome.PLANNED or result.plan.report is None:
         return None
 
@@ -26,8 +25,6 @@ def plan_table(result: Result) -> RenderableType | None:
 
 def update_lines(result: Result) -> list[str]:
     """The plan or the result, one line per patch and step (after plan_table's table, where there is one)."""
-    from vpatch.update import Action, Outcome
-
     plan = result.plan
     lines = []
     if result.outcome is Outcome.ABORTED:
