@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import KV_FIXED, PARSER_FIXED, Project, ToyUpstream
 from conftest import vpatch_cli as run
+from helpers.pids import gone
 
 from vpatch.base.paths import cache_dir
 
@@ -171,24 +172,11 @@ def test_probe_check_stops_the_other_side_when_the_pin_side_errors(project: Proj
     assert "kv.yaml on v1.0 + the series up to 0001-kv: not run (the other side errored" in out
     assert "stopped there (one error already makes the probe invalid): not run with the patch" in out
     pid = int((probes / "with-patch.pid").read_text())
-    stopped = _gone(pid, within=30)
+    stopped = gone(pid, within=30)
     if not stopped:
         os.kill(pid, signal.SIGKILL)
     assert stopped, "the run with the patch was not stopped"
     assert leftovers() == []
-
-
-def _gone(pid: int, *, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # Each probe starts a child of its own (what a probe's workers would be), says both pids, and sleeps.
@@ -223,7 +211,7 @@ def test_a_sigkill_during_parallel_runs_leaves_no_probe_running_no_zygote_and_no
         command.wait()
 
     # the probes, what they started and the zygote end with the command, however it ended
-    survivors = [pid for pid in pids if not _gone(pid, within=30)]
+    survivors = [pid for pid in pids if not gone(pid, within=30)]
     for pid in survivors:  # the test leaves nothing running when it fails
         os.kill(pid, signal.SIGKILL)
     assert not survivors, "a probe or the zygote outlived the command killed by SIGKILL"

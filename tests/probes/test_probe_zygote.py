@@ -13,12 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import ToyUpstream
+from helpers.pids import gone
 
 from vpatch.base import process
 from vpatch.probes import workspace as probe_runs
@@ -169,19 +169,6 @@ time.sleep(600)
 """
 
 
-def _gone(pid: int, *, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (FileNotFoundError, ProcessLookupError):
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_timeout_kills_the_child_s_whole_group(zygote: Zygote, venv: Path, tree: Path) -> None:
     (tree.parent / "probes" / "sleeper.py").write_text(SLEEPER)
     argv = [str(venv), str(tree.parent / "probes" / "sleeper.py")]
@@ -191,7 +178,7 @@ def test_a_timeout_kills_the_child_s_whole_group(zygote: Zygote, venv: Path, tre
     assert ran is not None and ran.timed_out
     pids = [int(pid) for pid in ran.output.split()[:2]]
     assert len(pids) == 2 and pids[0] != zygote.pid
-    assert all(_gone(pid, within=30) for pid in pids)
+    assert all(gone(pid, within=30) for pid in pids)
 
 
 def test_torch_works_in_a_child_of_a_zygote_that_preloaded_it() -> None:
@@ -246,7 +233,7 @@ def test_a_killed_zygote_leaves_the_runs_to_fresh_processes(toy_upstream: ToyUps
         warm = session.zygote_for(python)
         assert warm is not None
         os.kill(warm.pid, signal.SIGKILL)
-        assert _gone(warm.pid, within=30)
+        assert gone(warm.pid, within=30)
         second = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session, report=events.append,
                                   use_cache=False)
     assert (first.outcome, first.detail) == (second.outcome, second.detail)
