@@ -99,7 +99,7 @@ def test_a_daemon_restart_in_the_checks_is_waited_for_and_production_restored(
     path = tmp_path / "images" / f"{NAME}.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["deploy"] = {"start_watch_s": 3, "health_timeout_s": 600, "request_timeout_s": 300, "stall_s": 30,
-                     "checks": {"kv_pool": {"min_tokens": 2048}, "block_cost": {"prompt_tokens": 800, "max_tokens": 192}}}
+                     "checks": {"kv_pool": {"min_tokens": 2048}, "block_cost": {"prompt_tokens": 800, "max_tokens": 32}}}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     docker = Docker.connect()
     definition = ImageDefinition.load(tmp_path, NAME)
