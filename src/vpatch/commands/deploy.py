@@ -17,7 +17,6 @@ from vpatch.report import deploy_html
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
-    from vpatch.deploy import DeployRecord
     from vpatch.deploy.switch import BaselineMode
 
 
