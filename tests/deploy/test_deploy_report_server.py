@@ -110,7 +110,8 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     # for the last decode steps, can fall between two readings (docs/deploy-safety.md): at least 6 were seen.
     assert held and max(held) >= 6
     predicted = [p["predicted"] for p in cand["block_cost"] if p["predicted"] is not None]
-    assert predicted and max(predicted) in (6, 7), cand["block_cost"]  # the tokens stepped by the last reading
+    # the tokens stepped by the last reading; 8 when the first request was missed and the longer retry measured
+    assert predicted and max(predicted) in (6, 7, 8), cand["block_cost"]
     by_check = [r["check"] for r in cand["requests"]]
     assert by_check.count("parallel") == 4 and {"block cost", "needles", "tool call", "questions", "ceiling"} <= set(by_check)
     assert all(r["ttft_s"] > 0 for r in cand["requests"])
