@@ -54,3 +54,43 @@ def test_two_workers_take_disjoint_ports_names_and_state_folders(tmp_path: Path)
         assert not gw0[kind] & gw1[kind], f"both workers took the {kind}: {gw0[kind] & gw1[kind]}"
     # and no worker's folder lies in the other's
     assert not any(a.startswith(b) or b.startswith(a) for a in gw0["folders"] for b in gw1["folders"])
+
+
+# Skips every test at setup, writing down which worker was given it and its xdist groups: the scheduling of the
+# real suite, without running it.
+_WHERE = '''
+import json, os
+from pathlib import Path
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})
+    with open(Path(os.environ["WHERE"]), "a") as out:
+        out.write(json.dumps({"worker": os.environ["PYTEST_XDIST_WORKER"], "groups": groups, "test": item.nodeid}) + "\\n")
+    pytest.skip("scheduling only")
+'''
+
+
+def test_every_xdist_group_of_the_suite_runs_on_one_worker(tmp_path: Path) -> None:
+    """The README's `-n 2 --dist loadgroup` over the serve and deploy tests: each group (the real vLLM server's
+    above all) is given to one worker, so two servers never load at once. pytest 9.2 with xdist 3.8 broke this
+    without a word (every group split over both workers)."""
+    (tmp_path / "where_plugin.py").write_text(_WHERE)
+    where = tmp_path / "where.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(TESTS)]), "WHERE": str(where)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "where_plugin",
+                           "-p", "no:cacheprovider", str(TESTS / "serve"), str(TESTS / "deploy")],
+                          cwd=TESTS.parent, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in where.read_text().splitlines()]
+    workers_of: dict[str, set[str]] = {}
+    for row in rows:
+        for group in row["groups"]:
+            workers_of.setdefault(group, set()).add(row["worker"])
+    assert {row["worker"] for row in rows} == {"gw0", "gw1"}, "one worker ran everything: nothing to tell"
+    assert "vllm-server" in workers_of, sorted(workers_of)
+    split = {group: sorted(workers) for group, workers in workers_of.items() if len(workers) > 1}
+    assert not split, f"xdist groups split over workers: {split}"
