@@ -51,7 +51,9 @@ def test_a_record_round_trips_atomically_and_a_missing_one_is_none(tmp_path: Pat
 
 @pytest.mark.parametrize(("content", "why"), [
     (b"{not json", "Expecting property name"),
-    (b"[1, 2]", "it must be a JSON object, not list"),
+    (b"[1, 2]", "it must be a JSON object, not an array"),
+    (b"null", "it must be a JSON object, not null"),  # JSON's words, never Python's 'NoneType'
+    (b'"tiny"', "it must be a JSON object, not a string"),
     (b'{"name": "a"}', "no field 'color'"),
     (b'{"name": "a", "color": "blue"}', "'blue' is not a valid Color"),
     (b"\xff\xfe", "can't decode"),

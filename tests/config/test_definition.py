@@ -103,7 +103,9 @@ def test_nan_and_inf_are_refused(tmp_path: Path, body: str, key: str) -> None:
     ("source_build: []\n", "source_build"),
 ])
 def test_present_but_empty_sections_are_errors_not_defaults(tmp_path: Path, body: str, key: str) -> None:
-    assert f"key '{key}'" in refused(tmp_path, body).message
+    message = refused(tmp_path, body).message
+    assert f"key '{key}'" in message
+    assert "False" not in message and "None" not in message  # YAML's words (false, null), not Python's
 
 
 def test_an_empty_tool_call_mapping_still_means_the_check_with_its_defaults(tmp_path: Path) -> None:

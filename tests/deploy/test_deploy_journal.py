@@ -82,7 +82,10 @@ def test_a_complete_journal_loads_and_a_missing_field_is_named(tmp_path: Path, m
     with pytest.raises(JournalError, match="field 'image' is missing"):
         Journal.load("x")
     path.write_text("[1, 2]")
-    with pytest.raises(JournalError, match="it must be a JSON object, not list"):
+    with pytest.raises(JournalError, match="it must be a JSON object, not an array"):
+        Journal.load("x")
+    path.write_text("null")
+    with pytest.raises(JournalError, match="it must be a JSON object, not null"):
         Journal.load("x")
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(JournalError, match="unreadable"):

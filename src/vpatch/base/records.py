@@ -42,6 +42,16 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def json_kind(value: Any) -> str:
+    """What a JSON document holds, in JSON's words (never Python's class name: 'NoneType', 'list')."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    kinds = ((dict, "an object"), (list, "an array"), (str, "a string"), ((int, float), "a number"))
+    return next((kind for cls, kind in kinds if isinstance(value, cls)), type(value).__name__)
+
+
 def load(path: Path, parse: Callable[[dict[str, Any]], R], *, what: str, hint: str) -> R | None:
     """The record in `path`, or None when there is none.
 
@@ -56,7 +66,7 @@ def load(path: Path, parse: Callable[[dict[str, Any]], R], *, what: str, hint: s
     try:
         data = json.loads(text, object_pairs_hook=_unique)
         if not isinstance(data, dict):
-            raise TypeError(f"it must be a JSON object, not {type(data).__name__}")
+            raise TypeError(f"it must be a JSON object, not {json_kind(data)}")
         return parse(data)
     except (ValueError, TypeError, KeyError) as exc:
         why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)

@@ -141,7 +141,7 @@ class Suite:
         for name, value in checks.items():
             if not isinstance(value, dict):
                 doc.fail(f"deploy.checks.{name}", f"must be a mapping of its settings ({{}} for its defaults), not "
-                         f"{value!r}", hint=f"leave deploy.checks.{name} out to skip the check")
+                         f"{doc.shown(value)}", hint=f"leave deploy.checks.{name} out to skip the check")
         hooks = doc.section(top, "deploy.hooks", optional={"before_switch", "after_switch"}) or {}
         log = doc.section(checks, "deploy.checks.log_scan", optional={"patterns"}) or {}
         patterns = log.get("patterns", list(DEFAULT_LOG_PATTERNS))

@@ -188,4 +188,6 @@ def _shown(value: Any, raw: str | None = None) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
+    if isinstance(value, bool) and raw is None:
+        return "true" if value else "false"  # as YAML writes it, not Python's True/False
     return raw if raw is not None and raw != repr(value) else repr(value)

@@ -122,7 +122,7 @@ class Journal:
     def from_json(cls, data: Any, *, source: str) -> Journal:
         """The journal a JSON document describes, field by field: the right type in each, no unknown one."""
         if not isinstance(data, dict):
-            _refuse(source, "", f"must be a JSON object, not {type(data).__name__}")
+            _refuse(source, "", f"must be a JSON object, not {records.json_kind(data)}")
         known = {f.name: f for f in fields(cls)}
         for name in data:
             if name not in known:
