@@ -196,3 +196,28 @@ def test_deploy_report_renders_the_last_record_with_the_state_folder_only(tmp_pa
     for args, why in ((["--out", str(out)], "--out needs --report"), (["--baseline", "old"], "--baseline old is not one of")):
         bad = runner.invoke(app, ["-C", str(tmp_path), "deploy", "tiny", *args])
         assert bad.exit_code == 1 and why in bad.stderr, bad.output
+
+
+def test_verify_live_page_names_every_case_and_its_verdict() -> None:
+    """verify --live's page (commands/verify.py writes it beside the deploys' reports) from a report of the shipped
+    0003 check: one passing case, one failing with its problem; the decision sentence says which patch failed."""
+    from vpatch.deploy.live import CaseOutcome, LiveReport, PatchOutcome, Plan, Planned, Role
+    from vpatch.deploy.livecheck import LiveCheck
+
+    file = "checks/live/0003-qwen3-tool-call-unclosed-function.yaml"
+    planned = Planned("0003-qwen3-tool-call-unclosed-function", Role.KEPT, file, LiveCheck.load(REPO / file))
+    names = [case.name for case in planned.check.cases][:2]
+    outcome = PatchOutcome(planned, (CaseOutcome(names[0], (), None, 0.4),
+                                     CaseOutcome(names[1], ("no tool call named 'get_time' <&>",), None, 0.7)))
+    plan = Plan((planned,), notes=("0002 names no Live-Check",))
+    page = deploy_html.live_page("img:1", LiveReport(plan, (outcome,)), started="20261202-050000")
+    decision = re.search(r'<p id="decision" class="decision (\w+)">([^<]*)</p>', page)
+    assert decision is not None and decision[1] == "rolled"
+    assert decision[2].startswith("Failed: img:1 fails the live check of 0003-qwen3-tool-call-unclosed-function (1 of 2")
+    assert page.count('<td class="pass">pass</td>') == 1 and page.count('<td class="fail">fail</td>') == 1
+    assert "no tool call named &#x27;get_time&#x27; &lt;&amp;&gt;" in page  # escaped, never raw HTML
+    assert "note: 0002 names no Live-Check" in page and "<script" not in page
+    passed = deploy_html.live_page("img:1", LiveReport(plan, (PatchOutcome(planned, outcome.cases[:1]),)), started="s")
+    assert 'class="decision deployed">Passed: img:1 shows every fix its live checks name (1 case(s)).' in passed
+    nothing = deploy_html.live_page("img:1", LiveReport(Plan(()), ()), started="s")
+    assert "Nothing to run" in nothing and "<table>" not in nothing

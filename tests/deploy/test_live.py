@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REAL_CACHE
+from helpers import browser
 from helpers.serverimage import free_port, unique_name
 from typer.testing import CliRunner
 
@@ -199,6 +200,14 @@ def test_verify_live_starts_the_image_and_runs_its_live_checks(loop: Loop) -> No
     # 0003 as on main fixes every case through the server (its check forces the tags as tokens).
     assert [line for line in lines if line.startswith("FAIL")] == [] and code == 0, out + err
     assert "healthy after" in err
+    # Its page, beside the deploys' reports, as a browser shows it: the verdict and all 7 cases passed.
+    (shown,) = [line for line in out.splitlines() if line.startswith("report: ")]
+    page = Path(shown.removeprefix("report: "))
+    assert page.parent == Path(loop.env["VPATCH_STATE"]) / "deploy" / "reports"
+    loaded = browser.load(page)
+    assert not [line for line in loaded.console if "error" in line.lower()], loaded.console
+    assert f"Passed: {loop.candidate} shows every fix its live checks name (7 case(s))." in loaded.dom
+    assert loaded.dom.count('<td class="pass">pass</td>') == 7 and 'class="fail"' not in loaded.dom
     leftovers = loop.docker.client.containers.list(all=True, filters={"name": f"{loop.container}-verify-"})
     assert not leftovers  # the container it started is gone; production was never touched
     print(out)

@@ -5,11 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import ExitCode, VpatchError, cache_dir
+from vpatch.base import ExitCode, VpatchError, atomic_write, cache_dir
 from vpatch.commands import echo, load_config, progress
+from vpatch.deploy import Journal, stamp
 from vpatch.deploy import live as deploy_live
 from vpatch.docker import Docker
 from vpatch.image import verify as image_verify
+from vpatch.report import deploy as deploy_report
+from vpatch.report import deploy_html
 from vpatch.report import verify as shown
 
 if TYPE_CHECKING:
@@ -38,10 +41,15 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
 
 
 def verify_live(config: Config, image: str, definition: str | None) -> None:
+    started = stamp()
     result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
                                      progress=progress)
     for line in shown.live_lines(result):
         echo(line)
+    # The page beside the deploys' reports, written before a failure is raised: the failing cases are on it.
+    page = Journal.folder() / "reports" / f"verify-{started}-{Path(image.replace('/', '_').replace(':', '_')).name}.html"
+    atomic_write(page, deploy_html.live_page(image, result, started=started).encode(), durable=False)
+    echo(deploy_report.page_line(page))
     failed = [o for o in result.candidate if not o.ok]
     if failed:
         raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",

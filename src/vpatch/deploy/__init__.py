@@ -3,6 +3,7 @@
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.deploy.checks import Figures
+from vpatch.deploy.container import stamp
 from vpatch.deploy.journal import Journal
 from vpatch.deploy.record import DeployRecord, Side, Source, age
 from vpatch.deploy.series import Series
@@ -19,4 +20,5 @@ __all__ = [
     "Where",
     "age",
     "holders",
+    "stamp",
 ]

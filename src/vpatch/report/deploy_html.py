@@ -21,6 +21,8 @@ from vpatch.report import deploy as deploy_report
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+    from vpatch.deploy.live import LiveReport
+
 _CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.35em; margin-bottom: .2em; } h2 { font-size: 1.1em; margin-top: 1.8em; }
@@ -90,6 +92,32 @@ def render(record: DeployRecord, *, phase: str | None = None) -> str:
         parts.append(_figure(plot))
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<title>deploy {_e(record.definition)}: {_e(sentence[:80])}</title><style>{_CSS}</style></head>"
+            "<body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def live_page(image: str, result: LiveReport, *, started: str) -> str:
+    """`vpatch verify IMAGE --live`'s page: the verdict in one sentence, then every case of every patch's live
+    check (a side container, no time series: the cases are the whole record)."""
+    outcomes = result.candidate
+    failed = [o for o in outcomes if not o.ok]
+    cases = sum(len(o.cases) for o in outcomes)
+    if not outcomes:
+        css, sentence = "unfinished", f"Nothing to run: no patch in {image} names a Live-Check; nothing was started."
+    elif failed:
+        css, sentence = "rolled", (f"Failed: {image} fails the live check of {', '.join(o.planned.patch for o in failed)} "
+                                   f"({sum(not c.ok for o in failed for c in o.cases)} of {cases} case(s)).")
+    else:
+        css, sentence = "deployed", f"Passed: {image} shows every fix its live checks name ({cases} case(s))."
+    rows = [(o.planned.patch, o.planned.role.value, o.planned.file, c.name, "pass" if c.ok else "fail",
+             f"{c.seconds:.1f}", "; ".join(c.problems)) for o in outcomes for c in o.cases]
+    parts = [f"<h1>verify --live: {_e(image)}</h1>", f'<p id="decision" class="decision {css}">{_e(sentence)}</p>',
+             f"<p>Started {_e(started)} on a container of its own (production was not touched).</p>"]
+    parts += [f"<p class=muted>note: {_e(note)}</p>" for note in result.plan.notes]
+    if rows:
+        parts.append("<h2>Live checks</h2>")
+        parts.append(_table(("patch", "role", "check file", "case", "result", "s", "problems"), rows, status_columns=(4,)))
+    return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+            f"<title>verify --live {_e(image)}: {_e(sentence[:80])}</title><style>{_CSS}</style></head>"
             "<body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
 

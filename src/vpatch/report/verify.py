@@ -33,3 +33,4 @@ def live_summary(result: LiveReport) -> str:
     if result.candidate:
         return f"live checks: {sum(len(o.cases) for o in result.candidate)} case(s) passed"
     return "live checks: none to run (no patch in the image names a Live-Check); nothing was started"
+
