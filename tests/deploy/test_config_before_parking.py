@@ -96,7 +96,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any] | None, str, str]] = [
     ("serve-in-extra-args", {"extra_args": ["serve"]}, None, "", "key 'serve.extra_args[0]' is 'serve'"),
     ("nan-start-watch", {}, None, "deploy:\n  start_watch_s: .nan\n",
      "key 'deploy.start_watch_s' must be a finite positive number, not .nan"),
-    ("empty-checks", {}, None, "deploy:\n  checks: false\n", "key 'deploy.checks' is False"),
+    ("empty-checks", {}, None, "deploy:\n  checks: false\n", "key 'deploy.checks' is false"),
     ("questions-duplicate-expect", {}, {"checks": {"questions": {"file": "checks/dup.yaml", "min_right": 0}}}, "",
      "the key 'expect' appears twice"),
     ("questions-empty-expect", {}, {"checks": {"questions": {"file": "checks/empty.yaml", "min_right": 0}}}, "",

@@ -45,13 +45,13 @@ GOOD = {"definition": "x", "container": "vllm-x", "image": "ml/x:new", "phase": 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"parked_id": 12345}, "field 'parked_id' must be a non-empty string or null, not 12345"),
-    ({"container": None}, "field 'container' must be a non-empty string, not None"),
-    ({"candidate_started": "yes"}, "field 'candidate_started' must be true or false, not 'yes'"),
+    ({"container": None}, "field 'container' must be a non-empty string, not null"),
+    ({"candidate_started": "yes"}, "field 'candidate_started' must be true or false, not \"yes\""),
     ({"phase": "half-way"}, "field 'phase' must be one of baseline, parking,"),
     ({"phase": None}, "field 'phase' must be one of"),
     ({"parked": "abc"}, "field 'parked' is not a journal field"),
     ({"started": ""}, "field 'started' must be a non-empty string"),
-    ({"port": "8000"}, "field 'port' must be a port number (1-65535) or null, not '8000'"),
+    ({"port": "8000"}, "field 'port' must be a port number (1-65535) or null, not \"8000\""),
     ({"health_timeout_s": float("nan")}, "field 'health_timeout_s' must be a positive number of seconds or null"),
     ({"definition": "other"}, "field 'definition' is 'other', but the file is the journal of 'x'"),
 ])

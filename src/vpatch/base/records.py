@@ -52,6 +52,15 @@ def json_kind(value: Any) -> str:
     return next((kind for cls, kind in kinds if isinstance(value, cls)), type(value).__name__)
 
 
+def json_shown(value: Any) -> str:
+    """A value of a JSON document as JSON writes it (null, true, "8000"), never as Python does (None, True, '8000')."""
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
 def load(path: Path, parse: Callable[[dict[str, Any]], R], *, what: str, hint: str) -> R | None:
     """The record in `path`, or None when there is none.
 

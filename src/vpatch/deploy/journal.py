@@ -137,24 +137,24 @@ class Journal:
             if name == "phase":
                 phases = {p.value: p for p in Phase}
                 if value not in phases:
-                    _refuse(source, name, f"must be one of {', '.join(phases)}, not {value!r}")
+                    _refuse(source, name, f"must be one of {', '.join(phases)}, not {records.json_shown(value)}")
                 value = phases[value]
             elif spec.type == "bool":
                 if not isinstance(value, bool):
-                    _refuse(source, name, f"must be true or false, not {value!r}")
+                    _refuse(source, name, f"must be true or false, not {records.json_shown(value)}")
             elif spec.type == "int | None":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
-                    _refuse(source, name, f"must be a port number (1-65535) or null, not {value!r}")
+                    _refuse(source, name, f"must be a port number (1-65535) or null, not {records.json_shown(value)}")
             elif spec.type == "float | None":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                           or not math.isfinite(value) or value <= 0):
-                    _refuse(source, name, f"must be a positive number of seconds or null, not {value!r}")
+                    _refuse(source, name, f"must be a positive number of seconds or null, not {records.json_shown(value)}")
                 value = None if value is None else float(value)
             elif spec.type == "str | None":
                 if value is not None and (not isinstance(value, str) or not value):
-                    _refuse(source, name, f"must be a non-empty string or null, not {value!r}")
+                    _refuse(source, name, f"must be a non-empty string or null, not {records.json_shown(value)}")
             elif not isinstance(value, str) or (not value and name != "note"):
-                _refuse(source, name, f"must be a non-empty string, not {value!r}")
+                _refuse(source, name, f"must be a non-empty string, not {records.json_shown(value)}")
             values[name] = value
         return validate(cls(**values), source)
 
@@ -194,7 +194,7 @@ def validate(journal: Journal, source: str = "the deploy journal") -> Journal:
     for name in ("parked_id", "candidate_id"):
         value = getattr(journal, name)
         if value is not None and not _ID.match(value):
-            _refuse(source, name, f"must be a container id (12 to 64 hex digits, as docker gives it), not {value!r}")
+            _refuse(source, name, f"must be a container id (12 to 64 hex digits, as docker gives it), not {records.json_shown(value)}")
     if journal.parked_id and journal.candidate_id and (journal.parked_id.startswith(journal.candidate_id)
                                                        or journal.candidate_id.startswith(journal.parked_id)):
         _refuse(source, "candidate_id", f"names the parked production container ({journal.parked_id[:12]}): the "
