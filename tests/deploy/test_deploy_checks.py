@@ -209,3 +209,21 @@ def test_stall_s_and_the_ceiling_check_are_read_from_the_suite(tmp_path: Path) -
     assert default.stall_s == 30.0 and default.ceiling is None
     with pytest.raises(ConfigError, match="stall_s"):
         Suite.parse({"stall_s": 0}, root=tmp_path, source="images/x.yaml")
+
+
+def test_a_hook_whose_program_is_missing_is_named_before_switch_stops_and_after_switch_reports() -> None:
+    """Audit rows R19 and X41 at the layer that decides them (the real-server deploy with a failing hook is
+    test_deploy_switch's): a before_switch hook that cannot start stops the deploy naming the program; a
+    failing after_switch hook is returned to be reported, and the hooks after it still run."""
+    from vpatch.base import VpatchError
+    from vpatch.deploy import switch
+
+    said: list[str] = []
+    with pytest.raises(VpatchError) as caught:
+        switch._hooks([["/nonexistent/lane-divert", "flash", "standby"]], "before_switch", said.append, strict=True)
+    assert caught.value.message.startswith("before_switch hook failed: ") and "/nonexistent/lane-divert" in caught.value.message
+    assert caught.value.hint and "nothing was switched" in caught.value.hint
+    assert said == ["before_switch: /nonexistent/lane-divert flash standby"]
+    failed = switch._hooks([["false"], ["/nonexistent/notify"], ["true"]], "after_switch", said.append, strict=False)
+    assert len(failed) == 2 and "/nonexistent/notify" in failed[1]
+    assert said[-1] == "after_switch: true"  # the hooks after a failed one still ran
