@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -367,11 +366,6 @@ def _kv_pool(run: Run) -> tuple[Status, str, str]:
     return judge_kv_pool(pool, run.suite.kv_pool, run.baseline_pool)
 
 
-# Between two /metrics reads of the block-cost request's sampler: a read itself takes 5-100 ms, so this only
-# keeps a fast server from being asked in a busy loop.
-_BLOCK_SAMPLE_GAP_S = 0.005
-
-
 def _block_cost(run: Run) -> tuple[Status, str, str]:
     check = run.suite.block_cost
     assert check is not None
@@ -415,31 +409,19 @@ def _block_points(run: Run, since: float, geometry: CacheGeometry, idle: float, 
 
 
 def _sampled_request(run: Run, prompt_tokens: int, max_tokens: int, label: str) -> tuple[Timing, list[float]]:
-    """One request alone while kv_cache_usage_perc is read as often as /metrics answers, on a thread of its own.
-
-    Not in the stream's reader: a read there delays the reader, not the engine, which meanwhile finishes the
-    request into the socket's buffer (at load 5 on 2 cores, 208 tokens read over 4.9 s after the engine was done:
-    every reading saw the blocks already freed). A reader that only ticks keeps the request's time the engine's."""
+    """One request alone while kv_cache_usage_perc is read at every streamed token (one per engine step: the
+    request holds its blocks then) and by the watchdog a few times a second."""
     prompt = run.server.filler(prompt_tokens, f"{label}-{time.time_ns()}")
     samples: list[float] = []
     first = len(run.watch.readings)
-    done = threading.Event()
 
-    def sample_until_done() -> None:
-        while not done.is_set():
+    def request(tick: Tick) -> Timing:
+        def on_token() -> None:
+            tick()
             reading = run.watch.sample()
             if reading is not None and reading.kv_usage is not None:
                 samples.append(reading.kv_usage)
-            done.wait(_BLOCK_SAMPLE_GAP_S)
-
-    def request(tick: Tick) -> Timing:
-        sampler = threading.Thread(target=sample_until_done, daemon=True, name="vpatch-block-cost-metrics")
-        sampler.start()
-        try:
-            return run.server.complete(prompt, max_tokens=max_tokens, on_token=tick)
-        finally:
-            done.set()
-            sampler.join(5)
+        return run.server.complete(prompt, max_tokens=max_tokens, on_token=on_token)
 
     timing = run.watch.call(request)
     samples += [r.kv_usage for r in run.watch.readings[first:] if r.kv_usage is not None]
