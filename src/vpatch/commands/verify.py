@@ -47,7 +47,7 @@ def verify_live(config: Config, image: str, definition: str | None) -> None:
     for line in shown.live_lines(result):
         echo(line)
     # The page beside the deploys' reports, written before a failure is raised: the failing cases are on it.
-    page = Journal.folder() / "reports" / f"verify-{started}-{Path(image.replace('/', '_').replace(':', '_')).name}.html"
+    page = Journal.folder() / "reports" / f"verify-{started}-{image.replace('/', '_').replace(':', '_')}.html"
     atomic_write(page, deploy_html.live_page(image, result, started=started).encode(), durable=False)
     echo(deploy_report.page_line(page))
     failed = [o for o in result.candidate if not o.ok]
