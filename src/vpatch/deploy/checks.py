@@ -390,6 +390,8 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
             check.max_tokens, min(check.max_tokens * 8, run.server.max_model_len - check.prompt_tokens - 16))
         if attempt >= 2:
             time.sleep(attempt - 1)
+        if attempt:  # the geometry's count is for this request's tokens, not the missed one's before it
+            stepped = run.server.metrics().total("vllm:iteration_tokens_total_sum")
         started = time.monotonic()
         timing, samples = _sampled_request(run, check.prompt_tokens, max_tokens, f"block-cost-{attempt}")
         run.timed("block cost", timing)
