@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +13,7 @@ from vpatch.base.errors import ConfigError
 from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
 from vpatch.deploy.checks import (
     CheckResult,
+    Run,
     Status,
     answer_is_right,
     ceiling_tokens,
@@ -21,8 +24,9 @@ from vpatch.deploy.checks import (
     judge_log,
     judge_parallel,
     judge_tool_call,
+    run_checks,
 )
-from vpatch.deploy.client import Timing
+from vpatch.deploy.client import Server, Timing
 from vpatch.deploy.readings import (
     CacheGeometry,
     KvPool,
@@ -227,3 +231,75 @@ def test_a_hook_whose_program_is_missing_is_named_before_switch_stops_and_after_
     failed = switch._hooks([["false"], ["/nonexistent/notify"], ["true"]], "after_switch", said.append, strict=False)
     assert len(failed) == 2 and "/nonexistent/notify" in failed[1]
     assert said[-1] == "after_switch: true"  # the hooks after a failed one still ran
+
+
+class _StarvedFrontend(Server):
+    """The block-cost retries, whose trigger is a timing race the real server loses only under load (a 2-core
+    machine at load 4-5: its frontend set kv_cache_usage_perc only after the engine had freed the request's
+    blocks). A real server cannot be made to lose that race on demand, so this one answers from the recorded
+    CPU server's /metrics with two numbers scripted: the gauge stays at 0 for the first `missed` requests, and
+    the engine's stepped tokens count each request's prompt and tokens as vLLM counts them."""
+
+    def __init__(self, missed: int) -> None:
+        super().__init__("http://127.0.0.1:9")  # never opened: every answer below is scripted
+        self.missed = missed
+        self.kv, self.stepped = 0.0, 0.0
+        self.requests: list[int] = []  # max_tokens of each completion, in order
+        self._text = (DATA / "cpu-metrics.txt").read_text()
+
+    def metrics(self, *, timeout: float = 10.0) -> Metrics:
+        text = self._text.replace('vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.0',
+                                  f'vllm:kv_cache_usage_perc{{engine="0",model_name="tiny"}} {self.kv}')
+        return Metrics.parse(text.replace('vllm:iteration_tokens_total_sum{engine="0",model_name="tiny"} 0.0',
+                                          f'vllm:iteration_tokens_total_sum{{engine="0",model_name="tiny"}} {self.stepped}'))
+
+    @property
+    def max_model_len(self) -> int:
+        return 1024
+
+    def filler(self, tokens: int, nonce: str) -> str:
+        return nonce
+
+    def complete(self, prompt: str | list[int], *, max_tokens: int, extra: Mapping[str, Any] | None = None,
+                 on_token: Callable[[], None] | None = None) -> Timing:
+        self.requests.append(max_tokens)
+        seen = len(self.requests) > self.missed
+        self.stepped += 800  # the prefill
+        for n in range(1, max_tokens + 1):
+            self.stepped += 1
+            if seen:
+                self.kv = -(-(800 + n) // 128) / 64  # the blocks of 800 + n tokens, of 64
+            if on_token is not None:
+                on_token()
+        self.kv = 0.0  # the request ended: its blocks are free
+        return Timing(0.1, 0.5, 800, max_tokens, "length")
+
+
+def _block_cost_run(server: Server, tmp_path: Path) -> Run:
+    suite = Suite.parse({"checks": {"block_cost": {"prompt_tokens": 800, "max_tokens": 32}}},
+                        root=tmp_path, source="images/x.yaml")
+    run = Run(server, suite, read_log=lambda: "", progress=lambda _: None)
+    run_checks(run, fail_fast=True, log_scan=False)
+    return run
+
+
+def test_a_missed_block_cost_request_is_retried_longer_and_judged_by_its_own_tokens(tmp_path: Path) -> None:
+    server = _StarvedFrontend(missed=1)
+    run = _block_cost_run(server, tmp_path)
+    (result,) = [r for r in run.results if r.name == "block cost"]
+    assert result.status is Status.PASS, result
+    # The retry decodes as long as max-model-len allows: 1,024 - 800 - 16 = 208 tokens, not 8 x 32.
+    assert server.requests == [32, 208]
+    assert "8 blocks for 1,008 tokens" in result.figure
+    points = run.series.block_cost
+    assert points and max(p.held for p in points) == 8
+    # The plot's prediction counts the retry's own tokens (1,008: 8 blocks), not the missed request's 832 too
+    # (15 blocks: the CI failure of df21745's parent).
+    assert max(p.predicted for p in points if p.predicted is not None) == 8
+
+
+def test_a_gauge_that_never_moves_is_a_measurement_error_after_four_requests(tmp_path: Path) -> None:
+    server = _StarvedFrontend(missed=4)
+    (result,) = [r for r in _block_cost_run(server, tmp_path).results if r.name == "block cost"]
+    assert server.requests == [32, 208, 208, 208]
+    assert result.status is Status.ERROR and "measurement error" in result.detail and result.failed
