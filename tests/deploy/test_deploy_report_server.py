@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from helpers import browser
-from helpers.deployhost import IMAGE_PYTHON, NAME, SUITE, Host, production_host
+from helpers.deployhost import BLOCK_COST, IMAGE_PYTHON, NAME, SUITE, Host, production_host
 
 from vpatch.deploy.readings import Metrics
 from vpatch.deploy.record import DeployRecord
@@ -91,7 +91,7 @@ def assert_page(page: Path, sides: list[dict[str, Any]], decision: str) -> dict[
 
 def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(host: Host, tmp_path: Path) -> None:
     browser.chromium()
-    checks = {**SUITE["checks"], "memory": {"min_free_mib": 64}}
+    checks = {**SUITE["checks"], "block_cost": BLOCK_COST, "memory": {"min_free_mib": 64}}
     shot = tmp_path / "metrics-before-park.txt"
     host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
     before = long_requests(host)
@@ -141,7 +141,7 @@ def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_repor
     no request check goes to production (its counters, saved by the before_switch hook just before parking,
     did not move); then kill -9 in the candidate's checks, the report from the record, and --rollback."""
     browser.chromium()
-    checks = {**SUITE["checks"], "memory": {"min_free_mib": 64}}
+    checks = {**SUITE["checks"], "block_cost": BLOCK_COST, "memory": {"min_free_mib": 64}}
     shot = tmp_path / "metrics-before-park.txt"
     host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
     production = host.production()

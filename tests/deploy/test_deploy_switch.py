@@ -14,12 +14,14 @@ import time
 
 import pytest
 from helpers.deployhost import (
+    BLOCK_COST,
     IMAGE_PYTHON,
     KV_BLOCK,
     KV_MINIMUM,
     KV_PREEMPT,
     NAME,
     STALL_S,
+    SUITE,
     Host,
     Spawned,
     health_ms,
@@ -180,8 +182,8 @@ def test_a_stalled_engine_fails_the_deploy_in_stall_s_and_production_comes_back(
     report = json_of(out)
     assert code == 6 and report["decision"] == "rolled back", err
     failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
-    # The first check that sends a request meets the stalled engine (block cost, unless the stop was late).
-    assert report["failed_check"] in ("block cost", "needles", "tool call", "questions", "parallel", "ceiling"), out
+    # The first check that sends a request meets the stalled engine (needles, unless the stop was late).
+    assert report["failed_check"] in ("needles", "tool call", "questions", "parallel", "ceiling"), out
     assert "no token for" in failed["detail"] and "the engine is stalled" in failed["detail"], failed
     assert failed["seconds"] < STALL_S + 15, failed  # the watchdog ended it, not the 300 s request timeout
     host.assert_production_restored(before)
@@ -286,7 +288,9 @@ def test_a_failing_before_switch_hook_stops_before_production_is_touched(host: H
 def test_passing_deploy_reports_baseline_and_candidate_side_by_side(host: Host) -> None:
     before = host.production()
     marks = host.root / "hook-marks"
-    host.write_yaml(hooks={"before_switch": [["mkdir", str(marks)]], "after_switch": [["touch", str(marks / "after")]]})
+    # With the block-cost check: its figure is in the side-by-side report (the README's example).
+    host.write_yaml(checks={**SUITE["checks"], "block_cost": BLOCK_COST},
+                    hooks={"before_switch": [["mkdir", str(marks)]], "after_switch": [["touch", str(marks / "after")]]})
     code, out, err = host.deploy("--image", host.image)
     assert code == 0, out + err
     assert "decision: deployed" in out

@@ -51,16 +51,19 @@ IMAGE_PYTHON = "/opt/vllm/bin/python"  # the test image's venv
 # Thresholds for the tiny model on a loaded 2-core machine: small requests, few of them. A random model
 # finds no needle and answers no question: those are counted and shown with minimum 0 (their failure path
 # is unit-tested on recorded responses in test_deploy_checks.py).
+# The block-cost check, only in the suites of the tests it is the subject of (the deploy report's; the daemon
+# restart has its own). 32 tokens decoded: /metrics is read at each of them while the request holds its blocks.
+# (192 made every reading come while the request ran, but each read costs 50-100 ms on a loaded machine: the
+# server tests took twice as long, 1,215 s for test_deploy_switch in a cold .ci/run.) At load 4-5 on 2 cores the
+# server can send a whole completion in one burst, one /metrics read taking 0.3-0.5 s, and a request can end
+# unseen: the check then retries up to three times, longer, and errors only if all four are missed. That is a
+# measurement error, which fails the deploy: in a suite whose test is about something else it would be a
+# failure of the machine's load, not of the test's subject.
+BLOCK_COST = {"prompt_tokens": 800, "max_tokens": 32, "max_ratio": 1.25}
 SUITE = {
     "start_watch_s": 3, "health_timeout_s": 600, "request_timeout_s": 300,
     "checks": {
         "kv_pool": {"min_tokens": 2048, "max_drop": 0.9},
-        # 32 tokens decoded: /metrics is read at each of them while the request holds its blocks. (192 made every
-        # reading come while the request ran, but each read costs 50-100 ms on a loaded machine: the server tests
-        # took twice as long, 1,215 s for test_deploy_switch in a cold .ci/run. At load 5 on 2 cores the server
-        # sends a whole completion in one burst and one /metrics read takes 0.3-0.5 s: the 32-token request and its
-        # 208-token retry can both end unseen, and the check errors with 0 blocks. At CI's load it has passed.)
-        "block_cost": {"prompt_tokens": 800, "max_tokens": 32, "max_ratio": 1.25},
         "needles": {"lengths": [600], "min_found": 0, "max_tokens": 16},
         "tool_call": {"extra": {"structured_outputs": {"regex": TOOL_REGEX}}},
         "questions": {"file": "checks/tiny-questions.yaml", "min_right": 0, "max_tokens": 4},
