@@ -1,10 +1,11 @@
 """The deploy's report, memory check and recorded baseline against the real vLLM CPU server in docker.
 
-One production server for the module (tests/helpers/deployhost.py), three deploys in file order, each asserted on
+On the session's production server (`tiny_production`, tests/helpers/deployhost.py), three deploys, each asserted on
 several ways: a passing deploy with a measured baseline (series in --json, the page in headless Chromium);
 a second deploy of the same image whose baseline is the first one's record (production's own /metrics show no
-request-check request), killed -9 and rendered from its record; and a candidate whose container crosses the
-memory floor under the parallel check (rolled back by the memory check, the curve in its page).
+request-check request), killed -9 twice, in its checks and in its rollback, with the report rendered from its record
+between the two; and a candidate whose container crosses the memory floor under the parallel check (rolled back by
+the memory check, the curve in its page). The second needs the first's record: it runs after it (file order).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from helpers import browser
-from helpers.deployhost import BLOCK_COST, IMAGE_PYTHON, NAME, SUITE, Host, production_host
+from helpers.deployhost import BLOCK_COST, IMAGE_PYTHON, NAME, SUITE, Host, Spawned
 
+from vpatch.deploy.journal import Phase
 from vpatch.deploy.readings import Metrics
 from vpatch.deploy.record import DeployRecord
 from vpatch.docker import Docker
@@ -33,10 +34,9 @@ ROOT = Path(__file__).resolve().parents[2]
 KEEP = os.environ.get("VPATCH_KEEP_REPORTS")
 
 
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Host]:
-    with production_host(tmp_path_factory, vllm_server_image) as h:
-        yield h
+@pytest.fixture
+def host(tiny_production: Host) -> Host:
+    return tiny_production
 
 
 def long_requests(host: Host) -> float:
@@ -90,15 +90,37 @@ def assert_page(page: Path, sides: list[dict[str, Any]], decision: str) -> dict[
 
 
 def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(host: Host, tmp_path: Path) -> None:
+    """A passing deploy, as an operator runs it (no --json): the side-by-side report on stdout (the README's
+    example, printed with pytest -s), both hooks run, production parked; its record (the --json shape of each
+    side) holds the series the page plots. (The side-by-side test of test_deploy_switch.py until this round:
+    one passing deploy for both.)"""
     browser.chromium()
     checks = {**SUITE["checks"], "block_cost": BLOCK_COST, "memory": {"min_free_mib": 64}}
     shot = tmp_path / "metrics-before-park.txt"
-    host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
+    hooks = snapshot_hook(shot, host)
+    hooks["after_switch"] = [["touch", str(shot.with_suffix(".after"))]]
+    host.write_yaml(checks=checks, hooks=hooks)
+    production = host.production()
     before = long_requests(host)
-    code, out, err = host.deploy("--image", host.image, "--json")
-    assert out, err[:3000]
-    report = json.loads(out)
-    assert code == 0 and report["decision"] == "deployed", err
+    code, out, err = host.deploy("--image", host.image)
+    assert code == 0 and "decision: deployed" in out, out + err[-3000:]
+    for figure in ("KV pool (tokens)", "tokens per KV block held", "time to first token", "decode tokens/s",
+                   "questions right", "log findings"):
+        assert figure in out
+    after = host.production()
+    assert after["id"] != production["id"] and after["status"] == "running" and after["restart"] == "unless-stopped"
+    parked = host.docker.container(str(production["id"]))
+    assert parked is not None and parked.name.startswith(f"{host.container}-parked-")
+    assert parked.status == "exited" and parked.restart_policy == "no"  # parked until `deploy --rollback`
+    journal = host.journal()
+    assert journal is not None and journal.phase is Phase.DEPLOYED
+    assert shot.exists() and shot.with_suffix(".after").exists()  # both hooks ran: the gateway's divert and back
+    print(out)  # the README's example report comes from here (pytest -s)
+    (shown,) = [line for line in out.splitlines() if line.startswith("report: ")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VPATCH_STATE", host.env["VPATCH_STATE"])
+        report = json.loads(DeployRecord.path_for(NAME, journal.started).read_text())
+    assert report["decision"] == "deployed"
     # The baseline was measured (nothing recorded yet): production's own counters saw its requests (the
     # control for the recorded-baseline test below).
     assert report["baseline"]["source"] == "measured"
@@ -125,8 +147,8 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     checks_seen = {c["name"]: c["status"] for c in report["candidate"]["checks"]}
     assert checks_seen["memory"] == "pass"
     assert base["requests"] and base["memory"]  # the baseline's own samples, for the side-by-side plots
-    page = Path(report["report"])
-    assert page.exists() and f"report: {page}" in err  # --json: the path on stderr, stdout stays JSON
+    page = Path(shown.removeprefix("report: "))
+    assert page.exists() and page == Path(host.env["VPATCH_STATE"]) / "deploy" / "reports" / f"{NAME}-{journal.started}.html"
     plots = assert_page(page, [base, cand], "Deployed:")
     assert set(plots) == {"kv-blocks", "requests", "parallel", "memory", "throughput"}
     keep(page, "deployed.html")
@@ -136,23 +158,28 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     assert done.returncode == 0 and png.stat().st_size > 20_000, done.stderr
 
 
-def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_report(host: Host, tmp_path: Path) -> None:
+def test_a_recorded_baseline_spares_production_and_kill_9_twice_then_rollback_restores(host: Host,
+                                                                                       tmp_path: Path) -> None:
     """Production runs the image the first test deployed, with the same suite: its record is the baseline,
     no request check goes to production (its counters, saved by the before_switch hook just before parking,
-    did not move); then kill -9 in the candidate's checks, the report from the record, and --rollback."""
+    did not move). Then kill -9 (no handler runs; only the journal and the record know) at two points: in the
+    candidate's checks, and in the rollback after the parked container was renamed back and started but before
+    it was verified. In between, the lock refuses a second deploy and a rollback while the first runs, --status
+    exits 8 (unfinished) for monitoring, and the report is rendered from the record. (The kill -9 test of
+    test_deploy_switch.py until this round: one deploy for both, each candidate and its rollback cost two
+    server starts.)"""
     browser.chromium()
     checks = {**SUITE["checks"], "block_cost": BLOCK_COST, "memory": {"min_free_mib": 64}}
     shot = tmp_path / "metrics-before-park.txt"
     host.write_yaml(checks=checks, hooks=snapshot_hook(shot, host))
     production = host.production()
     before = long_requests(host)
-    earlier = host.journal()  # the first test's deploy, settled: its record must not end the wait below
     proc = host.spawn("--image", host.image)
     record = None
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:  # until this deploy's record holds the candidate's block-cost check
-        journal = host.journal()
-        if journal is not None and (earlier is None or journal.started != earlier.started):
+        journal = host.journal()  # Host.ensure() removed the journal of the deploys before: this one's
+        if journal is not None:
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("VPATCH_STATE", host.env["VPATCH_STATE"])
                 record = DeployRecord.load(DeployRecord.path_for(NAME, journal.started))
@@ -160,23 +187,42 @@ def test_a_recorded_baseline_spares_production_and_a_kill_9_still_leaves_a_repor
                 break
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.3)
-    assert record is not None and record.baseline is not None
+    assert record is not None and record.baseline is not None and record.candidate is not None
+    (cost,) = [c for c in record.candidate.checks if c.name == "block cost"]
+    # A block-cost miss four times over (a machine loaded far past CI's) fails the deploy, and the kill below
+    # would land in its rollback: say so rather than fail on the page's wording.
+    assert not cost.failed, f"the candidate's block-cost check did not pass, the deploy is rolling back: {cost}"
+    second = host.run("deploy", NAME, "--image", host.image)
+    assert second.returncode == 1 and f"another vpatch deploy {NAME} is running (pid {proc.pid})" in second.stderr
+    rolling = host.run("deploy", NAME, "--rollback")
+    assert rolling.returncode == 1 and "is running" in rolling.stderr
     proc.kill()
     _out, err = proc.communicate()
     assert "baseline: the figures recorded when" in err and "no request goes to production" in err, err
     assert record.baseline.source == "recorded" and record.baseline.recorded_at
     assert _over_100(Metrics.parse(shot.read_text())) == before  # not one request check reached production
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 8 and "checking" in status.stdout and "unfinished" in status.stdout, status.stdout
+    assert host.production()["id"] != production["id"]  # the candidate holds the name; production is parked
     page = tmp_path / "killed.html"
     shown = host.run("deploy", NAME, "--report", "--out", str(page))
     assert shown.returncode == 0 and shown.stdout.strip() == f"report: {page}", shown.stderr
     text = page.read_text()
-    assert "Unfinished: the deploy of" in text and "stopped during checking" in text
+    assert "Unfinished: the deploy of" in text and "stopped during checking" in text, text[:2000]
     assert "Baseline: the figures recorded when the running image was deployed" in text and " ago)" in text
     loaded = browser.load(page)
     assert loaded.console == ()
     _line, plots = browser.plots(loaded.dom)
     assert plots["kv-blocks"].markers == plots["kv-blocks"].samples > 0  # the candidate's block cost, kept
     keep(page, "killed.html")
+    back = Spawned(host.spawn("--rollback"))
+    back.wait_line("rollback: starting")
+    back.proc.kill()
+    back.proc.wait()
+    journal = host.journal()
+    assert journal is not None and journal.phase is Phase.ROLLING_BACK
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 8 and "rolling-back" in status.stdout, status.stdout
     code, out, err = host.deploy("--rollback")
     assert code == 0 and "rolled back" in out, err
     host.assert_production_restored(production)
@@ -262,6 +308,7 @@ def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocat
     log = host.docker.container_logs(kept[0])
     assert "holding 700 MiB more" in log and "memory allocation failed" not in log, log[-2000:]
     page = Path(report["report"])
+    assert f"report: {page}" in err  # --json: the page's path on stderr, stdout stays JSON
     assert_page(page, [series], "Rolled back: the memory check failed")
     keep(page, "memory-rolled-back.html")
     host.assert_production_restored(production)
