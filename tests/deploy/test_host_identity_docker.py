@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import placeholder
-from helpers.serverimage import free_port, tiny_serve, write_project
+from helpers.serverimage import container_names, free_port, tiny_serve, write_project
 from typer.testing import CliRunner
 
 from vpatch.commands.cli import app
@@ -88,9 +88,8 @@ def host(tmp_path: Path, lint_cache: Path) -> Iterator[Host]:
     try:
         yield h
     finally:
-        for c in docker.client.containers.list(all=True):
-            if c.name.startswith(h.base):
-                c.remove(force=True)
+        for name in container_names(docker, h.base):
+            docker.remove_container(name)
 
 
 def test_x66_a_rollback_never_stops_a_container_that_took_the_production_name(host: Host, stand_in: str) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers.serverimage import tiny_serve, write_project
+from helpers.serverimage import container_names, tiny_serve, write_project
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition
 from vpatch.deploy.client import Server
@@ -202,11 +202,10 @@ class Host:
 
     def left_behind(self, kind: str) -> list[str]:
         """Names of this host's `-parked-` or `-candidate-` containers."""
-        return sorted(c.name for c in self.docker.client.containers.list(all=True)
-                      if c.name.startswith(f"{self.container}-{kind}-"))
+        return container_names(self.docker, f"{self.container}-{kind}-")
 
     def kept_candidates(self) -> list[str]:
-        return [c.name for c in self.docker.client.containers.list(all=True) if c.name.startswith(f"{self.container}-candidate-")]
+        return self.left_behind("candidate")
 
     def assert_production_restored(self, before: dict[str, object]) -> None:
         now = self.production()
@@ -240,9 +239,8 @@ def production_host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image:
         h.start()  # `vpatch serve tiny`: it waits for /health itself (serve.health_timeout 600 s)
         yield h
     finally:
-        for c in docker.client.containers.list(all=True):
-            if c.name.startswith(container):
-                c.remove(force=True)
+        for name in container_names(docker, container):
+            docker.remove_container(name)
 
 
 # The test image for "memory allocation failed": the server image with a wrapper entrypoint that starts the

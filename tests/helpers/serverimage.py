@@ -89,6 +89,15 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{run_token()}-{worker()}-{uuid.uuid4().hex[:6]}"
 
 
+def container_names(docker: Any, prefix: str) -> list[str]:
+    """Names of the containers (running or not) whose name starts with `prefix`, from one list call. Not
+    `containers.list()`, which inspects every container on the daemon one by one: a container the other worker
+    removes in between raised NotFound in a test that never touched it (cold CI run, f1d4422)."""
+    found = docker.client.api.containers(all=True, filters={"name": prefix})
+    names = (n.lstrip("/") for c in found for n in c.get("Names") or ())
+    return sorted(n for n in names if n.startswith(prefix))
+
+
 def tiny_serve(port: int, container: str, **overrides: Any) -> dict[str, Any]:
     """The serve: section for the tiny model; `overrides` replace or add keys (None removes one)."""
     serve: dict[str, Any] = {
