@@ -90,6 +90,7 @@ class Host:
     env: dict[str, str]  # the journal's folder and a vpatch cache kept for the session (serve's lint caches there)
     serve_result: Any = None  # typer's Result of the `vpatch serve` that started production (the last one)
     restarts: int = 0  # production started again by ensure(): a test broke it
+    spawned: list[subprocess.Popen[str]] = field(default_factory=list)  # every `spawn`, reaped by ensure()
 
     def serve_section(self, *, kv_bytes: int = KV_NORMAL, **serve_keys: Any) -> dict[str, Any]:
         """Production's serve: section, with `serve_keys` on top (None removes a key)."""
@@ -129,6 +130,7 @@ class Host:
 
     def ensure(self) -> None:
         """Production as a test expects to find it (see the module's docstring); started again only if broken."""
+        self._reap()
         self.write_questions()
         self.write_yaml()
         for name in self.left_behind("candidate") + self.left_behind("parked"):
@@ -141,6 +143,17 @@ class Host:
         self.restarts += 1
         print(f"\n[tiny production broken by an earlier test: started again ({self.restarts})]")
         self.start("--replace")
+
+    def _reap(self) -> None:
+        """Kill what an earlier test spawned and left running: a test that failed between its spawn and its
+        kill (a block-cost miss at load 6) left a deploy holding the lock, and every later test of the
+        session's production then failed on "another vpatch deploy tiny is running"."""
+        for proc in self.spawned:
+            if proc.poll() is None:
+                print(f"\n[a vpatch process an earlier test spawned was still running: killed (pid {proc.pid})]")
+                proc.kill()
+                proc.wait(timeout=60)  # its pipes are the test's (a Spawned reads them in threads)
+        self.spawned.clear()
 
     def start(self, *args: str) -> None:
         self.serve_result = self.serve(*args)
@@ -176,9 +189,11 @@ class Host:
         def ignore_sigint() -> None:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-        return subprocess.Popen([sys.executable, "-m", "vpatch", "-C", str(self.root), "deploy", NAME, *args],
+        proc = subprocess.Popen([sys.executable, "-m", "vpatch", "-C", str(self.root), "deploy", NAME, *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **self.env},
                                 preexec_fn=ignore_sigint if sigint_ignored else None)
+        self.spawned.append(proc)
+        return proc
 
     def wait_phase(self, phase: Phase, proc: subprocess.Popen[str], timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
