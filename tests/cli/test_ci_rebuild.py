@@ -178,9 +178,10 @@ def test_error_gives_exit_1_and_names_the_step(ci_project: Project) -> None:
 def test_the_shipped_project_moves_to_v0_32_0_past_what_landed_and_names_0003_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
     """The CI job on the real release history, from a fresh copy of the shipped project (pin v0.29.0): 0001 and
-    0002 landed long ago, 0003 conflicts on the newest release, v0.33.0. Its probes run on the trees the other
-    release tests judge too (the pin, the releases, the pin with the series, v0.32.0 with 0003): with their cache
-    warm this runs no probe."""
+    0002 landed long ago, 0003 conflicts on v0.33.0. Its probes run on the trees the other release tests judge too
+    (the pin, the releases, the pin with the series, v0.32.0 with 0003): with their cache warm this runs no probe.
+    The job is told its target: without --to it takes the newest release the history holds, and a machine whose
+    history was refreshed past v0.33.0 (`vpatch releases` alone, the README's first command) holds newer ones."""
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
     root = committed_copy(tmp_path / "project", shipped_files())
     head = git(root, "rev-parse", "HEAD")
@@ -191,7 +192,7 @@ def test_the_shipped_project_moves_to_v0_32_0_past_what_landed_and_names_0003_on
     planned = json.loads(dry.stdout)
     assert git(root, "rev-parse", "HEAD") == head and git(root, "status", "--porcelain") == ""
     started = time.monotonic()
-    code, summary, err = ci_rebuild(root, "--no-build", "--no-fetch")
+    code, summary, err = ci_rebuild(root, "--to", "v0.33.0", "--no-build", "--no-fetch")
     seconds = time.monotonic() - started
     assert code == 9, err
     assert planned["furthest"]["step"]["ref"] == summary["step"] and planned["dropped"] == summary["dropped"]
