@@ -151,6 +151,30 @@ def test_building_the_venv_reports_one_event_per_phase(wheels: Path, tmp_path: P
     assert {e.subject for e in seen} == {"probe venv"} and seen[-1].final and seen[-1].seconds is not None
 
 
+@pytest.mark.parametrize("constrained", [False, True], ids=["plain", "constraint-file"])
+def test_a_cpu_torch_pip_cannot_see_is_named_with_where_to_get_it(
+        wheels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, constrained: bool) -> None:
+    """The shipped lock pins torch==2.13.0+cpu, which PyPI does not carry: on a machine whose pip knows only PyPI
+    the build fails, and pip's own words are "No matching distribution" or, with a constraint file that names
+    torch (as this machine's pip configuration has), "conflicting dependencies". The error names the pin and
+    the two ways to let pip see it. A pin that is missing for any other reason keeps pip's words."""
+    if constrained:
+        (tmp_path / "constraints.txt").write_text("torch<=2.14.1\n")
+        monkeypatch.setenv("PIP_CONSTRAINT", str(tmp_path / "constraints.txt"))
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("tinypkg==1.0\ntorch==2.13.0+cpu\n")
+    with pytest.raises(EnvError) as caught:
+        probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache")
+    assert caught.value.message == ("pip found no wheel of torch==2.13.0+cpu, the CPU build of PyTorch the probe "
+                                    "lock pins (PyPI does not carry it)")
+    assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in (caught.value.hint or "")
+    assert "PIP_FIND_LINKS" in (caught.value.hint or "")
+    lock.write_text("tinypkg==3.0\n")
+    with pytest.raises(EnvError) as other:
+        probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache")
+    assert "tinypkg==3.0" in other.value.message and "PyTorch" not in other.value.message
+
+
 def test_refreshing_the_lock_resolves_requires_and_leaves_out_omit(wheels: Path, tmp_path: Path) -> None:
     lock = tmp_path / "requirements.lock"
     lock.write_text("# header kept\n# requires: tinypkg\n# omit: hugepkg\ntinypkg==1.0\n")

@@ -140,7 +140,10 @@ def _build(dest: Path, requirements: Requirements, report: Reporter) -> None:
     pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
     if requirements.locked:
         report(Event(_SUBJECT, f"installing {len(requirements.lines)} pinned packages", "(--no-deps, no resolver)"))
-        _pip_step([*pip, "--no-deps", *requirements.lines], "install the locked probe requirements", dest)
+        try:
+            _pip_step([*pip, "--no-deps", *requirements.lines], "install the locked probe requirements", dest)
+        except EnvError as exc:
+            raise _missing_cpu_build(exc, requirements.lines) or exc from None
     else:
         report(Event(_SUBJECT, "resolving the requirements"))
         _refuse_cuda_torch(resolve(requirements.lines, dest, python=python))
@@ -168,6 +171,22 @@ def _refuse_cuda_torch(resolved: Sequence[tuple[str, str]]) -> None:
                 hint="make a CPU torch wheel visible to pip, e.g. PIP_FIND_LINKS=<folder with torch-*+cpu*.whl>"
                      " or PIP_EXTRA_INDEX_URL=<PyTorch's CPU wheel index>",
             )
+
+
+# pip's words for "no such distribution here" (the last: its resolver, when a constraint file names the package).
+_NOT_FOUND = ("No matching distribution found for {pin}", "satisfies the requirement {pin}", "Cannot install {pin}")
+
+
+def _missing_cpu_build(exc: EnvError, lines: Sequence[str]) -> EnvError | None:
+    """The error for a locked CPU build of PyTorch (torch==X+cpu) that pip cannot see: PyPI carries only the CUDA
+    builds, so a machine whose pip knows no other place fails here, in pip's words that blame dependencies."""
+    for pin in lines:
+        if "+cpu" in pin and any(form.format(pin=pin) in exc.message for form in _NOT_FOUND):
+            return EnvError(
+                f"pip found no wheel of {pin}, the CPU build of PyTorch the probe lock pins (PyPI does not carry it)",
+                hint="let pip see it: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu or "
+                     "PIP_FIND_LINKS=<folder with the wheel>")
+    return None
 
 
 def _pip_step(args: Sequence[str], what: str, work: Path) -> None:

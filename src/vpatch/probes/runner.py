@@ -215,7 +215,8 @@ def _venv(probe: Probe, cache: Path, report: Reporter, subject: str) -> Path | P
         return probe_venv(probe.environment(), cache=cache, report=report)
     except EnvError as exc:
         report(Event(subject, ProbeOutcome.ERROR.value, "the probe venv could not be built", final=True))
-        return ProbeResult(ProbeOutcome.ERROR, "", exc.message)
+        # its last line and what to do: the end of a probe's detail is what status shows
+        return ProbeResult(ProbeOutcome.ERROR, "", f"{exc.message}\n{exc.hint}" if exc.hint else exc.message)
 
 
 def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: probe_runs.Session,
