@@ -98,6 +98,7 @@ def test_drops_what_landed_before_the_release_that_conflicts(ci_project: Project
     [blocker] = summary["blockers"]
     assert (blocker["file"], blocker["case"], blocker["ref"]) == ("0002-parser-fix.patch", "conflict", "v1.2")
     assert "short of v1.2" in summary["message"] and "0002-parser-fix.patch needs a person at v1.2" in summary["message"]
+    assert "; would build 1 image(s) (--no-build);" in summary["message"]  # it built nothing
     # the PR body (the commit's body) says where the pin went, what was dropped and what blocks
     body = git(ci_project.root, "log", "-1", "--format=%b")
     assert "Pin: v1.0" in body and "-> v1.1" in body and "- 0001-kv-skip-null.patch: Skip null blocks" in body
