@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -298,8 +299,13 @@ def test_a_missed_block_cost_request_is_retried_longer_and_judged_by_its_own_tok
     assert max(p.predicted for p in points if p.predicted is not None) == 8
 
 
-def test_a_gauge_that_never_moves_is_a_measurement_error_after_four_requests(tmp_path: Path) -> None:
-    server = _StarvedFrontend(missed=4)
+def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    pauses: list[float] = []  # the check's own pauses (the watchdog's quarter seconds still sleep)
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: pauses.append(s) if s >= 1 else real_sleep(s))
+    server = _StarvedFrontend(missed=8)
     (result,) = [r for r in _block_cost_run(server, tmp_path).results if r.name == "block cost"]
-    assert server.requests == [32, 208, 208, 208]
+    assert server.requests == [32] + [208] * 7
+    assert pauses == [1, 2, 2, 2, 2, 2]  # from the third request on: a burst of load can pass, 11 s at most
     assert result.status is Status.ERROR and "measurement error" in result.detail and result.failed
