@@ -10,6 +10,7 @@ the memory check, the curve in its page). The second needs the first's record: i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -230,20 +231,33 @@ def test_a_recorded_baseline_spares_production_and_kill_9_twice_then_rollback_re
 
 # A candidate that needs more working memory under parallel load than its container has to spare (the
 # nightly of the two-builds write-up, on a CPU container): the server image with a wrapper entrypoint that,
-# once three requests run at once, allocates HOG_MIB and writes to every page of it, then, 30 s later, prints
-# the warning the write-up saw. The memory check must fail the deploy before that line is written.
+# once four clients are connected at once (the parallel check), allocates HOG_MIB and writes to every page of
+# it, then, 30 s later, prints the warning the write-up saw. The memory check must fail the deploy before that
+# line is written. The connections are counted in the kernel's table (/proc/net/tcp, the host's: network host),
+# not read from the server's /metrics: at load ~4 the starved frontend answered /metrics only after the parallel
+# check's requests had ended, the wrapper never saw them running, and the candidate was deployed (2026-12-03).
 HOG = r'''
-import os, signal, subprocess, sys, threading, time, urllib.request
+import os, signal, subprocess, sys, threading, time
+
+def connected(port):
+    # server-side sockets of the port in state ESTABLISHED (01), accepted or still in the accept queue
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                count += 1
+    return count
 
 def watch(port, mib):
     while True:
-        time.sleep(0.2)
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-        except OSError:
-            continue
-        running = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running{"))
-        if running >= 3:  # the parallel check's four (a check's request and a health probe make two)
+        time.sleep(0.05)
+        # the parallel check's four streams; any other check holds one, with a /metrics read and a health probe
+        if connected(int(port)) >= 4:
             hog = bytearray(mib * 1024 * 1024)
             hog[::4096] = b"\x01" * len(range(0, len(hog), 4096))  # resident: every page written
             print(f"[vpatch test image] holding {mib} MiB more", flush=True)
@@ -267,7 +281,7 @@ def hog_image(docker: Docker, base: str) -> str:
     import tempfile
 
     info = docker.image(base)
-    ref = f"vpatch-test/tiny-memhog:{info.id[7:19]}"
+    ref = f"vpatch-test/tiny-memhog:{info.id[7:19]}-{hashlib.sha256(HOG.encode()).hexdigest()[:8]}"  # a new HOG, a new image
     if docker.has_image(ref):
         return ref
     with tempfile.TemporaryDirectory() as tmp:
@@ -285,7 +299,10 @@ def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocat
     used = host.docker.container_memory(host.container)
     assert used is not None
     limit = used[0] // (1024 * 1024) + HEADROOM_MIB
-    checks = {**SUITE["checks"], "memory": {"min_free_mib": FLOOR_MIB}}
+    # The parallel check decodes 400 tokens (1,000 with the prompt), not 160: at load ~4 its four requests took
+    # 1.7 s, little for the trigger, the 700 MiB written and a memory reading (docker's stats) to fit in.
+    checks = {**SUITE["checks"], "memory": {"min_free_mib": FLOOR_MIB},
+              "parallel": {**SUITE["checks"]["parallel"], "max_tokens": 400}}
     host.write_yaml(checks=checks, memory=f"{limit}m")
     image = hog_image(host.docker, host.image)
     code, out, err = host.deploy("--image", image, "--json", "--baseline", "none")
