@@ -384,7 +384,7 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
     # up only after the engine has freed the blocks. Up to seven more requests before failing, each decoding as
     # long as max-model-len allows (up to 8x), from the third on after a pause of 1, then 2 s so a burst of load
     # can pass. Measured on the 2-core test machine at load 3-8 (60 checks of the tiny model, 800 + 32 tokens;
-    # scripts/bench-block-cost): 7 checks missed four requests in a row, 1 all eight. The figure
+    # the measurement scripts/bench-block-cost repeats): 7 checks missed four requests in a row, 1 all eight. The figure
     # is judged from the request that was seen, with its own tokens; a miss on all eight is still a measurement
     # error, never a pass.
     for attempt in range(_BLOCK_COST_TRIES):
