@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from vpatch.base.errors import ConfigError
 from vpatch.commands.cli import app
 from vpatch.config.definition import ImageDefinition
-from vpatch.serve.render import LABEL_DEFINITION, for_definition
+from vpatch.serve.render import LABEL_DEFINITION, for_definition, for_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = "image:\n  repository: test/vllm\n  tag: tiny\n"
@@ -36,7 +36,8 @@ def flags(argv: list[str]) -> dict[str, str]:
 def test_flash_next_prints_the_production_command() -> None:
     result = CliRunner().invoke(app, ["-C", str(ROOT), "serve", "flash-next", "--print"])
     assert result.exit_code == 0, result.output
-    argv = shlex.split(result.stdout)
+    run, update = result.stdout.splitlines()
+    argv = shlex.split(run)
     assert argv[:3] == ["docker", "run", "--detach"]
     image = argv.index("localhost:5000/ml/vllm-flash:flash-next")
     options, args = argv[:image], argv[image + 1:]
@@ -50,7 +51,9 @@ def test_flash_next_prints_the_production_command() -> None:
     assert pairs["--max-num-batched-tokens"] == "2048"
     assert "serve" not in args  # the official image's entrypoint already is `vllm serve`
     opts = flags(options[3:])
-    assert opts["--restart"] == "unless-stopped" and opts["--ipc"] == "host" and opts["--gpus"] == "all"
+    # It starts with restart no and gets the yaml's unless-stopped once alive: a start that dies is not restarted.
+    assert opts["--restart"] == "no" and opts["--ipc"] == "host" and opts["--gpus"] == "all"
+    assert update == "docker update --restart unless-stopped vllm-flash-next   # once alive"
     assert opts["--label"] == f"{LABEL_DEFINITION}=flash-next" and opts["--name"] == "vllm-flash-next"
     # The docker health check: the liveness rule run by the image's python3 against its own port; the weights
     # take ~15 minutes to load, so failures within serve.health_timeout (1,500 s) do not count.
@@ -98,6 +101,23 @@ def test_default_container_name_and_published_port(tmp_path: Path) -> None:
     assert command.name == "vllm-tiny" and argv[argv.index("--publish") + 1] == "8000:8000"
     assert argv[argv.index("--restart") + 1] == "unless-stopped"
     assert command.args == ("m", "--port", "8000")
+
+
+def test_serve_starts_with_restart_no_and_gives_the_yaml_policy_once_alive(tmp_path: Path) -> None:
+    """A server that dies at start must be one start: docker restarts nothing until vpatch saw it alive."""
+    definition = load(tmp_path, "serve:\n  model: m\n  container:\n    restart: on-failure:3\n")
+    served = for_serve(definition)
+    argv = served.argv
+    assert argv[argv.index("--restart") + 1] == "no" and served.restart_once_alive == "on-failure:3"
+    assert served.shell_lines() == [served.shell_line(), "docker update --restart on-failure:3 vllm-tiny   # once alive"]
+    # Apart from the policy, the very run the yaml renders.
+    yaml_run = list(for_definition(definition).argv)
+    assert yaml_run[yaml_run.index("--restart") + 1] == "on-failure:3"
+    yaml_run[yaml_run.index("--restart") + 1] = "no"
+    assert list(argv) == yaml_run
+    # A yaml that says "no" has nothing to give later: --print shows the one run.
+    never = for_serve(load(tmp_path, 'serve:\n  model: m\n  container:\n    restart: "no"\n'))
+    assert never.restart_once_alive is None and never.shell_lines() == [never.shell_line()]
 
 
 @pytest.mark.parametrize(

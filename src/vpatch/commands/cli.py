@@ -198,7 +198,8 @@ def verify(
 @app.command()
 def serve(
     name: Annotated[str, typer.Argument(help="Image definition whose serve: section to run: images/NAME.yaml.")],
-    print_only: Annotated[bool, typer.Option("--print", help="Print the exact `docker run` (shell-quoted); start nothing.")] = False,
+    print_only: Annotated[bool, typer.Option(
+        "--print", help="Print the exact `docker run` (shell-quoted) and the restart policy given once alive; start nothing.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Compare the running container with the yaml; exit 7 on drift.")] = False,
     image: Annotated[str | None, typer.Option("--image", help="Run this image instead of the definition's moving tag.")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace a container of the same name (after the lint passed).")] = False,
@@ -208,6 +209,7 @@ def serve(
 ) -> None:
     """Start the server as images/NAME.yaml's serve: section says: lint it against the image, run it, wait for /health.
 
+    It starts with restart policy no and gets the yaml's once alive: a server that dies at start is not restarted.
     --print shows the exact `docker run` that would run; --diff shows how the running container differs.
     """
     from vpatch.commands import serve  # lazy: a command's module loads only when it runs, so --help stays light

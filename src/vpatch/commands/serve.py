@@ -38,7 +38,8 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     config = load_config(project)
     definition = ImageDefinition.load(config.root, name).validate()
     if print_only:
-        echo(render.for_definition(definition, image=image).shell_line())
+        for line in render.for_serve(definition, image=image).shell_lines():
+            echo(line)
         return ExitCode.OK
 
     docker = Docker.connect()

@@ -86,10 +86,19 @@ class RunCommand:
     image: str  # the image reference as given
     name: str  # the container's name
     args: tuple[str, ...]  # what follows the image: the container's command (after the image's entrypoint)
+    # The restart policy the container is given once it is alive (None: it keeps the one it was started with).
+    restart_once_alive: str | None = None
 
     def shell_line(self) -> str:
         """The command shell-quoted, one line, as an operator would paste it."""
         return shlex.join(self.argv)
+
+    def shell_lines(self) -> list[str]:
+        """The run and, when it has one, the update that gives the restart policy once the server is alive."""
+        if self.restart_once_alive is None:
+            return [self.shell_line()]
+        update = shlex.join([self.argv[0], "update", "--restart", self.restart_once_alive, self.name])
+        return [self.shell_line(), f"{update}   # once alive"]
 
 
 def render(
@@ -151,3 +160,15 @@ def for_definition(definition: ImageDefinition, *, image: str | None = None, nam
         )
     return render(definition.serve, image or definition.moving_ref, definition=definition.name, name=name,
                   restart=restart)
+
+
+def for_serve(definition: ImageDefinition, *, image: str | None = None) -> RunCommand:
+    """What `vpatch serve NAME` runs: the yaml's `docker run` with restart `no`, the yaml's policy given once alive.
+
+    A container gets its restart policy only once it is alive (deploy's candidate gets it once it passed): a
+    server that dies at start is one start, never restarted by docker (the incident's lane restarted every
+    second for hours, and each start of a real server loads its weights again)."""
+    command = for_definition(definition, image=image, restart="no")
+    assert definition.serve is not None  # for_definition refused a definition without serve:
+    policy = definition.serve.container.restart
+    return replace(command, restart_once_alive=None if policy == "no" else policy)

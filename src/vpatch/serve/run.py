@@ -28,9 +28,10 @@ def health_url(port: int, host: str | None = None) -> str:
 def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: str | None = None,
           replace: bool = False, progress: Progress | None = None) -> Served:
     """`vpatch serve NAME`: lint, then (only then) stop a container of the same name if `replace`, start
-    the rendered command and wait for /health. A container with the name and no `replace` is refused."""
-    command = render.for_definition(definition, image=image)
-    assert definition.serve is not None  # for_definition refused a definition without serve:
+    the rendered command (restart `no`), wait for /health, then give it the yaml's restart policy. A container
+    with the name and no `replace` is refused."""
+    command = render.for_serve(definition, image=image)
+    assert definition.serve is not None  # for_serve refused a definition without serve:
     report = lint.check(docker, command, definition=definition.name, cache=cache, progress=progress)
     # The lock deploy, rollback and prune take on this container name and port: a serve --replace never
     # removes the candidate a deploy is checking.
@@ -68,11 +69,15 @@ def _serve(docker: Docker, definition: ImageDefinition, command: RunCommand, rep
                                     timeout=serve_cfg.health_timeout, progress=progress, model=serve_cfg.model_name)
     except VpatchError as exc:
         # A server that never became healthy must not stay in a restart loop (the incident's `vllm serve
-        # serve` restarted every second for hours): keep it, with its log, stopped.
-        docker.set_restart_policy(container_id, "no")
+        # serve` restarted every second for hours): it was started with restart `no`, so docker never
+        # restarted it; keep it, with its log, stopped.
         docker.stop_container(container_id)
         raise VpatchError(exc.message, hint=f"{exc.hint}; the container is kept, stopped, restart policy no "
                           f"(docker rm -f {command.name})") from exc
+    if command.restart_once_alive is not None:
+        docker.set_restart_policy(container_id, command.restart_once_alive)
+        if progress:
+            progress(f"{command.name} is alive: restart policy {command.restart_once_alive}")
     return Served(command, container_id, report, seconds, existing.id if existing else None)
 
 
