@@ -4,8 +4,11 @@ whose files do not match its labels; a dropped patch's live check failing on the
 alarm, rollback); `verify IMAGE --live`.
 
 One project and one production container for the module, in file order (each test leaves production
-running and healthy): the module fixture runs update and build, and production runs the built image.
-Server starts dominate the time (35-300 s each on the loaded 2-core machine; six in all).
+running and healthy): the module fixture runs update and build; the loop's deploy, first, is a first deploy
+onto an empty host and makes production (the built image), which the later tests use. Server starts dominate
+the time (35-300 s each on the loaded 2-core machine; four in all: the loop's deploy, the false-drop candidate
+and production's restore, `verify --live`'s own server). A run in another order starts production itself
+where a test needs it and finds none (one start more, said on stdout).
 """
 
 from __future__ import annotations
@@ -72,6 +75,16 @@ class Loop:
         assert info is not None and info.status == "running", info
         return info.id
 
+    def production(self) -> str:
+        """Production's container id. In file order the loop's deploy made it; a test that runs before that
+        (a shuffled or a -k run) starts it here from the built image, as that deploy would have."""
+        info = self.docker.container(self.container)
+        if info is None or info.status != "running":
+            print(f"\n[no production under {self.container} (the loop's deploy has not run): started from "
+                  f"{self.candidate}, one server start more]")
+            self.run_production(self.candidate)
+        return self.production_id()
+
     def run_production(self, image: str) -> None:
         """Replace whatever holds the production name by `image`, started from the yaml, and wait for /health."""
         if self.docker.container(self.container) is not None:
@@ -98,7 +111,8 @@ def _git(root: Path, env: dict[str, str], *args: str) -> None:
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str, release_history: Path) -> Iterator[Loop]:
     """A copy of this project (pin v0.29.0, the shipped series), `vpatch update --to v0.32.0`, then `vpatch build
-    vllm-cpu` on the CPU server image, and production running that image."""
+    vllm-cpu` on the CPU server image. No production: the loop's deploy makes it (`Loop.production` where that
+    has not run)."""
     import os
 
     del release_history  # built in the real cache, where update reads it
@@ -135,7 +149,6 @@ def loop(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str, relea
     assert code == 0, build_out + err
     loop = Loop(root, env, docker, vllm_server_image, repository, container, port, update_out, build_out)
     try:
-        loop.run_production(loop.candidate)
         yield loop
     finally:
         for c in docker.client.containers.list(all=True, filters={"name": container}):
@@ -145,10 +158,47 @@ def loop(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str, relea
                 docker.remove_image(tag)
 
 
+def test_loop_update_build_verify_deploy_with_the_live_checks(loop: Loop) -> None:
+    # update: 0001 and 0002 dropped (upstream has them by v0.32.0), 0003 kept; its live check file stays.
+    assert sorted(p.name[:4] for p in (loop.root / "patches").glob("*.patch")) == ["0003"]
+    assert (loop.root / LIVE_0003).is_file()
+    # build: the overlay on the CPU server image; verify: the image holds the pin plus the series.
+    assert "overlay" in loop.build_out
+    code, out, err = loop.cli("verify", loop.candidate)
+    assert code == 0 and "vllm/parser/qwen3.py" in out and "matches its labels" in out, out + err
+    # A first deploy onto an empty host: it makes production. In file order nothing holds the name yet; in
+    # another order a test may have started production already: removing it costs nothing, a start does.
+    if loop.docker.container(loop.container) is not None:
+        loop.docker.remove_container(loop.container)
+    code, out, err = loop.cli("deploy", NAME, "--json")
+    report = json.loads(out)
+    live = report["live"]
+    assert live["verified"] and "passed" in live["verified"], err  # deploy ran `vpatch verify` first
+    # No production, so no baseline: nothing measured, nothing parked, nothing dropped since a baseline's pin.
+    assert report["baseline"] is None and live["baseline"] == [] and report["parked_as"] is None, out
+    assert live["planned"] == [{"patch": P0003, "role": "kept", "file": LIVE_0003}] and live["notes"] == []
+    suite = {c["name"]: c["status"] for c in report["candidate"]["checks"] if not c["name"].startswith("live ")}
+    assert {k: suite.get(k) for k in ("started", "health", "kv pool", "tool call", "log scan")} == dict.fromkeys(
+        ("started", "health", "kv pool", "tool call", "log scan"), "pass"), suite
+    (outcome,) = live["candidate"]
+    assert outcome["patch"] == P0003 and len(outcome["cases"]) == 7 and not outcome["false_drop"]
+    # The log scan comes last: what a live-check request made the server log is scanned too.
+    assert [c["name"] for c in report["candidate"]["checks"]][-2:] == [f"live {P0003} (kept)", "log scan"]
+    # The decision follows the live check, and 0003 as on main passes it: the candidate is deployed.
+    assert outcome["ok"] and all(c["ok"] for c in outcome["cases"]), json.dumps(outcome, indent=1)
+    assert code == 0 and report["decision"] == "deployed", out
+    # Production now is the candidate's container, with the yaml's restart policy: the later tests use it.
+    info = loop.docker.container(loop.container)
+    assert info is not None and info.status == "running" and info.restart_policy == "unless-stopped", info
+    assert info.image_id == loop.docker.image(loop.candidate).id
+    print(json.dumps(live, indent=1))
+
+
 def test_a_dropped_patch_failing_its_live_check_on_the_candidate_is_a_false_drop_and_rolls_back(loop: Loop) -> None:
     # Production runs the image with 0003 (its labels name it); the project then drops 0003 as landed
     # upstream, as `vpatch update` would (RETIRED.md keeps its Live-Check), and the candidate is the plain
     # vLLM 0.32.0 server: the drop says upstream fixed the bug, and the server must show it.
+    before = loop.production()
     assert loop.docker.container(loop.container).image_id == loop.docker.image(loop.candidate).id  # type: ignore[union-attr]
     dropped = loop.root.parent / f"{loop.root.name}-dropped"
     shutil.copytree(loop.root, dropped)
@@ -158,8 +208,9 @@ def test_a_dropped_patch_failing_its_live_check_on_the_candidate_is_a_false_drop
                          ("probe: (this test) passes on the unpatched tree",), "update v0.29.0 -> v0.32.0",
                          f"HEAD:patches/{P0003}.patch", live_check=LIVE_0003)
     retired.write_bytes(with_entries(retired.read_bytes(), [entry]))
-    before = loop.production_id()
-    code, out, err = loop.cli("deploy", NAME, "--image", loop.server_image, root=dropped)
+    # --baseline measure: production runs an image deployed with this very suite, so by default its recorded
+    # figures would stand in and no live check would run on it; measured, it runs 0003's check too.
+    code, out, err = loop.cli("deploy", NAME, "--image", loop.server_image, "--baseline", "measure", root=dropped)
     assert code == 6, out + err
     assert f"decision: rolled back (live {P0003} (dropped) failed)" in out
     assert f"false-drop alarm: {P0003} was dropped as upstream (Applied-Upstream: v0.32.0" in out
@@ -168,12 +219,18 @@ def test_a_dropped_patch_failing_its_live_check_on_the_candidate_is_a_false_drop
     (row,) = [line for line in out.splitlines() if f" {CASE_1} " in line and "(dropped)" in line]
     assert "name 'get_weather\\n</tool_call>\\nIt is sunny.', expected 'get_weather'" in row, row
     assert "content '', expected 'It is sunny.'" in row, row
+    # The baseline ran the same live check, for the report: production, with 0003, passes every case where
+    # the candidate fails case 1. The live-check table's rows: patch, case, baseline, candidate, answered.
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    cases = {cells[1]: (cells[2], cells[3]) for cells in rows if len(cells) == 5 and cells[0] == f"{P0003} (dropped)"}
+    assert len(cases) == 7 and {base for base, _ in cases.values()} == {"pass"}, cases
+    assert cases[CASE_1] == ("pass", "fail"), cases
     loop.restored(before)
     print(out)  # docs/live-checks.md's report comes from here (pytest -s)
 
 
 def test_deploy_refuses_a_candidate_whose_files_do_not_match_its_labels(loop: Loop, tmp_path: Path) -> None:
-    before = loop.production_id()
+    before = loop.production()
     containers = sorted(c.name for c in loop.docker.client.containers.list(all=True, filters={"name": loop.container}))
     journal = Path(loop.env["VPATCH_STATE"]) / "deploy" / f"{NAME}.json"
     journal_before = journal.read_bytes() if journal.exists() else None
@@ -211,35 +268,3 @@ def test_verify_live_starts_the_image_and_runs_its_live_checks(loop: Loop) -> No
     leftovers = loop.docker.client.containers.list(all=True, filters={"name": f"{loop.container}-verify-"})
     assert not leftovers  # the container it started is gone; production was never touched
     print(out)
-
-
-def test_loop_update_build_verify_deploy_with_the_live_checks(loop: Loop) -> None:
-    # update: 0001 and 0002 dropped (upstream has them by v0.32.0), 0003 kept; its live check file stays.
-    assert sorted(p.name[:4] for p in (loop.root / "patches").glob("*.patch")) == ["0003"]
-    assert (loop.root / LIVE_0003).is_file()
-    # build: the overlay on the CPU server image; verify: the image holds the pin plus the series.
-    assert "overlay" in loop.build_out
-    code, out, err = loop.cli("verify", loop.candidate)
-    assert code == 0 and "vllm/parser/qwen3.py" in out and "matches its labels" in out, out + err
-    before = loop.production_id()
-    code, out, err = loop.cli("deploy", NAME, "--json")
-    report = json.loads(out)
-    live = report["live"]
-    assert live["verified"] and "passed" in live["verified"], err  # deploy ran `vpatch verify` first
-    # Production (the baseline) runs an image of the same series: nothing was dropped since its pin.
-    assert live["planned"] == [{"patch": P0003, "role": "kept", "file": LIVE_0003}] and live["notes"] == []
-    suite = {c["name"]: c["status"] for c in report["candidate"]["checks"] if not c["name"].startswith("live ")}
-    assert {k: suite.get(k) for k in ("started", "health", "kv pool", "tool call", "log scan")} == dict.fromkeys(
-        ("started", "health", "kv pool", "tool call", "log scan"), "pass"), suite
-    (outcome,) = live["candidate"]
-    assert outcome["patch"] == P0003 and len(outcome["cases"]) == 7 and not outcome["false_drop"]
-    # The log scan comes last: what a live-check request made the server log is scanned too.
-    assert [c["name"] for c in report["candidate"]["checks"]][-2:] == [f"live {P0003} (kept)", "log scan"]
-    # The baseline ran the same check, for the report: the same image, the same answers.
-    assert [c["ok"] for c in live["baseline"][0]["cases"]] == [c["ok"] for c in outcome["cases"]]
-    # The decision follows the live check, and 0003 as on main passes it: the candidate is deployed.
-    assert outcome["ok"] and all(c["ok"] for c in outcome["cases"]), json.dumps(outcome, indent=1)
-    assert code == 0 and report["decision"] == "deployed", out
-    assert loop.docker.container(loop.container).image_id == loop.docker.image(loop.candidate).id  # type: ignore[union-attr]
-    assert loop.production_id() != before  # production now runs the candidate's container
-    print(json.dumps(live, indent=1))
