@@ -22,6 +22,7 @@ FIXTURE_MARKERS = {
     "pip_index": ("network",),
     "vllm_server_image": ("vllm_server", "docker"),
     "tiny_production_server": ("vllm_server", "docker"),
+    "tiny_bare_server": ("vllm_server", "docker"),
 }
 # Every test of a real vLLM server runs on one xdist worker (--dist loadgroup), the rest beside it on the other:
 # the shared production server (tiny_production, a session fixture: once per worker) then starts once per run,
@@ -268,3 +269,20 @@ def tiny_production(tiny_production_server: Any) -> Any:
     earlier test broke it. Use it for any test that needs a running vLLM server of the tiny model."""
     tiny_production_server.ensure()
     return tiny_production_server
+
+
+@pytest.fixture(scope="session")
+def tiny_bare_server(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Any]:
+    """The same project on another container name, port and state folder, where nothing runs (it starts nothing)."""
+    from helpers.deployhost import production_host
+
+    with production_host(tmp_path_factory, vllm_server_image, bare=True) as host:
+        yield host
+
+
+@pytest.fixture
+def tiny_bare(tiny_bare_server: Any) -> Any:
+    """A host with no production (tests/helpers/deployhost.py `Host`, bare): a failing deploy there costs one server
+    start, its candidate's, instead of two. Use it where the check that fails is the subject, not the rollback."""
+    tiny_bare_server.ensure()
+    return tiny_bare_server

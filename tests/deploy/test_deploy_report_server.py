@@ -1,16 +1,16 @@
 """The deploy's report, memory check and recorded baseline against the real vLLM CPU server in docker.
 
-On the session's production server (`tiny_production`, tests/helpers/deployhost.py), three deploys, each asserted on
+On the session's production server (`tiny_production`, tests/helpers/deployhost.py), two deploys, each asserted on
 several ways: a passing deploy with a measured baseline (series in --json, the page in headless Chromium);
 a second deploy of the same image whose baseline is the first one's record (production's own /metrics show no
-request-check request), killed -9 twice, in its checks and in its rollback, with the report rendered from its record
-between the two; and a candidate whose container crosses the memory floor under the parallel check (rolled back by
-the memory check, the curve in its page). The second needs the first's record: it runs after it (file order).
+request-check request), killed -9 in its checks, with the report rendered from its record. On the bare host beside
+it (`tiny_bare`: nothing runs there), a candidate whose container crosses the memory floor under the parallel check
+(rolled back by the memory check, the curve in its page). The second needs the first's record: it runs after it
+(file order). Three server starts: one per candidate.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,12 +22,11 @@ from typing import Any
 
 import pytest
 from helpers import browser
-from helpers.deployhost import BLOCK_COST, IMAGE_PYTHON, NAME, SUITE, Host, Spawned
+from helpers.deployhost import BLOCK_COST, NAME, SUITE, Host, Spawned, cue_at_parallel, cue_image
 
 from vpatch.deploy.journal import Phase
 from vpatch.deploy.readings import Metrics
 from vpatch.deploy.record import DeployRecord
-from vpatch.docker import Docker
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,16 +158,15 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     assert done.returncode == 0 and png.stat().st_size > 20_000, done.stderr
 
 
-def test_a_recorded_baseline_spares_production_and_kill_9_twice_then_rollback_restores(host: Host,
-                                                                                       tmp_path: Path) -> None:
+def test_a_recorded_baseline_spares_production_and_a_kill_9_in_the_checks_leaves_the_record(host: Host,
+                                                                                              tmp_path: Path) -> None:
     """Production runs the image the first test deployed, with the same suite: its record is the baseline,
     no request check goes to production (its counters, saved by the before_switch hook just before parking,
-    did not move). Then kill -9 (no handler runs; only the journal and the record know) at two points: in the
-    candidate's checks, and in the rollback after the parked container was renamed back and started but before
-    it was verified. In between, the lock refuses a second deploy and a rollback while the first runs, --status
-    exits 8 (unfinished) for monitoring, and the report is rendered from the record. (The kill -9 test of
-    test_deploy_switch.py until this round: one deploy for both, each candidate and its rollback cost two
-    server starts.)"""
+    did not move). Then kill -9 in the candidate's checks (no handler runs; only the journal and the record
+    know): the lock refuses a second deploy and a rollback while the first runs, --status exits 8 (unfinished)
+    for monitoring, and the report is rendered from the record. Production then stays the candidate: the
+    `--rollback` that starts the parked container again, and a kill -9 in it, are the ceiling test's
+    (test_deploy_switch.py), after a successful deploy; here it would cost one more server start."""
     browser.chromium()
     checks = {**SUITE["checks"], "block_cost": BLOCK_COST, "memory": {"min_free_mib": 64}}
     shot = tmp_path / "metrics-before-park.txt"
@@ -216,83 +214,43 @@ def test_a_recorded_baseline_spares_production_and_kill_9_twice_then_rollback_re
     _line, plots = browser.plots(loaded.dom)
     assert plots["kv-blocks"].markers == plots["kv-blocks"].samples > 0  # the candidate's block cost, kept
     keep(page, "killed.html")
-    back = Spawned(host.spawn("--rollback"))
-    back.wait_line("rollback: starting")
-    back.proc.kill()
-    back.proc.wait()
+    # What the kill left: the candidate holds the name, its restart policy still "no" (it never passed), the old
+    # production parked, the journal in "checking" (Host.ensure() tidies up for the next test).
+    candidate = host.docker.container(host.container)
+    parked = host.left_behind("parked")
+    assert candidate is not None and candidate.status == "running" and candidate.restart_policy == "no"
+    assert len(parked) == 1 and host.docker.container(parked[0]).id == production["id"]  # type: ignore[union-attr]
     journal = host.journal()
-    assert journal is not None and journal.phase is Phase.ROLLING_BACK
-    status = host.run("deploy", NAME, "--status")
-    assert status.returncode == 8 and "rolling-back" in status.stdout, status.stdout
-    code, out, err = host.deploy("--rollback")
-    assert code == 0 and "rolled back" in out, err
-    host.assert_production_restored(production)
+    assert journal is not None and journal.phase is Phase.CHECKING and journal.parked_id == production["id"]
 
 
 # A candidate that needs more working memory under parallel load than its container has to spare (the
-# nightly of the two-builds write-up, on a CPU container): the server image with a wrapper entrypoint that,
-# once three requests run at once, allocates HOG_MIB and writes to every page of it, then, 30 s later, prints
-# the warning the write-up saw. The memory check must fail the deploy before that line is written.
-HOG = r'''
-import os, signal, subprocess, sys, threading, time, urllib.request
-
-def watch(port, mib):
-    while True:
-        time.sleep(0.2)
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-        except OSError:
-            continue
-        running = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running{"))
-        if running >= 3:  # the parallel check's four (a check's request and a health probe make two)
-            hog = bytearray(mib * 1024 * 1024)
-            hog[::4096] = b"\x01" * len(range(0, len(hog), 4096))  # resident: every page written
-            print(f"[vpatch test image] holding {mib} MiB more", flush=True)
-            time.sleep(30)
-            print("WARNING [injected by the vpatch test image] memory allocation failed", flush=True)
-            time.sleep(3600)
-
-argv = sys.argv[1:]
-port = argv[argv.index("--port") + 1] if "--port" in argv else "8000"
-threading.Thread(target=watch, args=(port, int(os.environ.get("HOG_MIB", "700"))), daemon=True).start()
-child = subprocess.Popen(argv)
-signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
-sys.exit(child.wait())
-'''
+# nightly of the two-builds write-up, on a CPU container): the cue image (tests/helpers/deployhost.py), cued as the
+# parallel check begins, allocates HOG_MIB and writes to every page of it, then, 30 s later, prints the warning the
+# write-up saw. The memory check must fail the deploy before that line is written.
 HOG_MIB = 700
 FLOOR_MIB = 400
 HEADROOM_MIB = 900  # the limit: production's usage now plus this; the hog leaves ~200 MiB, under the floor
 
 
-def hog_image(docker: Docker, base: str) -> str:
-    import tempfile
-
-    info = docker.image(base)
-    ref = f"vpatch-test/tiny-memhog:{info.id[7:19]}-{hashlib.sha256(HOG.encode()).hexdigest()[:8]}"  # a new HOG, a new image
-    if docker.has_image(ref):
-        return ref
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "hog.py").write_text(HOG)
-        entry = json.dumps([IMAGE_PYTHON, "/vpatch-test/hog.py", *info.entrypoint])
-        (Path(tmp) / "Dockerfile").write_text(
-            f"FROM {base}\nCOPY hog.py /vpatch-test/hog.py\nENV HOG_MIB={HOG_MIB}\nENTRYPOINT {entry}\n")
-        docker.build(Path(tmp), tag=ref, buildargs={}, labels={})
-    return ref
-
-
-def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocation_warning(host: Host) -> None:
+def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocation_warning(
+        tiny_bare: Host, tiny_production: Host) -> None:
+    """On the bare host (one server start); the container's limit is sized from the session's production, a
+    server of the same configuration."""
     browser.chromium()
-    production = host.production()
-    used = host.docker.container_memory(host.container)
+    used = tiny_production.docker.container_memory(tiny_production.container)
     assert used is not None
     limit = used[0] // (1024 * 1024) + HEADROOM_MIB
+    host = tiny_bare
     # The parallel check decodes 400 tokens (1,000 with the prompt), not 160: at load ~4 its four requests took
-    # 1.7 s, little for the trigger, the 700 MiB written and a memory reading (docker's stats) to fit in.
+    # 1.7 s, little for the cue, the 700 MiB written and a memory reading (docker's stats) to fit in.
     checks = {**SUITE["checks"], "memory": {"min_free_mib": FLOOR_MIB},
               "parallel": {**SUITE["checks"]["parallel"], "max_tokens": 400}}
-    host.write_yaml(checks=checks, memory=f"{limit}m")
-    image = hog_image(host.docker, host.image)
-    code, out, err = host.deploy("--image", image, "--json", "--baseline", "none")
+    env = {"VLLM_LOGGING_LEVEL": "INFO", "VPATCH_TEST_HOG_MIB": str(HOG_MIB), "VPATCH_TEST_WARN_AFTER_S": "30"}
+    host.write_yaml(checks=checks, memory=f"{limit}m", env=env)
+    run = Spawned(host.spawn("--image", cue_image(host.docker, host.image), "--json", "--baseline", "none"))
+    cue_at_parallel(host, run)
+    code, out, err = run.finish()
     assert out, err[:3000]
     report = json.loads(out)
     if not (code == 6 and report["failed_check"] == "memory"):  # the wrapper's own lines say whether it triggered
@@ -318,4 +276,4 @@ def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocat
     assert f"report: {page}" in err  # --json: the page's path on stderr, stdout stays JSON
     assert_page(page, [series], "Rolled back: the memory check failed")
     keep(page, "memory-rolled-back.html")
-    host.assert_production_restored(production)
+    host.assert_first_deploy_rolled_back()

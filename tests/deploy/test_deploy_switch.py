@@ -1,10 +1,13 @@
-"""`vpatch deploy` against the real vLLM CPU server in docker: roll back on each kind of failure, survive Ctrl-C.
-(The passing deploy's side-by-side report and the kill -9 twice are test_deploy_report_server.py's, on the same
-production: one deploy each for its page and for this.)
+"""`vpatch deploy` against the real vLLM CPU server in docker: roll back on each kind of failure, survive Ctrl-C
+and kill -9. (The passing deploy's side-by-side report and the kill -9 in the checks are
+test_deploy_report_server.py's, on the same production: one deploy each for its page and for this.)
 
 The tests share the session's production server (`tiny_production`, tests/helpers/deployhost.py): each finds it serving
 the default yaml, with no journal and nothing parked, in any order; a test that leaves it broken costs the next
-one a restart (printed, and counted by the run's server starts).
+one a restart (printed, and counted by the run's server starts). A candidate whose failing check is the subject
+is deployed onto the bare host beside it (`tiny_bare`: nothing runs there, so its rollback starts nothing): one
+server start where a rollback onto production costs two. The rollback that starts production again is shown
+where it is the subject: this module's ceiling test (`--rollback`, killed -9 once) and test_live.py's false drop.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import time
 
 import pytest
 from helpers.deployhost import (
-    IMAGE_PYTHON,
     KV_BLOCK,
     KV_MINIMUM,
     KV_PREEMPT,
@@ -25,13 +27,16 @@ from helpers.deployhost import (
     SUITE,
     Host,
     Spawned,
+    cue_at_parallel,
+    cue_image,
     health_ms,
-    injecting_image,
     json_of,
     stop_engine,
-    wait_engine_core_pid,
 )
 
+from vpatch.config.definition import ImageDefinition
+from vpatch.deploy.checks import Run, run_checks
+from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Phase
 
 pytestmark = pytest.mark.docker
@@ -42,11 +47,11 @@ def host(tiny_production: Host) -> Host:
     return tiny_production
 
 
-def test_candidate_that_dies_at_start_is_rolled_back(host: Host) -> None:
+def test_candidate_that_dies_at_start_is_rolled_back(tiny_bare: Host) -> None:
     """The candidate's pool is one block short (8 blocks of 128: one max-model-len request counting the null
     block): vLLM 0.32.0 refuses it at start, so no candidate can reach the livelock; the deploy rolls back at
-    start or health. (One test for both: each candidate that dies costs two server starts.)"""
-    before = host.production()
+    start or health. (One test for both, on the bare host: one server start, the candidate's.)"""
+    host = tiny_bare
     host.write_yaml(kv_bytes=8 * KV_BLOCK, checks={"kv_pool": {"min_tokens": 1024}, "ceiling": {"max_tokens": 16}})
     code, out, err = host.deploy("--image", host.image, "--json")
     report = json.loads(out)
@@ -56,23 +61,26 @@ def test_candidate_that_dies_at_start_is_rolled_back(host: Host) -> None:
     assert failed["status"] == "fail" and failed["name"] in ("started", "health"), out + err
     assert "To serve at least one request" in failed["detail"]
     assert "the estimated maximum model length is 896" in failed["detail"], failed
-    host.assert_production_restored(before)
+    assert "no production container to restore" in report["rollback"], report["rollback"]
+    host.assert_first_deploy_rolled_back()
 
 
 def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_although_health_is_green(
-        host: Host) -> None:
-    """Two failure kinds of the two-builds write-up on one candidate (each candidate that fails costs two server
-    starts): the 2,048-token pool makes vLLM preempt under the parallel check, and the injecting image prints
-    "memory allocation failed" there while /health stays green. The parallel check allows the preemptions here
-    (max_preemptions 1,000) so that the deploy goes on to the log scan, which fails it: what this shows live is
-    that the real server's preemption counter is read over the parallel check and that the log scan rolls back a
-    healthy candidate. That more preemptions than max_preemptions fail the parallel check is the judge's
+        tiny_bare: Host) -> None:
+    """Two failure kinds of the two-builds write-up on one candidate (on the bare host: one server start): the
+    2,048-token pool makes vLLM preempt under the parallel check, and the cue image prints "memory allocation
+    failed" there (cued as the check begins) while /health stays green. The parallel check allows the preemptions
+    here (max_preemptions 1,000) so that the deploy goes on to the log scan, which fails it: what this shows live
+    is that the real server's preemption counter is read over the parallel check and that the log scan rolls
+    back a healthy candidate. That more preemptions than max_preemptions fail the parallel check is the judge's
     (test_parallel_fails_on_preemptions_errors_and_early_stops, tests/deploy/test_deploy_checks.py)."""
-    before = host.production()
+    host = tiny_bare
     checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "max_preemptions": 1000}}
     host.write_yaml(kv_bytes=KV_PREEMPT, checks=checks)
-    image = injecting_image(host.docker, host.image, IMAGE_PYTHON)
-    code, out, err = host.deploy("--image", image, "--json")
+    image = cue_image(host.docker, host.image)
+    run = Spawned(host.spawn("--image", image, "--json"))
+    cue_at_parallel(host, run)
+    code, out, err = run.finish()
     report = json.loads(out)
     assert code == 6, err
     checks_run = {c["name"]: c for c in report["candidate"]["checks"]}
@@ -83,7 +91,7 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     assert parallel["status"] == "pass" and f"{preemptions} preemption(s) (max 1000)" in parallel["figure"], out
     assert checks_run["health"]["status"] == "pass"
     assert report["failed_check"] == "log scan" and "memory allocation failed" in checks_run["log scan"]["figure"]
-    host.assert_production_restored(before)
+    host.assert_first_deploy_rolled_back()
 
 
 def test_a_deploy_refused_by_the_lint_touches_nothing(host: Host) -> None:
@@ -146,48 +154,48 @@ def test_ctrl_c_during_the_checks_rolls_back_by_itself_and_never_stops_the_only_
     print(f"\n$ vpatch deploy {NAME} --rollback   # parked container removed by hand\n{rolled.stderr}")
 
 
-def test_a_stalled_engine_fails_the_deploy_in_stall_s_and_production_comes_back(host: Host) -> None:
-    """The candidate's engine core stopped (SIGSTOP) once the checks start: /health still answers 200, and the
-    watchdog, not request_timeout_s (300 here), fails the check; the deploy rolls back.
+def test_a_stalled_engine_fails_the_deploys_checks_in_stall_s_although_health_is_200(host: Host) -> None:
+    """Production's engine core stopped (SIGSTOP): /health still answers 200, and the deploy's own pass over the
+    suite (`run_checks` under the watchdog, what `vpatch deploy` runs on its candidate: deploy/switch.py) fails the
+    first check that sends a request within stall_s, by the watchdog, not request_timeout_s (300 here).
 
-    The engine's pid is found while the candidate's health check runs, and the stop is sent the moment the
-    candidate's "kv pool" check (the log and /metrics, no request) begins: finding the pid takes a `docker
-    top`, which on a loaded machine took long enough that earlier rounds stopped the engine checks late."""
-    before = host.production()
+    Run on the session's production, not through a deploy of a stalled candidate: that cost two server starts (the
+    candidate, then production started again by the rollback), and what a deploy does with a failed check, roll
+    back, is shown live by the deploys that fail (the bare host's here, test_live.py's false drop onto production).
+    The engine resumes afterwards (SIGCONT), as in the hung-engine test below."""
     host.write_yaml(stall_s=STALL_S)
-    run = Spawned(host.spawn("--image", host.image, "--json"))
-    host.wait_phase(Phase.CHECKING, run.proc)
-    candidate = host.docker.container(host.container)
-    assert candidate is not None and candidate.id != before["id"]
-    pid = wait_engine_core_pid(host.docker, candidate.id, run)
-    # The candidate's (after its start line): the baseline prints its own kv pool line only when it is measured,
-    # and it is recorded when an earlier test of the session deployed the same image with the same suite.
-    run.wait_line("check: kv pool", after="start: ")
-    os.kill(pid, signal.SIGSTOP)
+    suite = ImageDefinition.load(host.root, NAME).deploy
+    assert suite.stall_s == STALL_S and suite.request_timeout_s == 300
+    info = host.docker.container(host.container)
+    assert info is not None and info.status == "running"
+    said: list[str] = []
+    run = Run(Server(host.server.base_url, timeout=suite.request_timeout_s), suite,
+              lambda: host.docker.container_logs(info.id, since=info.started_at), said.append)
+    pid = stop_engine(host.docker, info.id)
     stalled_at = time.monotonic()
-    for _attempt in range(3):  # a loaded machine can make one /health read miss its 5 s timeout
-        time.sleep(1)
-        healthy, ms = health_ms(host.server)
-        if healthy:
-            break
-    if not healthy:
-        code, out, err = run.finish()
-        raise AssertionError(f"with the engine core stopped, /health should still answer 200; the deploy "
-                             f"(exit {code}):\n{err}\n{out}")
-    code, out, err = run.finish()
-    back_at = time.monotonic()
-    report = json_of(out)
-    assert code == 6 and report["decision"] == "rolled back", err
-    failed = {c["name"]: c for c in report["candidate"]["checks"]}[report["failed_check"]]
-    # The first check that sends a request meets the stalled engine (needles, unless the stop was late).
-    assert report["failed_check"] in ("needles", "tool call", "questions", "parallel", "ceiling"), out
-    assert "no token for" in failed["detail"] and "the engine is stalled" in failed["detail"], failed
-    assert failed["seconds"] < STALL_S + 15, failed  # the watchdog ended it, not the 300 s request timeout
-    host.assert_production_restored(before)
-    rollback = {s["name"]: s["seconds"] for s in report["steps"]}["rollback"]
-    print(f"\n/health with the engine stopped: 200 in {ms:.0f} ms; failed check: {failed['detail']} "
-          f"after {failed['seconds']:.1f}s; rollback {rollback:.1f}s; stall start to production alive again: "
-          f"{back_at - stalled_at:.1f}s")
+    try:
+        for _attempt in range(3):  # a loaded machine can make one /health read miss its 5 s timeout
+            healthy, ms = health_ms(host.server)
+            if healthy:
+                break
+            time.sleep(1)
+        assert healthy, "with the engine core stopped, /health should still answer 200"
+        run_checks(run, fail_fast=True, log_scan=False)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    failed = [c for c in run.results if c.failed]
+    assert len(failed) == 1 and failed[0] is run.results[-1], [(c.name, c.status, c.figure) for c in run.results]
+    # The first check that sends a request meets the stalled engine: needles (this suite has no block cost).
+    assert failed[0].name == "needles", failed
+    assert "no token for" in failed[0].detail and "the engine is stalled" in failed[0].detail, failed
+    assert failed[0].seconds < STALL_S + 15, failed  # the watchdog ended it, not the 300 s request timeout
+    spent = time.monotonic() - stalled_at
+    deadline = time.monotonic() + 300
+    while not host.server.healthy() or host.serve("--check").exit_code != 0:  # alive again: it answers a completion
+        assert time.monotonic() < deadline, host.docker.container_logs(host.container, tail=30)
+        time.sleep(2)
+    print(f"\n/health with the engine stopped: 200 in {ms:.0f} ms; failed check: {failed[0].name}: "
+          f"{failed[0].detail} after {failed[0].seconds:.1f}s (stall to verdict {spent:.1f}s)\n" + "\n".join(said))
 
 
 def test_the_container_health_check_and_serve_check_see_a_hung_engine_whose_health_is_200(host: Host) -> None:
@@ -231,7 +239,9 @@ def test_the_ceiling_check_on_a_pool_sized_at_the_startup_minimum(host: Host) ->
     exactly one max-model-len request (8 blocks of 128) is refused ("estimated maximum model length is 896",
     measured), so its startup minimum is 9 blocks, 1,024 usable. There the largest request the frontend
     admits (1,008 + 16 tokens) fits and the ceiling check PASSES on 0.32.0; on a version whose startup check
-    sizes against all N blocks the same check would meet the livelock and fail in stall_s."""
+    sizes against all N blocks the same check would meet the livelock and fail in stall_s. Then --status, --prune
+    and the --rollback an operator runs after a deploy, killed -9 once on the way: production started again is its
+    subject."""
     before = host.production()
     host.write_yaml(kv_bytes=KV_MINIMUM, stall_s=STALL_S,
                     checks={"kv_pool": {"min_tokens": 1024}, "ceiling": {"max_tokens": 16}})
@@ -258,6 +268,18 @@ def test_the_ceiling_check_on_a_pool_sized_at_the_startup_minimum(host: Host) ->
     assert pruned.returncode == 0 and f"kept    {journal.parked_name} (`--rollback` brings it back)" in pruned.stdout
     assert host.docker.container(parked) is not None
     print(f"\n$ vpatch deploy {NAME} --status\n{status.stdout}$ vpatch deploy {NAME} --prune --keep 0\n{pruned.stdout}")
+    # The rollback after a deploy, killed -9 after it stopped the candidate and started the parked container but
+    # before it verified it alive (no handler runs: only the journal knows); then --status exits 8 for monitoring
+    # and a second --rollback finishes from whatever state the containers are in. (The kill -9 in a deploy's checks
+    # is test_deploy_report_server.py's; there production stays the candidate: one server start fewer.)
+    back = Spawned(host.spawn("--rollback"))
+    back.wait_line("rollback: starting")
+    back.proc.kill()
+    back.proc.wait()
+    journal = host.journal()
+    assert journal is not None and journal.phase is Phase.ROLLING_BACK
+    status = host.run("deploy", NAME, "--status")
+    assert status.returncode == 8 and "rolling-back" in status.stdout, status.stdout
     code, out, err = host.deploy("--rollback")
     assert code == 0 and "rolled back" in out, err
     now = host.production()

@@ -1,5 +1,6 @@
 """The production host of the serve and deploy tests: a project serving the tiny model, and its one production
-container, started once per test session (per xdist worker) by `vpatch serve`.
+container, started once per test session (per xdist worker) by `vpatch serve`; and a bare host beside it, where
+nothing runs, for a candidate whose failure is the subject (a first deploy: no production to start again).
 
 A test takes it as the fixture `tiny_production` (conftest.py): before each test `Host.ensure()` puts back the
 default images/tiny.yaml and question file, removes what deploys left (parked and candidate containers, the
@@ -7,6 +8,11 @@ journal), and checks production still serves that yaml (`serve --diff` clean, `s
 production a test really broke is started again (`vpatch serve --replace`, counted in `Host.restarts`). A test
 may do anything to production that a deploy or an operator would. Every test using the fixture runs on one
 xdist worker (conftest.py gives every real-server test the group `vllm-server`), so one server serves them all.
+
+`tiny_bare` is the same project on another container name, port and state folder, with no production: each
+failing deploy there costs one server start (its candidate), where on production it costs two (the candidate,
+and production started again by the rollback). The rollback that restores production is shown where it is the
+subject (test_live.py's false drop, the ceiling test's `--rollback`); here the subject is the check that fails.
 """
 
 from __future__ import annotations
@@ -95,6 +101,7 @@ class Host:
     env: dict[str, str]  # the journal's folder and a vpatch cache kept for the session (serve's lint caches there)
     serve_result: Any = None  # typer's Result of the `vpatch serve` that started production (the last one)
     restarts: int = 0  # production started again by ensure(): a test broke it
+    bare: bool = False  # no production: ensure() removes whatever holds the name instead of checking it serves
     spawned: list[subprocess.Popen[str]] = field(default_factory=list)  # every `spawn`, reaped by ensure()
 
     def serve_section(self, *, kv_bytes: int = KV_NORMAL, **serve_keys: Any) -> dict[str, Any]:
@@ -134,16 +141,19 @@ class Host:
         return CliRunner().invoke(app, ["-C", str(self.root), "serve", NAME, *args], env=self.env)
 
     def ensure(self) -> None:
-        """Production as a test expects to find it (see the module's docstring); started again only if broken."""
+        """Production as a test expects to find it (see the module's docstring); started again only if broken.
+        A bare host: nothing under its name (removing costs no server start)."""
         self._reap()
         self.write_questions()
         self.write_yaml()
-        for name in self.left_behind("candidate") + self.left_behind("parked"):
+        leftovers = container_names(self.docker, self.container) if self.bare else \
+            self.left_behind("candidate") + self.left_behind("parked")
+        for name in leftovers:
             self.docker.remove_container(name)
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("VPATCH_STATE", self.env["VPATCH_STATE"])
             Journal.path_for(NAME).unlink(missing_ok=True)
-        if self._serving():
+        if self.bare or self._serving():
             return
         self.restarts += 1
         print(f"\n[tiny production broken by an earlier test: started again ({self.restarts})]")
@@ -240,10 +250,23 @@ class Host:
         assert info is not None and info.status == "exited" and info.restart_policy == "no"
         self.docker.remove_container(kept[0])  # removed here only to keep the shared daemon tidy
 
+    def assert_first_deploy_rolled_back(self) -> None:
+        """A bare host after a failed deploy: the candidate stopped and kept (with its log, restart policy no),
+        nothing under the production name, the journal closed. It started nothing else."""
+        assert self.bare and self.docker.container(self.container) is None
+        journal = self.journal()
+        assert journal is not None and journal.phase is Phase.ROLLED_BACK and journal.parked_id is None, journal
+        kept = self.kept_candidates()
+        assert len(kept) == 1, kept
+        info = self.docker.container(kept[0])
+        assert info is not None and info.status == "exited" and info.restart_policy == "no"
+
 
 @contextmanager
-def production_host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Host]:
-    """The project and its production server (about a minute or more to start); removed afterwards."""
+def production_host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str, *,
+                    bare: bool = False) -> Iterator[Host]:
+    """The project and its production server (about a minute or more to start), or with `bare` none; removed
+    afterwards."""
     from helpers.serverimage import free_port, unique_name
 
     root = tmp_path_factory.mktemp("deploy-project")
@@ -251,63 +274,70 @@ def production_host(tmp_path_factory: pytest.TempPathFactory, vllm_server_image:
            "VPATCH_CACHE": str(tmp_path_factory.mktemp("deploy-cache"))}
     docker = Docker.connect()
     port = free_port()
-    container = unique_name("vpatch-deploy-test")
-    h = Host(root, vllm_server_image, port, container, docker, Server(f"http://127.0.0.1:{port}"), env)
+    container = unique_name("vpatch-bare-test" if bare else "vpatch-deploy-test")
+    h = Host(root, vllm_server_image, port, container, docker, Server(f"http://127.0.0.1:{port}"), env, bare=bare)
     h.write_questions()
     h.write_yaml()
     try:
-        h.start()  # `vpatch serve tiny`: it waits for /health itself (serve.health_timeout 600 s)
+        if not bare:
+            h.start()  # `vpatch serve tiny`: it waits for /health itself (serve.health_timeout 600 s)
         yield h
     finally:
         for name in container_names(docker, container):
             docker.remove_container(name)
 
 
-# The test image for "memory allocation failed": the server image with a wrapper entrypoint that starts the
-# real entrypoint and, once two or more requests run at the same time (the parallel check), prints the
-# warning the two-builds write-up saw ("memory allocation failed"). vLLM itself never prints it here; the
-# line is injected so the log scan can be tested while /health stays green.
-INJECT = r'''
-import signal, subprocess, sys, threading, time, urllib.request
+# The test image of a candidate that misbehaves on cue: the server image with a wrapper entrypoint (PID 1) that
+# starts the real entrypoint and, on SIGUSR1, allocates VPATCH_TEST_HOG_MIB and writes every page of it (the
+# working memory the nightly of the two-builds write-up needed under parallel load), then, VPATCH_TEST_WARN_AFTER_S
+# later, prints the warning that write-up saw ("memory allocation failed"). vLLM itself never prints it here: it is
+# injected so that the memory check and the log scan can be tested while /health stays green. The test sends the
+# cue the moment the deploy prints "check: parallel" (`cue_at_parallel`). Until 2026-12-04 the cue was the
+# server's own /metrics (requests running), read by the wrapper: a starved frontend on a loaded machine answered
+# it only after the parallel check had ended, and the memory test missed its trigger at load ~4.
+CUE = r'''
+import os, signal, subprocess, sys, threading, time
 
-def watch(port):
-    while True:
-        time.sleep(0.2)
-        try:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
-        except OSError:
-            continue
-        running = sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith("vllm:num_requests_running{"))
-        if running >= 2:
-            print("WARNING [injected by the vpatch test image] memory allocation failed: "
-                  "205.00 MiB requested, 200.12 MiB free", flush=True)
-            return
+def misbehave():
+    mib = int(os.environ.get("VPATCH_TEST_HOG_MIB", "0"))
+    hog = bytearray(mib * 1024 * 1024)
+    if mib:
+        hog[::4096] = b"\x01" * len(range(0, len(hog), 4096))  # resident: every page written
+        print(f"[vpatch test image] holding {mib} MiB more", flush=True)
+    time.sleep(float(os.environ.get("VPATCH_TEST_WARN_AFTER_S", "0")))
+    print("WARNING [injected by the vpatch test image] memory allocation failed: "
+          "205.00 MiB requested, 200.12 MiB free", flush=True)
+    time.sleep(3600)  # and the memory stays held
 
-argv = sys.argv[1:]
-port = argv[argv.index("--port") + 1] if "--port" in argv else "8000"
-threading.Thread(target=watch, args=(port,), daemon=True).start()
-child = subprocess.Popen(argv)
+signal.signal(signal.SIGUSR1, lambda signum, frame: threading.Thread(target=misbehave, daemon=True).start())
+child = subprocess.Popen(sys.argv[1:])
 # PID 1 passes `docker stop` on to vLLM, so the container stops as the plain image does.
 signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
 sys.exit(child.wait())
 '''
 
 
-def injecting_image(docker: Docker, base: str, python: str) -> str:
+def cue_image(docker: Docker, base: str) -> str:
+    """The server image `base` behind the CUE wrapper (built once per wrapper text: a new CUE, a new tag)."""
     import tempfile
 
     info = docker.image(base)
-    ref = f"vpatch-test/tiny-inject:{info.id[7:19]}-{hashlib.sha256(INJECT.encode()).hexdigest()[:8]}"
+    ref = f"vpatch-test/tiny-cue:{info.id[7:19]}-{hashlib.sha256(CUE.encode()).hexdigest()[:8]}"
     if docker.has_image(ref):
         return ref
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "inject.py").write_text(INJECT)
-        entry = json.dumps([python, "/vpatch-test/inject.py", *info.entrypoint])
-        (Path(tmp) / "Dockerfile").write_text(f"FROM {base}\nCOPY inject.py /vpatch-test/inject.py\nENTRYPOINT {entry}\n")
+        (Path(tmp) / "cue.py").write_text(CUE)
+        entry = json.dumps([IMAGE_PYTHON, "/vpatch-test/cue.py", *info.entrypoint])
+        (Path(tmp) / "Dockerfile").write_text(f"FROM {base}\nCOPY cue.py /vpatch-test/cue.py\nENTRYPOINT {entry}\n")
         docker.build(Path(tmp), tag=ref, buildargs={}, labels={})
     return ref
 
 
+def cue_at_parallel(host: Host, run: Spawned) -> None:
+    """SIGUSR1 to the candidate (it holds the production name) as the deploy begins its parallel check: the
+    line is printed before the check's first request is sent."""
+    run.wait_line("check: parallel", after="start: ")
+    host.docker.client.api.kill(host.container, signal="SIGUSR1")
 
 
 @dataclass
@@ -362,18 +392,6 @@ def engine_core_pid(docker: Docker, container: str) -> int:
     found = [pid for pid, cmd in docker.processes(container) if "EngineCore" in cmd]
     assert len(found) == 1, docker.processes(container)
     return found[0]
-
-
-def wait_engine_core_pid(docker: Docker, container: str, run: Spawned, timeout: float = 600) -> int:
-    """The engine core's host pid once its process exists (it starts some seconds after the container)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [pid for pid, cmd in docker.processes(container) if "EngineCore" in cmd]
-        if len(found) == 1:
-            return found[0]
-        assert run.proc.poll() is None, "vpatch deploy ended before its engine core started:\n" + "\n".join(run.lines)
-        time.sleep(0.5)
-    raise AssertionError(f"no single EngineCore process in {container}: {docker.processes(container)}")
 
 
 def stop_engine(docker: Docker, container: str) -> int:
