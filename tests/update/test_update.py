@@ -207,7 +207,7 @@ def test_conflict_stops_and_abort_restores_exactly(three: Project) -> None:
     assert (three.root / ".git" / "vpatch-update" / "state.json").is_file()
     assert state_of(three) == before  # the project itself is untouched while stopped
     code, out = run(three, "update", "--to", "v1.1")
-    assert code == 1 and "in progress, stopped at 0002-parser-fix.patch" in out
+    assert code == 1 and "an update is in progress: update to v1.1 stopped at 0002-parser-fix.patch" in out
 
     code, out = run(three, "update", "--abort")
     assert code == 0, out

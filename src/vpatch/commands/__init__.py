@@ -65,3 +65,17 @@ def warn_tree_work(config: Config, what: str) -> None:
     if work is not None:
         echo(f"warning: {what} reads {config.patches}/, not the applied tree's work not exported yet: "
              f"{work.describe()}; `vpatch export` first to include it", err=True)
+
+
+def stopped_update(config: Config) -> Any:
+    """The update this project is stopped in (`update.Stopped`), or None: every command says so."""
+    from vpatch.update import stopped_update as find  # lazy: the update room only for a command that runs
+
+    return find(config)
+
+
+def warn_stopped_update(config: Config) -> None:
+    """One line on stderr while an update is stopped: what a command does now does not finish it."""
+    stopped = stopped_update(config)
+    if stopped is not None:
+        echo(f"note: {stopped.line()}", err=True)

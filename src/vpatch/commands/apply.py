@@ -6,13 +6,14 @@ from pathlib import Path
 
 from vpatch import git, upstream
 from vpatch.base import ExitCode
-from vpatch.commands import echo, load_config, load_series
+from vpatch.commands import echo, load_config, load_series, warn_stopped_update
 from vpatch.report import apply as shown
 from vpatch.tree import stack
 
 
 def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
     config = load_config(project)
+    warn_stopped_update(config)
     series = load_series(config)
     repo = upstream.open_upstream(config)
     target = ref or config.pin.ref

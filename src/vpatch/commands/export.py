@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vpatch import git
 from vpatch.base import ExitCode
-from vpatch.commands import echo, load_config
+from vpatch.commands import echo, load_config, warn_stopped_update
 from vpatch.report import export as shown
 from vpatch.series import Series
 from vpatch.tree import export
@@ -14,6 +14,7 @@ from vpatch.tree import export
 
 def run(*, project: Path, dry_run: bool, force: bool = False) -> ExitCode:
     config = load_config(project)
+    warn_stopped_update(config)
     with git.project_lock(config.root, "export"):
         # a file whose diff no longer parses (a hand-edited hunk) is written afresh from its commit in the tree
         series = Series.load(config.patches_dir, unreadable_ok=True)

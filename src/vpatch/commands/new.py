@@ -6,13 +6,14 @@ from pathlib import Path
 
 from vpatch import git
 from vpatch.base import ExitCode
-from vpatch.commands import echo, load_config, load_series
+from vpatch.commands import echo, load_config, load_series, warn_stopped_update
 from vpatch.report import new as shown
 from vpatch.tree import newpatch
 
 
 def run(*, project: Path, slug: str, subject: str | None) -> ExitCode:
     config = load_config(project)
+    warn_stopped_update(config)
     with git.project_lock(config.root, "new"):
         name, tree = newpatch.start(load_series(config), config.state_dir, slug=slug, subject=subject)
     for line in shown.started_lines(name, tree):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vpatch import upstream
 from vpatch.base import ExitCode, VpatchError
-from vpatch.commands import echo, load_config, load_series
+from vpatch.commands import echo, load_config, load_series, warn_stopped_update
 from vpatch.probes import ProbeKind
 from vpatch.probes import check as core
 from vpatch.report import ProgressView
@@ -16,6 +16,7 @@ from vpatch.series import PROBE
 
 def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None) -> ExitCode:
     config = load_config(project)
+    warn_stopped_update(config)
     found = core.target(load_series(config), config.state_dir, patch)
     name, target, patches = found.name, found.patch, found.patches
     for line in shown.tree_lines(found, config.patches):
@@ -45,6 +46,7 @@ def new(*, project: Path, patch: str, kind: str) -> ExitCode:
         raise VpatchError(f"--kind must be files or command, not {kind!r}", exit_code=ExitCode.USAGE,
                           hint=f"vpatch probe new {patch} --kind files (or --kind command)")
     config = load_config(project)
+    warn_stopped_update(config)
     name, found, _ = core.find_patch(load_series(config), config.state_dir, patch)
     written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
     named = found.filename if found is not None and found.trailer(PROBE) == core.probe_name(name) else None

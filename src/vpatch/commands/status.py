@@ -7,7 +7,7 @@ from pathlib import Path
 
 from vpatch import upstream
 from vpatch.base import ExitCode
-from vpatch.commands import console, echo, load_config, load_series, warn_tree_work
+from vpatch.commands import console, echo, load_config, load_series, stopped_update, warn_tree_work
 from vpatch.probes import workspace as probe_runs
 from vpatch.report import ProgressView
 from vpatch.report import status as report
@@ -32,9 +32,13 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
             probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names, session=session),
             report=view,
         )
+    stopped = stopped_update(config)
     if json_out:
 
-        echo(json.dumps(report.status_json(result), indent=2))
+        echo(json.dumps({**report.status_json(result),
+                         "stopped_update": None if stopped is None else stopped.to_json()}, indent=2))
     else:
         console().print(report.status_table(result))
+        if stopped is not None:
+            echo(stopped.line())
     return result.exit_code() if exit_code else ExitCode.OK

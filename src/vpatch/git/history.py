@@ -270,3 +270,19 @@ def _records(out: str) -> list[LogRecord]:
         if len(parts) == 3 and parts[0]:
             records.append(LogRecord(parts[0], parts[1], parts[2]))
     return records
+
+
+def line_log(repo: Path, base: str, tip: str, ranges: Sequence[tuple[str, int, int]]) -> list[LogRecord]:
+    """The commits of base..tip (newest first) that changed any of `ranges`: (path, first, last line of the file
+    at `tip`), as `git log -L` follows lines back through the history."""
+    if not ranges:
+        return []
+    args = ["log", "--format=%x1e%H%x1f%s%x1f"]
+    args += [f"-L{first},{last}:{path}" for path, first, last in ranges]
+    out = run(repo, [*args, f"{base}..{tip}"]).out
+    found = []
+    for line in out.split("\n"):  # not splitlines(): it splits at \x1e and \x1f too
+        if line.startswith("\x1e"):
+            commit, subject, _ = line[1:].split("\x1f", 2)
+            found.append(LogRecord(commit, subject, ""))
+    return found

@@ -156,3 +156,14 @@ def am_three_way(worktree: Path, patch: bytes) -> Result:
     if result.returncode != 0:
         run(worktree, ["am", "--abort"], check=False)
     return result
+
+
+def staged_diff(worktree: Path, base: str) -> bytes:
+    """The index of a work tree against `base`, as a binary diff `git apply --index` takes back."""
+    return run(worktree, ["diff", "--cached", "--binary", "--full-index", base, "--"]).stdout
+
+
+def staged_paths(worktree: Path, base: str) -> list[str]:
+    """The paths whose staged content differs from `base`."""
+    out = run(worktree, ["diff", "--cached", "--name-only", "-z", base, "--"]).stdout
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]

@@ -28,12 +28,15 @@ def update_lines(result: Result) -> list[str]:
     plan = result.plan
     lines = []
     if result.outcome is Outcome.ABORTED:
-        return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})"]
+        return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})",
+                *result.notes]
     if result.outcome is Outcome.UP_TO_DATE:
         return [f"already there: the pin {plan.from_ref} is {plan.to_ref} ({plan.to_commit[:12]}); nothing changed"]
     if result.outcome is Outcome.BLOCKED:
         return [f"the pin {plan.from_ref} stays: the first step toward the target needs a person; nothing changed"]
     head = "plan" if result.outcome is Outcome.PLANNED else "update"
+    if result.outcome is not Outcome.STOPPED:
+        lines += list(result.notes)  # what --continue took in from a person's work at the stop
     lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
     for row in plan.patches:
         verb = row.verb(planned=result.outcome is Outcome.PLANNED)  # the decision's words (decision.py)
@@ -63,8 +66,11 @@ def update_lines(result: Result) -> list[str]:
         lines.append(f"stopped at {stop.file}: {stop.reason}")
         if stop.conflicts:
             lines.append("conflicts in: " + ", ".join(stop.conflicts))
-        lines.append(f"resolve it in {stop.worktree} (edit, then `git add`), then run `vpatch update --continue`;")
-        lines.append("or `vpatch update --abort` to leave the project as it was")
+        lines += list(result.notes)
+        lines.append(f"resolve it in {stop.worktree} (edit, then `git add`), or edit {stop.file} in the project's "
+                     "patches/ and commit it; then run `vpatch update --continue`;")
+        lines.append("or `vpatch update --abort` to leave the project as it was (your resolution is kept and the "
+                     "next update replays it)")
     if plan.all_landed and result.outcome is not Outcome.STOPPED:
         lines.append(f"no local patch remains: the official vLLM {plan.to_ref} image now suffices")
     return lines

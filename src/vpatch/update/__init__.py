@@ -7,6 +7,7 @@ the state that makes a stop or a kill resumable; commit.py builds and moves the 
 from vpatch.base import ExitCode, VpatchError
 from vpatch.update.furthest import Blocker, Choice, Reach
 from vpatch.update.guard import Refused
+from vpatch.update.journal import Stopped, stopped_update
 from vpatch.update.plan import (
     Action,
     Outcome,
@@ -15,6 +16,7 @@ from vpatch.update.plan import (
     ProbeCheck,
     Result,
     Stop,
+    Validator,
     commit_message,
     judge_with_status,
 )
@@ -33,11 +35,14 @@ __all__ = [
     "Refused",
     "Result",
     "Stop",
+    "Stopped",
+    "Validator",
     "VpatchError",
     "abort",
     "commit_message",
     "judge_with_status",
     "resume",
+    "stopped_update",
     "update",
     "update_furthest",
     "validate_with_probes",

@@ -30,6 +30,8 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
     removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
+    gone_probes = _retired_probe_files(project, series, plan, old)
+    removes += gone_probes
 
     kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
     moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
@@ -45,6 +47,10 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     current_yaml = git.read_blobs(top, old, [yaml_path])[yaml_path] or config.dump().encode()
     writes[yaml_path] = repin_text(current_yaml.decode("utf-8"), plan.to_ref, plan.to_commit).encode()
     message = commit_message(plan, probes)
+    if state.resolved:
+        message += _rewritten_lines(plan, state, probes)
+    if gone_probes:
+        message += "\nProbe files retired with their patches:\n" + "".join(f"- {p}\n" for p in gone_probes)
     if moved_probes:
         message += "\nFiles probes re-targeted to the moved paths (their keys rewritten):\n" + "".join(
             f"- {name}\n" for name in sorted(moved_probes))
@@ -194,3 +200,39 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
             live_check=patch.live_check,
         ))
     return entries
+
+
+def _retired_probe_files(project: Project, series: Series, plan: Plan, head: str) -> list[str]:
+    """The files of a dropped patch's probe (its YAML, and the files beside it named after it, such as its
+    script): they leave with the patch, unless a kept patch's probe names them too. RETIRED.md's last version
+    of the patch (a commit) still reaches them."""
+    dropped = [series.get(f.removesuffix(".patch")) for f in plan.files(Action.DROP)]
+    kept = [p for p in series if p.filename not in plan.files(Action.DROP)]
+    keep = {p.probe_path.with_suffix("") for p in kept if p.probe_path is not None}
+    gone: list[str] = []
+    for patch in dropped:
+        probe = patch.probe_path
+        if probe is None or probe.with_suffix("") in keep:
+            continue
+        folder = probe.parent
+        stem = probe.with_suffix("").name
+        for path in sorted(folder.glob(f"{stem}.*")):
+            rel = project.path(path.relative_to(project.config.root).as_posix())
+            if git.read_blobs(project.top, head, [rel])[rel] is not None:  # committed, so the commit removes it
+                gone.append(rel)
+    return gone
+
+
+def _rewritten_lines(plan: Plan, state: State, probes: tuple[ProbeCheck, ...]) -> str:
+    """The patches a person rewrote at a stop, and the evidence the rewritten patch passed."""
+    checked = {p.file: p for p in probes}
+    lines = ["", f"Rewritten by hand for {plan.to_ref} (the update stopped there; resolved, then --continue):"]
+    for file in state.resolved:
+        probe = checked.get(file)
+        evidence = (f"probe {probe.probe} re-validated on {plan.to_ref}: fails without it, passes with it"
+                    + (f" ({probe.detail})" if probe.detail else "")) if probe is not None and probe.probe else \
+            f"applies on {plan.to_ref} (no probe)"
+        lines += [f"- {file}: Rewritten: by hand for {plan.to_ref}; Last-Update moved", f"  Evidence: {evidence}"]
+    if state.taken_in:
+        lines += [f"Commits made during the stop, taken in: {', '.join(c[:12] for c in state.taken_in)}"]
+    return "\n".join(lines) + "\n"

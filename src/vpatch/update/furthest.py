@@ -203,7 +203,7 @@ def choose(target: Candidate, mode: str, line: Sequence[Candidate], *, judged: C
             bad = mid
     return chosen(bad - 1)
 
-def blockers_of(rows: Sequence[PatchPlan], at: Candidate) -> tuple[Blocker, ...]:
+def blockers_of(rows: Sequence[PatchPlan], at: Candidate, target: str | None = None) -> tuple[Blocker, ...]:
     """The patches a person must resolve at `at`: those the update would stop at (after narrowing) and those
     whose probe is INVALID (the move is refused)."""
     out = []
@@ -213,11 +213,11 @@ def blockers_of(rows: Sequence[PatchPlan], at: Candidate) -> tuple[Blocker, ...]
             continue
         reasons = tuple(r for r in (row.decided_by, *row.note.splitlines()) if r)
         out.append(Blocker(row.file, row.case.value if refused else row.state, at.ref, at.commit,
-                           reasons or (f"{row.state} on {at.ref}",), person_runs(row.file, row.case.value, at.ref)))
+                           reasons or (f"{row.state} on {at.ref}",), person_runs(row.file, row.case.value, at.ref, target)))
     return tuple(out)
 
 
-def refused(error: VpatchError, at: Candidate, files: Sequence[str]) -> tuple[Blocker, ...]:
+def refused(error: VpatchError, at: Candidate, files: Sequence[str], target: str | None = None) -> tuple[Blocker, ...]:
     """A full check's refusal as blockers, one per patch the message names (else the whole series): `probe` for
     a drop's or a kept patch's probe that does not validate there, `refused` for the rest (a drop whose
     Live-Check: names no file, a re-targeted patch whose proof fails), with the error's hint to run."""
@@ -225,12 +225,13 @@ def refused(error: VpatchError, at: Candidate, files: Sequence[str]) -> tuple[Bl
     reasons = tuple(line for line in error.message.splitlines() if line)
     case = "probe" if "probe" in error.message else "refused"
     return tuple(Blocker(f, case, at.ref, at.commit, reasons,
-                         person_runs(f, case, at.ref) if case == "probe" else error.hint or person_runs(f, case, at.ref))
+                         person_runs(f, case, at.ref, target) if case == "probe" else error.hint or person_runs(f, case, at.ref, target))
                  for f in named)
 
 
-def person_runs(file: str, case: str, ref: str) -> str:
-    """What a person runs to get a patch past `ref`, by its case."""
+def person_runs(file: str, case: str, ref: str, target: str | None = None) -> str:
+    """What a person runs to get a patch past `ref` on the way to `target` (the update's own target, named in the
+    hint: an update to `ref` alone would stop short of it), by its case."""
     number = file[:4]
     if case in ("invalid-probe", "probe"):
         return (f"vpatch probe check {number} (the probe must fail on the pin and pass with the patch); fix the "
@@ -238,6 +239,6 @@ def person_runs(file: str, case: str, ref: str) -> str:
     if case == "disputed":
         return (f"vpatch status --against {ref} (the evidence disagrees); decide {file} by hand, or fix its probe "
                 "so that it decides")
-    return (f"vpatch update --to {ref}: it stops at {file}; resolve it in .git/vpatch-update/tree, `git add`, "
-            "vpatch update --continue")
+    return (f"vpatch update --to {target or ref}: it stops at {file} (from {ref} on); resolve it in "
+            ".git/vpatch-update/tree, `git add`, vpatch update --continue")
 

@@ -62,6 +62,15 @@ class State:
     no_commit: bool
     pending: list[str]  # kept patches not yet committed in the update tree (the first one stopped)
     resolved: list[str] = field(default_factory=list)  # patches a person resolved (--continue)
+    why: str = ""  # why it stopped at pending[0], in a few words ("conflict in vllm/parser/qwen3.py")
+    started: str = ""  # the project's HEAD when the update started ("": `head`); `head` moves when a
+    # commit made during the stop is taken in (as `git rebase` takes a commit made mid-rebase)
+    taken_in: list[str] = field(default_factory=list)  # those commits, oldest first
+    edited: str = ""  # sha256 of the stopped patch's file as edited by hand in patches/ and taken in
+
+    @property
+    def start(self) -> str:
+        return self.started or self.head
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "plan": self.plan.to_dict()}
@@ -94,6 +103,47 @@ class CommitJournal:
         return cls(**{**data, "plan": Plan.from_dict(data["plan"])})
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """A stopped (or half-committed) update, as every command shows it."""
+
+    to_ref: str
+    file: str  # the patch it stopped at ("" for an update interrupted while committing)
+    why: str
+    tree: Path
+
+    def line(self) -> str:
+        if not self.file:
+            return (f"update to {self.to_ref} was interrupted while committing: `vpatch update --continue` finishes "
+                    "it (or `--abort` undoes it)")
+        return (f"update to {self.to_ref} stopped at {self.file} ({self.why}): resolve in {self.tree}, then "
+                "`vpatch update --continue` (or `--abort`)")
+
+    def to_json(self) -> dict[str, str]:
+        return {"to": self.to_ref, "file": self.file, "why": self.why, "tree": str(self.tree), "line": self.line()}
+
+
+def stopped_update(config: Config) -> Stopped | None:
+    """The update this project is in the middle of, or None; never raises for a project outside git or a
+    state that does not load (the update's own commands say what is wrong with it)."""
+    if git.toplevel(config.root) is None:
+        return None
+    project = Project.open(config)
+    try:
+        journal = load_journal(project)
+        if journal is not None:
+            return Stopped(journal.plan.to_ref, "", "", project.tree)
+        if not (project.work / STATE_FILE).exists():
+            return None
+        state = load_state(project)
+    except VpatchError:
+        return None
+    file = state.pending[0] if state.pending else ""
+    row = next((p for p in state.plan.patches if p.file == file), None)
+    why = state.why or (row.state if row is not None else "stopped")
+    return Stopped(state.plan.to_ref, file, why, project.tree)
+
+
 def refuse_dirty(project: Project) -> None:
     dirty = git.dirty_paths(project.top, [project.path(project.config.patches), project.path("vpatch.yaml")])
     if dirty:
@@ -107,9 +157,9 @@ def refuse_in_progress(project: Project) -> None:
         raise VpatchError("an update was interrupted while committing",
                           hint="vpatch update --continue finishes it; vpatch update --abort undoes it")
     if (project.work / STATE_FILE).exists():
-        state = load_state(project)
-        raise VpatchError(f"an update to {state.plan.to_ref} is in progress, stopped at {state.pending[0]}",
-                          hint=f"resolve it in {project.tree}, then vpatch update --continue; or vpatch update --abort")
+        stopped = stopped_update(project.config)
+        raise VpatchError("an update is in progress: " + (stopped.line() if stopped else "its state does not load"),
+                          hint="finish it first: `vpatch update --continue` (or `--abort`, which keeps your resolution)")
 
 
 def clear_stale(project: Project, repo: Path) -> None:

@@ -173,7 +173,7 @@ def _probe_failure(validate: ProbeValidator, patch: Patch, tree: str) -> str | N
 def narrowed_patch(patch: Patch, drop: Collection[str], last_update: str) -> Patch:
     """`patch` without the hunks named in `drop`; later hunks' new-side line numbers follow."""
     start = len(patch.raw) - len(patch.diff)
-    head = _with_last_update(patch.raw[:start].decode("utf-8", "surrogateescape"), last_update)
+    head = with_last_update(patch.raw[:start].decode("utf-8", "surrogateescape"), last_update)
     raw = head.encode("utf-8", "surrogateescape") + _diff_of(patch, drop=drop)
     return Patch.parse(raw, number=patch.number, slug=patch.slug, path=patch.path)
 
@@ -214,7 +214,7 @@ def _shifted(hunk: Hunk, shift: int) -> bytes:
     return f"@@ {old} {new} @@{m[5]}".encode() + b"\n" + rest
 
 
-def _with_last_update(head: str, date: str) -> str:
+def with_last_update(head: str, date: str) -> str:
     """The mail head with its Last-Update trailer set to `date` (added to the trailers when missing)."""
     found = list(_LAST_UPDATE_LINE.finditer(head))
     if found:

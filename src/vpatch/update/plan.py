@@ -151,6 +151,7 @@ class Result:
     message: str = ""  # the commit message (COMMITTED / STAGED)
     probes: tuple[ProbeCheck, ...] = ()
     stop: Stop | None = None
+    notes: tuple[str, ...] = ()  # a person's work at a stop: what was taken in, set aside or replayed
 
     @property
     def all_landed(self) -> bool:
@@ -171,6 +172,7 @@ class Result:
             "commit": self.commit,
             "message": self.message or None,
             "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
+            "notes": list(self.notes),
             "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE,
                                                                                Outcome.BLOCKED),
         }
@@ -287,9 +289,12 @@ def _row_action(made: decision.Decision) -> Action:
 def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     if landing is None:
         return f"{to} (commit {target[:12]})"
-    where = "in no release yet" if landing.release is None else f"release {landing.proof or landing.release}"
     first = "first commit" if landing.bisected else "commit"
-    return f"{landing.ref} ({first} {landing.commit[:12]}, {where})"
+    if landing.release is None:
+        return f"{landing.ref} ({first} {landing.commit[:12]}, in no release yet)"
+    # one release: the first that has it (the target only says where it was found)
+    picked = landing.proof if landing.proof is not None and landing.proof.commit != landing.commit else None
+    return f"{landing.release} ({first} {landing.commit[:12]}" + (f"; in it as {picked}" if picked else "") + ")"
 
 
 def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:

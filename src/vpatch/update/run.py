@@ -9,6 +9,7 @@ commit point, journaled in `commit.json` so that a kill right after it can be fi
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
 from vpatch.probes import runner as probes
 from vpatch.series import Patch, Series
 from vpatch.tree import ExportResult, export, stack
-from vpatch.update import furthest, guard, retarget
+from vpatch.update import furthest, guard, resolution, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
     JOURNAL_FILE,
@@ -117,7 +118,7 @@ def _furthest(
         rows, report = judge_at(cand, landing=False)
         if narrow:
             rows = narrow_rows(repo, config, series, rows, report, current, cand.ref, cand.commit, None)
-        blockers = furthest.blockers_of(rows, cand)
+        blockers = furthest.blockers_of(rows, cand, to)
         return furthest.Check(cand, not blockers, False, blockers)
 
     planned: dict[str, Result] = {}
@@ -133,9 +134,9 @@ def _furthest(
         except ProcessError:
             raise  # a command that failed is an error, not a patch that needs a person
         except VpatchError as exc:
-            return furthest.Check(cand, False, True, furthest.refused(exc, cand, files))
+            return furthest.Check(cand, False, True, furthest.refused(exc, cand, files, to))
         planned[cand.commit] = result
-        blockers = furthest.blockers_of(result.plan.patches, cand)
+        blockers = furthest.blockers_of(result.plan.patches, cand, to)
         return furthest.Check(cand, not blockers, True, blockers)
 
     choice = furthest.choose(goal, mode, line, judged=by_judging, full=in_full, report=progress or silent)
@@ -213,43 +214,161 @@ def resume(config: Config, *, validator: Validator | None = None) -> Result:
 
 
 def _resume(project: Project, validator: Validator | None) -> Result:
+    """--continue, one step each: what a person did during the stop is taken in or refused (nothing of it is
+    lost either way), then the resolution is committed as rewritten by hand, then the rest of the update runs."""
     config = project.config
     journal = load_journal(project)
     if journal is not None:
         return finish_commit(project, journal)
     state = load_state(project)
-    if git.head(project.top) != state.head:
-        raise VpatchError("the project's HEAD moved since the update stopped",
-                          hint="vpatch update --abort, then start the update again")
-    refuse_dirty(project)
+    notes: list[str] = []
+    state = _take_in_commits(project, state, notes)
+    _refuse_uncommitted(project)
     series = Series.load(config.patches_dir)
-    tree = project.tree
-    unmerged = git.unmerged_paths(tree)
-    if unmerged:
-        raise ApplyError(f"{len(unmerged)} path(s) in the update tree still have conflicts: {', '.join(unmerged)}",
-                         hint=f"resolve them in {tree}, `git add` them, then vpatch update --continue")
+    state = _take_in_hand_edit(project, state, series, notes)
+    _refuse_unresolved(project)
+    state = _commit_resolution(project, state, series)
+    result = _run(project, series, state, validator)
+    return replace(result, notes=(*notes, *result.notes))
+
+
+def _take_in_commits(project: Project, state: State, notes: list[str]) -> State:
+    """Commits made in the project during the stop go under the update's commit, as `git rebase` takes a commit
+    made mid-rebase: those that change patches the update tree has not used yet (the stopped one, the ones
+    after it) or other files of the project. Refused, nothing touched, when they change what the update has
+    already used: the pin, a patch it drops or already applied, a new patch it never planned."""
+    top, now = project.top, git.head(project.top)
+    if now == state.head:
+        return state
+    again = "vpatch update --abort (it keeps your resolution in the update tree), then start the update again: " \
+            "it plans from the project as it is now and replays the resolution"
+    if git.resolve_commit(top, state.head_ref) != now or not git.is_ancestor(top, state.head, now):
+        raise VpatchError(f"the project's HEAD moved since the update stopped ({state.head[:12]} -> {now[:12]}) "
+                          f"and is not a commit on top of it on {state.head_ref.removeprefix('refs/heads/')}",
+                          hint=f"check out {state.head_ref.removeprefix('refs/heads/')} at a commit on top of "
+                               f"{state.head[:12]}; or {again}")
+    patches = project.path(project.config.patches) + "/"
+    recorded = stack.load_stack(project.work, required=False)
+    used = {a.file for a in recorded.applied} if recorded is not None else set()
+    planned = {p.file for p in state.plan.patches}
+    dropped = set(state.plan.files(Action.DROP))
+    for path in git.paths_differing(top, state.head, now):
+        name = path.removeprefix(patches) if path.startswith(patches) else None
+        why = None
+        if path == project.path("vpatch.yaml"):
+            why = "changes vpatch.yaml (the pin the update moves)"
+        elif name is not None and name in dropped:
+            why = f"changes {name}, which the update drops"
+        elif name is not None and name in used:
+            why = f"changes {name}, which the update tree already holds as it was"
+        elif name is not None and "/" not in name and name.endswith(".patch") and name not in planned:
+            why = f"adds {name}, which the update did not plan"
+        if why is not None:
+            raise VpatchError(f"a commit made during the stopped update {why}; not taken in, nothing changed",
+                              hint=again)
+    taken = git.commits_between(top, state.head, now)
+    notes.append(f"took in {len(taken)} commit(s) made during the stop ({state.head[:12]}..{now[:12]}): the "
+                 "update's commit goes on top of them")
+    state = replace(state, head=now, started=state.start, taken_in=[*state.taken_in, *taken])
+    save_state(project, state)
+    return state
+
+
+def _refuse_uncommitted(project: Project) -> None:
+    dirty = git.dirty_paths(project.top, [project.path(project.config.patches), project.path("vpatch.yaml")])
+    if dirty:
+        raise VpatchError("uncommitted changes in the series or the pin during the stopped update: "
+                          + ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "") + "; nothing changed",
+                          hint="commit them (`vpatch update --continue` takes a commit made during the stop in, as "
+                               "git rebase does) or set them aside (`git stash`), then vpatch update --continue")
+
+
+def _take_in_hand_edit(project: Project, state: State, series: Series, notes: list[str]) -> State:
+    """The stopped patch's file edited by hand in patches/ (committed) is the resolution: it goes into the update
+    tree in place of the conflict; what the tree held beyond the conflict is set aside first."""
+    if not state.pending:
+        return state
+    file = state.pending[0]
     recorded = stack.load_stack(project.work)
     assert recorded is not None
-    if state.pending and state.pending[0] not in {a.file for a in recorded.applied}:
-        current = state.pending[0]
-        patch = series.get(current.removesuffix(".patch"))
-        if git.head(tree) != recorded.tip:
-            git.reset_soft(tree, recorded.tip)  # the user committed: keep the content, our message
-        git.stage_all(tree)
-        if git.index_matches(tree, "HEAD"):
-            raise VpatchError(f"the resolution of {current} leaves no change on {state.plan.to_ref}",
-                              hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
-                                   "otherwise make the change in the update tree and --continue")
-        stack.commit_patch(tree, patch)
-        _record_stack(project, recorded, patch)
-        # the resolution is committed in the update tree: a failure below leaves a state that resumes after it
-        state = replace(state, pending=state.pending[1:], resolved=[*state.resolved, current])
-        save_state(project, state)
-    return _run(project, series, state, validator)
+    if file in {a.file for a in recorded.applied}:
+        return state
+    path = project.path(f"{project.config.patches}/{file}")
+    before = git.read_blobs(project.top, state.start, [path])[path]
+    now_file = project.config.patches_dir / file
+    if not now_file.is_file():
+        raise VpatchError(f"{project.config.patches}/{file} was deleted during the stopped update; nothing changed",
+                          hint=f"restore it (`git checkout {state.start[:12]} -- {path}`) and resolve in "
+                               f"{project.tree}; or vpatch update --abort")
+    now = now_file.read_bytes()
+    digest = hashlib.sha256(now).hexdigest()
+    if now == before or digest == state.edited:
+        return state
+    tree = project.tree
+    kept = resolution.keep(project, file, recorded.tip, state.plan.to_ref)
+    if kept is not None:
+        notes.append(f"the update tree's work is set aside for the hand edit of {project.config.patches}/{file}: "
+                     + kept.words())
+    if git.head(tree) != recorded.tip:
+        git.reset_soft(tree, recorded.tip)
+    git.discard_changes(tree)
+    patch = series.get(file.removesuffix(".patch"))
+    state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {project.config.patches}/")
+    save_state(project, state)
+    applied = git.apply_to_worktree(tree, patch.diff)
+    if applied.returncode != 0:
+        applied = git.apply_to_worktree(tree, patch.diff, three_way=True)
+        conflicts = git.unmerged_paths(tree)
+        if applied.returncode != 0 or conflicts:
+            if conflicts:
+                resolution.label_conflicts(tree, conflicts, ours=_ours(state.plan.to_ref), theirs=f"{file} (hand-edited)")
+            raise ApplyError(f"{project.config.patches}/{file} as edited by hand does not apply on "
+                             f"{state.plan.to_ref} either" + (f": conflicts in {', '.join(conflicts)}" if conflicts
+                                                              else f"\n{applied.err.strip()}"),
+                             hint=f"resolve them in {tree}, `git add` them, then vpatch update --continue (the "
+                                  "edited file is taken in once; the tree decides from here)")
+    notes.append(f"took in {project.config.patches}/{file} as edited by hand: it applies on {state.plan.to_ref}")
+    return state
+
+
+def _refuse_unresolved(project: Project) -> None:
+    unmerged = git.unmerged_paths(project.tree)
+    if unmerged:
+        raise ApplyError(f"{len(unmerged)} path(s) in the update tree still have conflicts: {', '.join(unmerged)}",
+                         hint=f"resolve them in {project.tree}, `git add` them, then vpatch update --continue")
+
+
+def _commit_resolution(project: Project, state: State, series: Series) -> State:
+    """The stopped patch as the person left it in the update tree, committed there as rewritten by hand for the
+    target (a trailer and Last-Update say so), its plan row saying the same."""
+    recorded = stack.load_stack(project.work)
+    assert recorded is not None
+    if not state.pending or state.pending[0] in {a.file for a in recorded.applied}:
+        return state
+    tree, current = project.tree, state.pending[0]
+    if git.head(tree) != recorded.tip:
+        git.reset_soft(tree, recorded.tip)  # the user committed: keep the content, our message
+    git.stage_all(tree)
+    if git.index_matches(tree, "HEAD"):
+        raise VpatchError(f"the resolution of {current} leaves no change on {state.plan.to_ref}",
+                          hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
+                               "otherwise make the change in the update tree and --continue")
+    why = state.why or "it stopped there"
+    patch = resolution.rewritten_by_hand(series.get(current.removesuffix(".patch")), state.plan.to_ref, why)
+    stack.commit_patch(tree, patch)
+    _record_stack(project, recorded, patch)
+    rows = tuple(replace(p, decided_by=f"rewritten by hand for {state.plan.to_ref} ({why}); was: {p.decided_by}")
+                 if p.file == current else p for p in state.plan.patches)
+    # the resolution is committed in the update tree: a failure below leaves a state that resumes after it
+    state = replace(state, plan=replace(state.plan, patches=rows), pending=state.pending[1:],
+                    resolved=[*state.resolved, current])
+    save_state(project, state)
+    return state
 
 
 def abort(config: Config) -> Result:
-    """`--abort`: throw the update tree and state away; undo the project commit if a kill interrupted it."""
+    """`--abort`: throw the update tree and state away, after setting the person's work in it aside (replayed
+    by the next update that stops at that patch); undo the project commit if a kill interrupted it."""
     project = Project.open(config)
     with git.project_lock(project.top, "update"):
         journal = load_journal(project)
@@ -263,13 +382,24 @@ def abort(config: Config) -> Result:
             state: State | None = load_state(project)
         except VpatchError:
             state = None  # unreadable: nothing was committed before a stop, so throwing it away is safe
-        stale = stack.load_stack(project.work, required=False) if state is None else None
+        stale = stack.load_stack(project.work, required=False)
+        kept = _keep_work(project, state, stale)
         repo = Path(state.repo) if state is not None else stale.upstream if stale is not None else None
         shutil.rmtree(project.work, ignore_errors=True)
         if repo is not None:
             git.forget_worktrees(repo, project.work)
         plan = state.plan if state is not None else Plan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
-        return Result(Outcome.ABORTED, plan)
+        notes = [kept.words() + f"; the next update that stops at {kept.file[:4]} replays it"] if kept else []
+        return Result(Outcome.ABORTED, plan, notes=tuple(notes))
+
+
+def _keep_work(project: Project, state: State | None, recorded: stack.Stack | None) -> resolution.Kept | None:
+    """What the person wrote in the update tree for the stopped patch, set aside before the tree goes."""
+    if state is None or recorded is None or not state.pending or not project.tree.is_dir():
+        return None
+    if state.pending[0] in {a.file for a in recorded.applied}:
+        return None
+    return resolution.keep(project, state.pending[0], recorded.tip, state.plan.to_ref)
 
 
 def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
@@ -292,11 +422,17 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     state = replace(state, pending=[f for f in state.pending if f not in done])
     for i, file in enumerate(list(state.pending)):
         row = next(p for p in plan.patches if p.file == file)
-        stopped = _apply_next(project, by_file[file], row, plan.to_ref)
+        stopped, replayed = _apply_next(project, by_file[file], row, plan)
         if stopped is not None:
-            state = replace(state, pending=state.pending[i:])
+            paths = stopped.conflicts or (replayed.paths if replayed else ())
+            why = f"{row.state} in {', '.join(paths)}" if paths else row.state
+            state = replace(state, pending=state.pending[i:], why=why + ("; your kept resolution replayed"
+                                                                         if replayed else ""))
             save_state(project, state)
-            return Result(Outcome.STOPPED, plan, stop=stopped)
+            notes = (f"replayed {replayed.words()}, made at {replayed.to_ref}: it applies here as it is (as git "
+                     "rerere replays a recorded resolution); check it, then `vpatch update --continue`",) \
+                if replayed else ()
+            return Result(Outcome.STOPPED, plan, stop=stopped, notes=notes)
     state = replace(state, pending=[])
     applied = stack.load_stack(project.work)
     assert applied is not None
@@ -311,7 +447,9 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     exported = export.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True, check_edits=False)
     plan = _mark_refreshed(plan, exported)
-    return commit_update(project, series, state, plan, exported, probes)
+    done_result = commit_update(project, series, state, plan, exported, probes)
+    resolution.forget(project, state.resolved)  # in the project's commit now
+    return done_result
 
 
 def _start_tree(project: Project, repo: Path, plan: Plan, kept: list[Patch], pending: list[str]) -> set[str]:
@@ -334,28 +472,54 @@ def _start_tree(project: Project, repo: Path, plan: Plan, kept: list[Patch], pen
     return {a.file for a in applied.applied}
 
 
-def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> Stop | None:
-    """Commit one patch in the update tree: plainly, else by a clean 3-way merge; else leave the conflict and stop."""
-    tree = project.tree
+def _apply_next(project: Project, patch: Patch, row: PatchPlan, plan: Plan) -> tuple[Stop | None, resolution.Kept | None]:
+    """Commit one patch in the update tree: plainly, else by a clean 3-way merge; else leave the conflict (its
+    markers named, upstream's side listed) or a resolution kept from an earlier stop, and stop."""
+    tree, to_ref = project.tree, plan.to_ref
     recorded = stack.load_stack(project.work)
     assert recorded is not None
     if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
         stack.commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
-        return None
+        return None, None
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
     if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
         stack.commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
-        return None
+        return None, None
     if row.action is Action.STOP:
         reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
     else:
         reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
     if merged.returncode != 0 and not conflicts:
         reason += "\n" + merged.err.strip()
-    return Stop(row.file, row.state, tree, conflicts, reason)
+    replayed = _replay(project, row.file)
+    if replayed is not None:
+        return Stop(row.file, row.state, tree, (), reason), replayed
+    if conflicts:
+        resolution.label_conflicts(tree, conflicts, ours=_ours(to_ref), theirs=row.file)
+        side = resolution.upstream_side(recorded.upstream, tree, conflicts, plan.from_commit, plan.to_commit)
+        reason += (f"\nconflict markers: <<<<<<< {_ours(to_ref)} ... >>>>>>> {row.file}"
+                   f"\nupstream changed these lines between {plan.from_ref} and {to_ref}: "
+                   + ("; ".join(side) if side else "no commit found (the conflict is with an earlier patch)"))
+    return Stop(row.file, row.state, tree, conflicts, reason), None
+
+
+def _replay(project: Project, file: str) -> resolution.Kept | None:
+    """A resolution of `file` kept from an earlier stop, put in place of the conflict when it applies as it is."""
+    found = resolution.kept(project, file)
+    if found is None or found.unresolved:
+        return None
+    git.discard_changes(project.tree)
+    replayed = resolution.replay(project, file)
+    if replayed is None:
+        return None
+    return replayed
+
+
+def _ours(to_ref: str) -> str:
+    return f"{to_ref} (upstream, with the patches before it)"
 
 
 def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None:
