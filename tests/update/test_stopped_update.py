@@ -97,6 +97,12 @@ def test_a_dry_run_that_would_stop_exits_as_the_real_run(stopped: Project) -> No
     assert "would stop at" in out
 
 
+def test_abort_of_an_untouched_stop_keeps_nothing(stopped: Project) -> None:
+    code, out = run(stopped, "update", "--abort")
+    assert code == 0 and "kept" not in out, out
+    assert not (stopped.root / ".git" / "vpatch-resolutions").exists()
+
+
 def test_abort_keeps_the_resolution_and_the_next_update_replays_it(stopped: Project) -> None:
     resolve_in_tree(stopped)
     before = state_of(stopped)
@@ -117,7 +123,7 @@ def test_abort_keeps_the_resolution_and_the_next_update_replays_it(stopped: Proj
     assert code == 0, out
     text = (stopped.patches / "0002-parser-fix.patch").read_text()
     assert "+line twenty fixed" in text
-    assert "Rewritten: by hand for v1.1 (conflict in vllm/parser.py; your kept resolution replayed)" in text
+    assert "Rewritten: by hand for v1.1 (conflict in vllm/parser.py)\n" in text
     assert f"Last-Update: {datetime.date.today().isoformat()}" in text
     message = git(stopped.root, "log", "-1", "--format=%B")
     assert "Rewritten by hand for v1.1" in message and "- 0002-parser-fix.patch: Rewritten: by hand for v1.1" in message
@@ -141,8 +147,22 @@ def test_a_hand_edit_of_patches_committed_during_the_stop_is_taken_in(stopped: P
     text = patch.read_text()
     assert "+line twenty fixed" in text and "Rewritten: by hand for v1.1" in text
     assert Config.load(stopped.root).pin.ref == "v1.1"
-    # the update tree's own conflict (vpatch's, untouched) was set aside, never thrown away silently
-    assert "the update tree's work is set aside" in out
+    # the update tree held the conflict as the stop left it: nothing of a person's to set aside
+    assert "set aside" not in out and not (stopped.root / ".git" / "vpatch-resolutions").exists()
+
+
+def test_work_in_the_tree_is_set_aside_when_a_hand_edit_of_patches_replaces_it(stopped: Project) -> None:
+    (tree_of(stopped) / "vllm/parser.py").write_text(RESOLVED.replace("line 21\n", "line 21 half-way\n"))
+    patch = stopped.patches / "0002-parser-fix.patch"
+    patch.write_text(patch.read_text().replace("-line 20\n+line 20 fixed\n", "-line twenty\n+line twenty fixed\n"))
+    commit_all(stopped, "0002 rewritten for v1.1 by hand")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    kept = stopped.root / ".git" / "vpatch-resolutions" / "0002-parser-fix"
+    assert f"the update tree's work is set aside for the hand edit of patches/0002-parser-fix.patch: your " \
+           f"resolution of 0002-parser-fix.patch (vllm/parser.py) is kept in {kept}" in out, out
+    assert "line 21 half-way" in (kept / "files" / "vllm/parser.py").read_text()
+    assert "line 21 half-way" not in patch.read_text()  # the committed hand edit decided
 
 
 def test_a_commit_changing_what_the_update_used_is_refused_with_the_resolution_kept(stopped: Project) -> None:

@@ -108,6 +108,7 @@ from vpatch.git.worktree import (
     staged_paths,
     switch_tree,
     unmerged_paths,
+    worktree_diff,
 )
 
 __all__ = [
@@ -213,6 +214,7 @@ __all__ = [
     "tree_with_patch",
     "unmerged_paths",
     "update_refs",
+    "worktree_diff",
     "write_commit_graph",
     "write_tree",
 ]

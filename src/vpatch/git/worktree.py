@@ -167,3 +167,8 @@ def staged_paths(worktree: Path, base: str) -> list[str]:
     """The paths whose staged content differs from `base`."""
     out = run(worktree, ["diff", "--cached", "--name-only", "-z", base, "--"]).stdout
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def worktree_diff(worktree: Path) -> bytes:
+    """The tracked files of a work tree against HEAD (conflicted ones with their markers), without staging."""
+    return run(worktree, ["diff", "--binary", "HEAD", "--"]).stdout

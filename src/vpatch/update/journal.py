@@ -66,6 +66,9 @@ class State:
     started: str = ""  # the project's HEAD when the update started ("": `head`); `head` moves when a
     # commit made during the stop is taken in (as `git rebase` takes a commit made mid-rebase)
     taken_in: list[str] = field(default_factory=list)  # those commits, oldest first
+    left: str = ""  # sha256 of the update tree's diff as the stop left it: unchanged, there is nothing to keep
+    replayed: list[str] = field(default_factory=list)  # patches whose kept resolution a stop replayed (and
+    # nothing replaced since): their kept copy goes once the update's commit holds it
     edited: str = ""  # sha256 of the stopped patch's file as edited by hand in patches/ and taken in
 
     @property

@@ -72,6 +72,8 @@ class PatchPlan:
         done = self.case.action
         if done is decision.Action.NARROW and self.narrowing is None:
             done = decision.Action.STOP  # not narrowed (or --no-narrow): a person resolves it
+        if done is decision.Action.STOP and self.action in (Action.REFRESH, Action.KEEP):
+            done = decision.Action.APPLY  # a person resolved it at the stop, and it went in
         if done is decision.Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
             done = {Action.DROP: decision.Action.DROP, Action.STOP: decision.Action.STOP}.get(
                 self.action, decision.Action.APPLY)

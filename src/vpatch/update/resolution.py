@@ -45,9 +45,12 @@ class Kept:
     def diff(self) -> Path:
         return self.folder / DIFF_FILE
 
-    def words(self) -> str:
+    def what(self) -> str:
         what = "your work in progress (conflict markers left in it)" if self.unresolved else "your resolution"
-        return f"{what} of {self.file} ({', '.join(self.paths)}) is kept in {self.folder} ({DIFF_FILE} and files/)"
+        return f"{what} of {self.file} ({', '.join(self.paths)})"
+
+    def words(self) -> str:
+        return f"{self.what()} is kept in {self.folder} ({DIFF_FILE} and files/)"
 
 
 def folder_of(project: Project, file: str) -> Path:

@@ -305,7 +305,7 @@ def _take_in_hand_edit(project: Project, state: State, series: Series, notes: li
     if now == before or digest == state.edited:
         return state
     tree = project.tree
-    kept = resolution.keep(project, file, recorded.tip, state.plan.to_ref)
+    kept = _keep_work(project, state, recorded)
     if kept is not None:
         notes.append(f"the update tree's work is set aside for the hand edit of {project.config.patches}/{file}: "
                      + kept.words())
@@ -313,7 +313,8 @@ def _take_in_hand_edit(project: Project, state: State, series: Series, notes: li
         git.reset_soft(tree, recorded.tip)
     git.discard_changes(tree)
     patch = series.get(file.removesuffix(".patch"))
-    state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {project.config.patches}/")
+    state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {project.config.patches}/",
+                    replayed=[f for f in state.replayed if f != file])  # what was set aside stays set aside
     save_state(project, state)
     applied = git.apply_to_worktree(tree, patch.diff)
     if applied.returncode != 0:
@@ -354,7 +355,9 @@ def _commit_resolution(project: Project, state: State, series: Series) -> State:
                           hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
                                "otherwise make the change in the update tree and --continue")
     why = state.why or "it stopped there"
-    patch = resolution.rewritten_by_hand(series.get(current.removesuffix(".patch")), state.plan.to_ref, why)
+    # the trailer says what a reviewer needs (which release, what conflicted); the plan row says how it was resolved
+    patch = resolution.rewritten_by_hand(series.get(current.removesuffix(".patch")), state.plan.to_ref,
+                                         why.split(";")[0])
     stack.commit_patch(tree, patch)
     _record_stack(project, recorded, patch)
     rows = tuple(replace(p, decided_by=f"rewritten by hand for {state.plan.to_ref} ({why}); was: {p.decided_by}")
@@ -399,7 +402,13 @@ def _keep_work(project: Project, state: State | None, recorded: stack.Stack | No
         return None
     if state.pending[0] in {a.file for a in recorded.applied}:
         return None
+    if state.left and git.head(project.tree) == recorded.tip and _tree_digest(project) == state.left:
+        return None  # the tree holds the conflict as the stop left it: nobody wrote anything there
     return resolution.keep(project, state.pending[0], recorded.tip, state.plan.to_ref)
+
+
+def _tree_digest(project: Project) -> str:
+    return hashlib.sha256(git.worktree_diff(project.tree)).hexdigest()
 
 
 def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
@@ -422,15 +431,17 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     state = replace(state, pending=[f for f in state.pending if f not in done])
     for i, file in enumerate(list(state.pending)):
         row = next(p for p in plan.patches if p.file == file)
-        stopped, replayed = _apply_next(project, by_file[file], row, plan)
+        stopped, replayed, conflicted = _apply_next(project, by_file[file], row, plan)
         if stopped is not None:
-            paths = stopped.conflicts or (replayed.paths if replayed else ())
-            why = f"{row.state} in {', '.join(paths)}" if paths else row.state
+            why = f"{row.state} in {', '.join(conflicted)}" if conflicted else row.state
             state = replace(state, pending=state.pending[i:], why=why + ("; your kept resolution replayed"
-                                                                         if replayed else ""))
+                                                                         if replayed else ""),
+                            left=_tree_digest(project),
+                            replayed=[*state.replayed, file] if replayed else state.replayed)
             save_state(project, state)
-            notes = (f"replayed {replayed.words()}, made at {replayed.to_ref}: it applies here as it is (as git "
-                     "rerere replays a recorded resolution); check it, then `vpatch update --continue`",) \
+            notes = (f"replayed {replayed.what()}, kept in {replayed.folder} since an update to {replayed.to_ref}: "
+                     "it applies here as it is (as git rerere replays a recorded resolution); it is staged in the "
+                     "update tree: check it, then `vpatch update --continue`",) \
                 if replayed else ()
             return Result(Outcome.STOPPED, plan, stop=stopped, notes=notes)
     state = replace(state, pending=[])
@@ -448,7 +459,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
                                    project.work, dry_run=True, check_edits=False)
     plan = _mark_refreshed(plan, exported)
     done_result = commit_update(project, series, state, plan, exported, probes)
-    resolution.forget(project, state.resolved)  # in the project's commit now
+    resolution.forget(project, [f for f in state.resolved if f in state.replayed])  # in the project's commit now
     return done_result
 
 
@@ -472,22 +483,24 @@ def _start_tree(project: Project, repo: Path, plan: Plan, kept: list[Patch], pen
     return {a.file for a in applied.applied}
 
 
-def _apply_next(project: Project, patch: Patch, row: PatchPlan, plan: Plan) -> tuple[Stop | None, resolution.Kept | None]:
+def _apply_next(project: Project, patch: Patch, row: PatchPlan,
+                plan: Plan) -> tuple[Stop | None, resolution.Kept | None, tuple[str, ...]]:
     """Commit one patch in the update tree: plainly, else by a clean 3-way merge; else leave the conflict (its
-    markers named, upstream's side listed) or a resolution kept from an earlier stop, and stop."""
+    markers named, upstream's side listed) or a resolution kept from an earlier stop, and stop. Returns the stop,
+    the resolution replayed, and the paths that conflicted."""
     tree, to_ref = project.tree, plan.to_ref
     recorded = stack.load_stack(project.work)
     assert recorded is not None
     if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
         stack.commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
-        return None, None
+        return None, None, ()
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
     if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
         stack.commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
-        return None, None
+        return None, None, ()
     if row.action is Action.STOP:
         reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
     else:
@@ -495,15 +508,15 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan, plan: Plan) -> t
     if merged.returncode != 0 and not conflicts:
         reason += "\n" + merged.err.strip()
     replayed = _replay(project, row.file)
-    if replayed is not None:
-        return Stop(row.file, row.state, tree, (), reason), replayed
+    if replayed is not None:  # the conflict is gone from the tree: the stop says where it was
+        return Stop(row.file, row.state, tree, (), reason), replayed, conflicts
     if conflicts:
         resolution.label_conflicts(tree, conflicts, ours=_ours(to_ref), theirs=row.file)
         side = resolution.upstream_side(recorded.upstream, tree, conflicts, plan.from_commit, plan.to_commit)
         reason += (f"\nconflict markers: <<<<<<< {_ours(to_ref)} ... >>>>>>> {row.file}"
                    f"\nupstream changed these lines between {plan.from_ref} and {to_ref}: "
                    + ("; ".join(side) if side else "no commit found (the conflict is with an earlier patch)"))
-    return Stop(row.file, row.state, tree, conflicts, reason), None
+    return Stop(row.file, row.state, tree, conflicts, reason), None, conflicts
 
 
 def _replay(project: Project, file: str) -> resolution.Kept | None:
