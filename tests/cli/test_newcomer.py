@@ -535,3 +535,17 @@ def test_a_target_is_named_by_its_ref_in_the_update_refusal(project: Project) ->
         code, out = run(project, *args)
         assert code == 1 and "it fails on v1.1 without the patch and fails with it" in out, out
         assert not re.search(r"\b[0-9a-f]{40}\b", out), out
+
+
+def test_probe_check_after_the_trees_commit_lost_its_change_does_not_read_patches_silently(project: Project) -> None:
+    kv_patch(project, GOOD)
+    assert run(project, "apply")[0] == 0
+    assert run(project, "probe", "check", "1")[0] == 0
+    tree = project.root / ".vpatch" / "tree"
+    # the whole change taken out of the exported commit (amended to change nothing): patches/ still has it
+    (tree / "vllm/kv.py").write_text(KV_V1)
+    git(tree, "commit", "-q", "-a", "--amend", "--allow-empty", "--no-edit")
+    code, out = run(project, "probe", "check", "1")
+    assert code == 1, out
+    assert "the applied tree's commit of 0001-kv.patch changes nothing now" in out
+    assert "not checking patches/ in the tree's place" in out and "PASS" not in out

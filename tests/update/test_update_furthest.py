@@ -54,7 +54,8 @@ def test_furthest_goes_to_the_last_release_before_the_conflict_and_names_it(two:
     assert "committed" in out and "furthest: the pin went to v1.1, short of the target v1.3" in out
     assert "blocked at v1.2" in out
     assert "0002-parser-fix.patch  [conflict] from v1.2" in out
-    assert "a person runs: vpatch update --to v1.2: it stops at 0002-parser-fix.patch" in out
+    # the hint names the target asked for: an update to v1.2 alone would stop short of it
+    assert "a person runs: vpatch update --to v1.3: it stops at 0002-parser-fix.patch (from v1.2 on)" in out
     config = Config.load(two.root)
     assert config.pin.ref == "v1.1" and config.pin.commit == git(two.upstream.path, "rev-parse", "v1.1").strip()
     assert sorted(p.name for p in two.patches.iterdir()) == ["0002-parser-fix.patch", "RETIRED.md"]

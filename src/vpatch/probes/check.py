@@ -60,6 +60,12 @@ def target(series: Series, state_dir: Path, key: str) -> Target:
     if work is None:
         return Target(name, found, tuple(patches))
     in_tree = next((p for p in work.patches if p.name == name), None)
+    if in_tree is None and found is not None and f"{name}.patch" in work.unexported:  # exported, emptied since
+        raise ProbeError(f"the applied tree's commit of {name}.patch changes nothing now (its change was taken out "
+                         f"after it was exported): the tree holds no {name} to check, and patches/ still has the "
+                         "change; not checking patches/ in the tree's place",
+                         hint=f"put the change back in {work.tree} (`git -C {work.tree} reflog` shows the commit "
+                              "before the amend), or `vpatch apply --force` to take patches/ back into the tree")
     if in_tree is None:
         return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
     upto = [p for p in work.patches if p.number <= in_tree.number]

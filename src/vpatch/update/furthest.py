@@ -239,6 +239,7 @@ def person_runs(file: str, case: str, ref: str, target: str | None = None) -> st
     if case == "disputed":
         return (f"vpatch status --against {ref} (the evidence disagrees); decide {file} by hand, or fix its probe "
                 "so that it decides")
-    return (f"vpatch update --to {target or ref}: it stops at {file} (from {ref} on); resolve it in "
+    since = f" (from {ref} on)" if target and target != ref else ""
+    return (f"vpatch update --to {target or ref}: it stops at {file}{since}; resolve it in "
             ".git/vpatch-update/tree, `git add`, vpatch update --continue")
 
