@@ -105,7 +105,9 @@ def test_no_blocker_reaches_the_target_in_one_check(two: Project) -> None:
 
 def test_furthest_needs_to_and_refuses_a_downgrade_flag(two: Project) -> None:
     code, out = run(two, "update", "--furthest", "--continue")
-    assert code == 2 and "--furthest goes forward toward --to REF" in out
+    assert code == 2 and "--continue takes none of --furthest" in out
+    code, out = run(two, "update", "--furthest")
+    assert code == 2 and "they need --to REF" in out
     code, out = run(two, "update", "--to", "v1.0", "--furthest", "--allow-downgrade")
     assert code == 2
 
