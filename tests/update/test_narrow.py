@@ -66,8 +66,8 @@ def test_update_narrows_a_partly_landed_patch_in_one_commit(project: Project) ->
     assert message.startswith("Update upstream pin v1.0 -> v1.1: narrow 0001\n")
     assert "- 0001-parser-three.patch: Fix the parser in three places: drops 1 of 3 hunks, keeps 2" in message
     assert "  Dropped: vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)" in message
-    assert (f"Applied-Upstream: v1.1 (first commit {first[:12]} \"Upstream change for v1.1\", "
-            "release v1.1; bisected: 1 check over 2 commits)") in message
+    assert (f"Applied-Upstream: v1.1 (first commit {first[:12]} \"Upstream change for v1.1\"; "
+            "bisected: 1 check over 2 commits)") in message
     assert "Evidence: reverse-applies on v1.1" in message
     assert "Kept: vllm/parser.py hunk 1" in message and "Kept: vllm/parser.py hunk 3" in message
     assert "Proof: on v1.1, the narrowed patch and the old patch (3-way merged) give identical files" in message

@@ -168,7 +168,9 @@ def test_update_to_a_newer_release_tag_on_another_release_branch_needs_no_flag(p
     assert Config.load(project).pin.ref == "v1.1.1"
     retired = (project / "patches" / "RETIRED.md").read_text()
     pick = vllm_like.commits["tool-pick"][:12]
-    assert f"release v1.1.1 ({pick} on releases/v1.1, cherry-picked from {vllm_like.commits['tool'][:12]})" in retired
+    # one release, the first that has it, and the cherry-pick that puts it there
+    assert f"Applied-Upstream: v1.1.1 (first commit {pick}; in it as v1.1.1 ({pick} on " \
+           f"releases/v1.1, cherry-picked from {vllm_like.commits['tool'][:12]}))" in retired
 
 
 def test_a_real_downgrade_still_needs_the_flag_and_says_why(project: Path) -> None:

@@ -335,15 +335,15 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return f"{to_ref} (at or before commit {target[:12]})"
     subject = git.commit_subject(repo, found.commit)
     proof = lineage.first_release(repo, found.commit, branch=branch)
+    # one release: the first that has the hunk leads (the target only says where it was found)
     if proof is None:
-        where = "in no release yet"
+        lead, where = to_ref, ", in no release yet"
     else:  # the proof names its own commit only when it is another one (a cherry-pick on a release branch)
-        where = (f"release {proof.release}" if proof.commit == found.commit and not proof.picked
-                 else f"release {proof}")
+        lead, where = proof.release, ("" if proof.commit == found.commit and not proof.picked else f", in it as {proof}")
     checks, searched = found.checks, found.candidates
     how = (f"bisected: {checks} check{'s' if checks != 1 else ''} over {searched} commits" if searched > 1
            else "the only commit after the last revert" if floors and floors[-1] else "the only commit since the pin")
-    return f"{to_ref} (first commit {found.commit[:12]} \"{subject}\", {where}; {how})"
+    return f"{lead} (first commit {found.commit[:12]} \"{subject}\"{where}; {how})"
 
 
 def verdicts_of(report: object) -> dict[str, Verdict] | None:

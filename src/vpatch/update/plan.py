@@ -295,7 +295,8 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     if landing.release is None:
         return f"{landing.ref} ({first} {landing.commit[:12]}, in no release yet)"
     # one release: the first that has it (the target only says where it was found)
-    picked = landing.proof if landing.proof is not None and landing.proof.commit != landing.commit else None
+    proof = landing.proof
+    picked = proof if proof is not None and (proof.commit != landing.commit or proof.picked or proof.original) else None
     return f"{landing.release} ({first} {landing.commit[:12]}" + (f"; in it as {picked}" if picked else "") + ")"
 
 
