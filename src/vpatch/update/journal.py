@@ -160,6 +160,7 @@ def refuse_in_progress(project: Project) -> None:
         raise VpatchError("an update was interrupted while committing",
                           hint="vpatch update --continue finishes it; vpatch update --abort undoes it")
     if (project.work / STATE_FILE).exists():
+        load_state(project)  # a state that does not load says so, and what to do
         stopped = stopped_update(project.config)
         raise VpatchError("an update is in progress: " + (stopped.line() if stopped else "its state does not load"),
                           hint="finish it first: `vpatch update --continue` (or `--abort`, which keeps your resolution)")
