@@ -187,3 +187,50 @@ def test_a_dropped_patch_takes_its_probe_files_along(stopped: Project) -> None:
     assert "Probe files retired with their patches:\n- patches/probes/0001-kv-skip-null.notes\n" in message
     # one release in Applied-Upstream: the first that has it
     assert "Applied-Upstream: v1.1 (" in message and "release v1.1" not in message
+
+
+SLOW_PROBE = """import pathlib, sys, time
+started, slow = pathlib.Path({started!r}), pathlib.Path({slow!r})
+if slow.exists():
+    started.write_text("running")
+    time.sleep(120)
+sys.exit(0 if "fixed" in pathlib.Path("vllm/parser.py").read_text() else 1)
+"""
+
+
+def test_ctrl_c_during_continue_says_how_to_go_on(project: Project, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    started, slow = tmp_path / "started", tmp_path / "slow"
+    probes = project.patches / "probes"
+    probes.mkdir()
+    (probes / "parser.py").write_text(SLOW_PROBE.format(started=str(started), slow=str(slow)))
+    (probes / "parser.yaml").write_text('kind: command\nrun: ["{python}", "{probe_dir}/parser.py"]\nrequirements: []\n')
+    project.make_patch(2, "parser-fix", {"vllm/parser.py": PARSER_FIXED}, "Fix the parser",
+                       trailers="Origin: vendor\nProbe: probes/parser.yaml\nLast-Update: 2026-09-01")
+    commit_all(project)
+    release(project, {"vllm/parser.py": PARSER_V1.replace("line 20\n", "line twenty\n")}, "v1.1")
+    assert run(project, "update", "--to", "v1.1")[0] == 5
+    resolve_in_tree(project)
+    slow.write_text("")  # the probe the --continue runs now takes two minutes
+    proc = subprocess.Popen([sys.executable, "-m", "vpatch", "--project", str(project.root), "update", "--continue"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not started.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    # the resolution was committed in the update tree before the probes ran: --continue goes on from there
+    assert "error: interrupted; the update is kept where it was: update to v1.1 was interrupted during " \
+           "`--continue`, its stops resolved: `vpatch update --continue` finishes it (or `--abort`)" in out, out
+    assert "hint: vpatch update --continue again goes on from there" in out
+    assert run(project, "update")[0] == 5  # still in progress
+    slow.unlink()
+    code, out = run(project, "update", "--continue")
+    assert code == 0, out
+    assert Config.load(project.root).pin.ref == "v1.1"

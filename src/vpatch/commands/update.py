@@ -117,11 +117,11 @@ def _continue(config: Config, validator: core.Validator) -> core.Result:
         stopped = core.stopped_update(config)
         if stopped is None:
             raise
-        raise VpatchError("interrupted; the stopped update is kept as it was before this --continue: "
-                          + stopped.line(), exit_code=ExitCode.INTERRUPTED,
-                          hint="vpatch update --continue again goes on from there (what it had committed in the "
-                               "update tree is kept); vpatch update --abort throws it away, keeping your "
-                               "resolution") from None
+        raise VpatchError("interrupted; the update is kept where it was: " + stopped.line(),
+                          exit_code=ExitCode.INTERRUPTED,
+                          hint="vpatch update --continue again goes on from there (a resolution it had committed in "
+                               "the update tree stays committed); vpatch update --abort throws the update away, "
+                               "keeping your resolution") from None
 
 
 def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow: bool, json_out: bool) -> ExitCode:

@@ -111,19 +111,24 @@ class Stopped:
     """A stopped (or half-committed) update, as every command shows it."""
 
     to_ref: str
-    file: str  # the patch it stopped at ("" for an update interrupted while committing)
+    file: str  # the patch it stopped at ("": none left to resolve, or interrupted while committing)
     why: str
     tree: Path
+    committing: bool = False  # interrupted at its commit point (the journal)
 
     def line(self) -> str:
-        if not self.file:
+        if self.committing:
             return (f"update to {self.to_ref} was interrupted while committing: `vpatch update --continue` finishes "
                     "it (or `--abort` undoes it)")
+        if not self.file:
+            return (f"update to {self.to_ref} was interrupted during `--continue`, its stops resolved: "
+                    "`vpatch update --continue` finishes it (or `--abort`)")
         return (f"update to {self.to_ref} stopped at {self.file} ({self.why}): resolve in {self.tree}, then "
                 "`vpatch update --continue` (or `--abort`)")
 
-    def to_json(self) -> dict[str, str]:
-        return {"to": self.to_ref, "file": self.file, "why": self.why, "tree": str(self.tree), "line": self.line()}
+    def to_json(self) -> dict[str, str | bool]:
+        return {"to": self.to_ref, "file": self.file, "why": self.why, "tree": str(self.tree),
+                "committing": self.committing, "line": self.line()}
 
 
 def stopped_update(config: Config) -> Stopped | None:
@@ -135,7 +140,7 @@ def stopped_update(config: Config) -> Stopped | None:
     try:
         journal = load_journal(project)
         if journal is not None:
-            return Stopped(journal.plan.to_ref, "", "", project.tree)
+            return Stopped(journal.plan.to_ref, "", "", project.tree, committing=True)
         if not (project.work / STATE_FILE).exists():
             return None
         state = load_state(project)
