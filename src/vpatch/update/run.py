@@ -9,7 +9,6 @@ commit point, journaled in `commit.json` so that a kill right after it can be fi
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
 from vpatch.probes import runner as probes
 from vpatch.series import Patch, Series
 from vpatch.tree import ExportResult, export, stack
-from vpatch.update import furthest, guard, resolution, retarget
+from vpatch.update import furthest, guard, handwork, resolution, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
     JOURNAL_FILE,
@@ -222,151 +221,14 @@ def _resume(project: Project, validator: Validator | None) -> Result:
         return finish_commit(project, journal)
     state = load_state(project)
     notes: list[str] = []
-    state = _take_in_commits(project, state, notes)
-    _refuse_uncommitted(project)
+    state = handwork.take_in_commits(project, state, notes)
+    handwork.refuse_uncommitted(project)
     series = Series.load(config.patches_dir)
-    state = _take_in_hand_edit(project, state, series, notes)
-    _refuse_unresolved(project)
-    state = _commit_resolution(project, state, series)
+    state = handwork.take_in_hand_edit(project, state, series, notes)
+    handwork.refuse_unresolved(project)
+    state = handwork.commit_resolution(project, state, series)
     result = _run(project, series, state, validator)
     return replace(result, notes=(*notes, *result.notes))
-
-
-def _take_in_commits(project: Project, state: State, notes: list[str]) -> State:
-    """Commits made in the project during the stop go under the update's commit, as `git rebase` takes a commit
-    made mid-rebase: those that change patches the update tree has not used yet (the stopped one, the ones
-    after it) or other files of the project. Refused, nothing touched, when they change what the update has
-    already used: the pin, a patch it drops or already applied, a new patch it never planned."""
-    top, now = project.top, git.head(project.top)
-    if now == state.head:
-        return state
-    again = "vpatch update --abort (it keeps your resolution in the update tree), then start the update again: " \
-            "it plans from the project as it is now and replays the resolution"
-    if git.resolve_commit(top, state.head_ref) != now or not git.is_ancestor(top, state.head, now):
-        raise VpatchError(f"the project's HEAD moved since the update stopped ({state.head[:12]} -> {now[:12]}) "
-                          f"and is not a commit on top of it on {state.head_ref.removeprefix('refs/heads/')}",
-                          hint=f"check out {state.head_ref.removeprefix('refs/heads/')} at a commit on top of "
-                               f"{state.head[:12]}; or {again}")
-    patches = project.path(project.config.patches) + "/"
-    recorded = stack.load_stack(project.work, required=False)
-    used = {a.file for a in recorded.applied} if recorded is not None else set()
-    planned = {p.file for p in state.plan.patches}
-    dropped = set(state.plan.files(Action.DROP))
-    for path in git.paths_differing(top, state.head, now):
-        name = path.removeprefix(patches) if path.startswith(patches) else None
-        why = None
-        if path == project.path("vpatch.yaml"):
-            why = "changes vpatch.yaml (the pin the update moves)"
-        elif name is not None and name in dropped:
-            why = f"changes {name}, which the update drops"
-        elif name is not None and name in used:
-            why = f"changes {name}, which the update tree already holds as it was"
-        elif name is not None and "/" not in name and name.endswith(".patch") and name not in planned:
-            why = f"adds {name}, which the update did not plan"
-        if why is not None:
-            raise VpatchError(f"a commit made during the stopped update {why}; not taken in, nothing changed",
-                              hint=again)
-    taken = git.commits_between(top, state.head, now)
-    notes.append(f"took in {len(taken)} commit(s) made during the stop ({state.head[:12]}..{now[:12]}): the "
-                 "update's commit goes on top of them")
-    state = replace(state, head=now, started=state.start, taken_in=[*state.taken_in, *taken])
-    save_state(project, state)
-    return state
-
-
-def _refuse_uncommitted(project: Project) -> None:
-    dirty = git.dirty_paths(project.top, [project.path(project.config.patches), project.path("vpatch.yaml")])
-    if dirty:
-        raise VpatchError("uncommitted changes in the series or the pin during the stopped update: "
-                          + ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "") + "; nothing changed",
-                          hint="commit them (`vpatch update --continue` takes a commit made during the stop in, as "
-                               "git rebase does) or set them aside (`git stash`), then vpatch update --continue")
-
-
-def _take_in_hand_edit(project: Project, state: State, series: Series, notes: list[str]) -> State:
-    """The stopped patch's file edited by hand in patches/ (committed) is the resolution: it goes into the update
-    tree in place of the conflict; what the tree held beyond the conflict is set aside first."""
-    if not state.pending:
-        return state
-    file = state.pending[0]
-    recorded = stack.load_stack(project.work)
-    assert recorded is not None
-    if file in {a.file for a in recorded.applied}:
-        return state
-    path = project.path(f"{project.config.patches}/{file}")
-    before = git.read_blobs(project.top, state.start, [path])[path]
-    now_file = project.config.patches_dir / file
-    if not now_file.is_file():
-        raise VpatchError(f"{project.config.patches}/{file} was deleted during the stopped update; nothing changed",
-                          hint=f"restore it (`git checkout {state.start[:12]} -- {path}`) and resolve in "
-                               f"{project.tree}; or vpatch update --abort")
-    now = now_file.read_bytes()
-    digest = hashlib.sha256(now).hexdigest()
-    if now == before or digest == state.edited:
-        return state
-    tree = project.tree
-    kept = _keep_work(project, state, recorded)
-    if kept is not None:
-        notes.append(f"the update tree's work is set aside for the hand edit of {project.config.patches}/{file}: "
-                     + kept.words())
-    if git.head(tree) != recorded.tip:
-        git.reset_soft(tree, recorded.tip)
-    git.discard_changes(tree)
-    patch = series.get(file.removesuffix(".patch"))
-    state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {project.config.patches}/",
-                    replayed=[f for f in state.replayed if f != file])  # what was set aside stays set aside
-    save_state(project, state)
-    applied = git.apply_to_worktree(tree, patch.diff)
-    if applied.returncode != 0:
-        applied = git.apply_to_worktree(tree, patch.diff, three_way=True)
-        conflicts = git.unmerged_paths(tree)
-        if applied.returncode != 0 or conflicts:
-            if conflicts:
-                resolution.label_conflicts(tree, conflicts, ours=_ours(state.plan.to_ref), theirs=f"{file} (hand-edited)")
-            raise ApplyError(f"{project.config.patches}/{file} as edited by hand does not apply on "
-                             f"{state.plan.to_ref} either" + (f": conflicts in {', '.join(conflicts)}" if conflicts
-                                                              else f"\n{applied.err.strip()}"),
-                             hint=f"resolve them in {tree}, `git add` them, then vpatch update --continue (the "
-                                  "edited file is taken in once; the tree decides from here)")
-    notes.append(f"took in {project.config.patches}/{file} as edited by hand: it applies on {state.plan.to_ref}")
-    return state
-
-
-def _refuse_unresolved(project: Project) -> None:
-    unmerged = git.unmerged_paths(project.tree)
-    if unmerged:
-        raise ApplyError(f"{len(unmerged)} path(s) in the update tree still have conflicts: {', '.join(unmerged)}",
-                         hint=f"resolve them in {project.tree}, `git add` them, then vpatch update --continue")
-
-
-def _commit_resolution(project: Project, state: State, series: Series) -> State:
-    """The stopped patch as the person left it in the update tree, committed there as rewritten by hand for the
-    target (a trailer and Last-Update say so), its plan row saying the same."""
-    recorded = stack.load_stack(project.work)
-    assert recorded is not None
-    if not state.pending or state.pending[0] in {a.file for a in recorded.applied}:
-        return state
-    tree, current = project.tree, state.pending[0]
-    if git.head(tree) != recorded.tip:
-        git.reset_soft(tree, recorded.tip)  # the user committed: keep the content, our message
-    git.stage_all(tree)
-    if git.index_matches(tree, "HEAD"):
-        raise VpatchError(f"the resolution of {current} leaves no change on {state.plan.to_ref}",
-                          hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
-                               "otherwise make the change in the update tree and --continue")
-    why = state.why or "it stopped there"
-    # the trailer says what a reviewer needs (which release, what conflicted); the plan row says how it was resolved
-    patch = resolution.rewritten_by_hand(series.get(current.removesuffix(".patch")), state.plan.to_ref,
-                                         why.split(";")[0])
-    stack.commit_patch(tree, patch)
-    _record_stack(project, recorded, patch)
-    rows = tuple(replace(p, decided_by=f"rewritten by hand for {state.plan.to_ref} ({why}); was: {p.decided_by}")
-                 if p.file == current else p for p in state.plan.patches)
-    # the resolution is committed in the update tree: a failure below leaves a state that resumes after it
-    state = replace(state, plan=replace(state.plan, patches=rows), pending=state.pending[1:],
-                    resolved=[*state.resolved, current])
-    save_state(project, state)
-    return state
 
 
 def abort(config: Config) -> Result:
@@ -386,7 +248,7 @@ def abort(config: Config) -> Result:
         except VpatchError:
             state = None  # unreadable: nothing was committed before a stop, so throwing it away is safe
         stale = stack.load_stack(project.work, required=False)
-        kept = _keep_work(project, state, stale)
+        kept = handwork.keep_work(project, state, stale)
         repo = Path(state.repo) if state is not None else stale.upstream if stale is not None else None
         shutil.rmtree(project.work, ignore_errors=True)
         if repo is not None:
@@ -394,21 +256,6 @@ def abort(config: Config) -> Result:
         plan = state.plan if state is not None else Plan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
         notes = [kept.words() + f"; the next update that stops at {kept.file[:4]} replays it"] if kept else []
         return Result(Outcome.ABORTED, plan, notes=tuple(notes))
-
-
-def _keep_work(project: Project, state: State | None, recorded: stack.Stack | None) -> resolution.Kept | None:
-    """What the person wrote in the update tree for the stopped patch, set aside before the tree goes."""
-    if state is None or recorded is None or not state.pending or not project.tree.is_dir():
-        return None
-    if state.pending[0] in {a.file for a in recorded.applied}:
-        return None
-    if state.left and git.head(project.tree) == recorded.tip and _tree_digest(project) == state.left:
-        return None  # the tree holds the conflict as the stop left it: nobody wrote anything there
-    return resolution.keep(project, state.pending[0], recorded.tip, state.plan.to_ref)
-
-
-def _tree_digest(project: Project) -> str:
-    return hashlib.sha256(git.worktree_diff(project.tree)).hexdigest()
 
 
 def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
@@ -436,7 +283,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
             why = f"{row.state} in {', '.join(conflicted)}" if conflicted else row.state
             state = replace(state, pending=state.pending[i:], why=why + ("; your kept resolution replayed"
                                                                          if replayed else ""),
-                            left=_tree_digest(project),
+                            left=handwork.tree_digest(project),
                             replayed=[*state.replayed, file] if replayed else state.replayed)
             save_state(project, state)
             notes = (f"replayed {replayed.what()}, kept in {replayed.folder} since an update to {replayed.to_ref}: "
@@ -493,13 +340,13 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan,
     assert recorded is not None
     if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
         stack.commit_patch(tree, patch)
-        _record_stack(project, recorded, patch)
+        handwork.record_applied(project, recorded, patch)
         return None, None, ()
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
     if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
         stack.commit_patch(tree, patch)
-        _record_stack(project, recorded, patch)
+        handwork.record_applied(project, recorded, patch)
         return None, None, ()
     if row.action is Action.STOP:
         reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
@@ -511,9 +358,9 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan,
     if replayed is not None:  # the conflict is gone from the tree: the stop says where it was
         return Stop(row.file, row.state, tree, (), reason), replayed, conflicts
     if conflicts:
-        resolution.label_conflicts(tree, conflicts, ours=_ours(to_ref), theirs=row.file)
+        resolution.label_conflicts(tree, conflicts, ours=handwork.ours_label(to_ref), theirs=row.file)
         side = resolution.upstream_side(recorded.upstream, tree, conflicts, plan.from_commit, plan.to_commit)
-        reason += (f"\nconflict markers: <<<<<<< {_ours(to_ref)} ... >>>>>>> {row.file}"
+        reason += (f"\nconflict markers: <<<<<<< {handwork.ours_label(to_ref)} ... >>>>>>> {row.file}"
                    f"\nupstream changed these lines between {plan.from_ref} and {to_ref}: "
                    + ("; ".join(side) if side else "no commit found (the conflict is with an earlier patch)"))
     return Stop(row.file, row.state, tree, conflicts, reason), None, conflicts
@@ -529,15 +376,6 @@ def _replay(project: Project, file: str) -> resolution.Kept | None:
     if replayed is None:
         return None
     return replayed
-
-
-def _ours(to_ref: str) -> str:
-    return f"{to_ref} (upstream, with the patches before it)"
-
-
-def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None:
-    applied = (*recorded.applied, stack.AppliedPatch(patch.filename, git.head(project.tree)))
-    stack.save_stack(project.work, replace(recorded, applied=applied))
 
 
 def _mark_refreshed(plan: Plan, exported: ExportResult) -> Plan:
