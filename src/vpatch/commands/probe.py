@@ -7,7 +7,7 @@ from pathlib import Path
 from vpatch import upstream
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, load_series
-from vpatch.probes import ProbeKind
+from vpatch.probes import ProbeKind, Witness
 from vpatch.probes import check as core
 from vpatch.report import ProgressView
 from vpatch.report import probe as shown
@@ -28,9 +28,8 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
                           hint="make the change in the applied tree and `git commit --amend -a` it first")
     repo = upstream.open_upstream(config)
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
-    with ProgressView() as view:
-        checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
-                             use_cache=not no_cache, report=view, jobs=jobs)
+    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs) as evidence:
+        checked = core.check(evidence, patches, target, base=base, ref=ref or config.pin.ref, use_cache=not no_cache)
     for line in shown.checked_lines(checked, target.name):
         echo(line)
     result_of = checked.validation

@@ -9,7 +9,7 @@ from pathlib import Path
 from vpatch import update as core
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import console, echo, load_config, warn_tree_work
-from vpatch.probes import workspace as probe_runs
+from vpatch.probes import Witness
 from vpatch.report import ProgressView
 from vpatch.report import status as report
 from vpatch.report import update as update_report
@@ -30,8 +30,8 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
 
 
     config = load_config(project)
-    with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
-        validator = functools.partial(core.validate_with_probes, report=view, session=session)
+    with ProgressView() as view, Witness(None, config, report=view, jobs=jobs) as evidence:
+        validator = functools.partial(core.validate_with_probes, evidence=evidence)
         if abort:
             result = core.abort(config)
         elif continue_:
@@ -42,7 +42,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             try:
                 result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
                                      allow_downgrade=allow_downgrade, narrow=not no_narrow,
-                                     judge=functools.partial(core.judge_with_status, progress=view, session=session),
+                                     judge=functools.partial(core.judge_with_status, progress=view, evidence=evidence),
                                      validator=validator)
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
@@ -67,7 +67,8 @@ def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow:
     config = load_config(project)
     with ProgressView() as view:
         reach = core.update_furthest(config, to, dry_run=dry_run, no_commit=no_commit, narrow=narrow, progress=view,
-                                     validator=functools.partial(core.validate_with_probes, report=view))
+                                     validator=functools.partial(core.validate_with_probes,
+                                                                 evidence=Witness(None, config, report=view)))
     if json_out:
 
         echo(json.dumps(reach.to_json(), indent=2))

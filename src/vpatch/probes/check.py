@@ -7,13 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch import git
-from vpatch.base import Reporter, atomic_write, silent
-from vpatch.probes import workspace as probe_runs
+from vpatch.base import atomic_write
 from vpatch.probes.env import LOCK_NAME
 from vpatch.probes.file import ProbeError, probe_for
 from vpatch.probes.outcome import ProbeKind
-from vpatch.probes.runner import Validation, validation
+from vpatch.probes.runner import Validation
+from vpatch.probes.witness import Witness, stacked_tree
 from vpatch.series import PROBE, Patch, Series
 from vpatch.tree import export
 
@@ -69,35 +68,17 @@ def target(series: Series, state_dir: Path, key: str) -> Target:
     return Target(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
 
 
-def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None) -> str:
-    """The tree of `base` with the series applied in order up to and including `upto`: the tree `vpatch apply`
-    commits for it. Raises ProbeError naming the patch that does not apply."""
-    tree = base
-    for patch in patches:
-        applied = git.tree_with_patch(repo, tree, patch.raw)
-        if applied is None:
-            raise ProbeError(f"{patch.filename} does not apply on {name or base[:12]} after the patches before it, "
-                             f"so the probe of {upto.filename} cannot be checked with its patch",
-                             hint=f"vpatch apply --ref {name or base[:12]} names the failing hunk")
-        tree = applied
-        if patch.filename == upto.filename:
-            return tree
-    raise ProbeError(f"{upto.filename} is not in the series", hint="vpatch status lists the patches")
-
-
-def check(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str, cache: Path | None = None,
-          use_cache: bool = True, report: Reporter = silent, jobs: int | None = None) -> Checked:
-    """The patch's probe on `base` and on `base` + the series up to it (probes.validation decides), the two
-    sides at once where `jobs` (default: the cores) allows."""
+def check(evidence: Witness, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
+          use_cache: bool = True) -> Checked:
+    """The patch's probe on `base` and on `base` + the series up to it (runner.validation decides, asked through
+    the command's Witness), the two sides at once where its jobs allow."""
     probe = probe_for(patch)
     if probe is None:
         raise ProbeError(f"{patch.filename} names no probe",
                          hint=f"vpatch probe new {patch.number:04d} --kind files (or command) writes one; then add "
                               f"'{PROBE}: {probe_name(patch.name)}' to the patch's trailers")
-    patched = stacked_tree(repo, patches, base, patch, name=ref)
-    with probe_runs.Session(cache=cache, jobs=jobs) as session:
-        found = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=ref, cache=cache,
-                           report=report, use_cache=use_cache, session=session)
+    patched = stacked_tree(evidence.repo, patches, base, patch, name=ref)
+    found = evidence.validation(probe, patch.filename, base=base, patched=patched, base_name=ref, use_cache=use_cache)
     return Checked(patch.filename, probe.name, ref, base, found)
 
 

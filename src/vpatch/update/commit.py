@@ -19,12 +19,12 @@ from vpatch.update.journal import (
     save_journal,
 )
 from vpatch.update.narrow import record
-from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
+from vpatch.update.plan import Action, Outcome, Plan, Result, Revalidation, commit_message
 from vpatch.update.retarget import probe_writes
 
 
 def commit_update(project: Project, series: Series, state: State, plan: Plan, exported: ExportResult,
-            probes: tuple[ProbeCheck, ...]) -> Result:
+            probes: tuple[Revalidation, ...]) -> Result:
     """Build the project commit as objects, then move the branch (the commit point), then check it out."""
     config, top = project.config, project.top
     old = state.head

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import VpatchError
-from vpatch.update.plan import Action, Plan, ProbeCheck
+from vpatch.update.plan import Action, Plan, Revalidation
 from vpatch.upstream import lineage
 from vpatch.verdict import decision, vetoed
 
@@ -26,7 +26,7 @@ class Refused(VpatchError):
 
 
 # (repo, config, patch, base, patched) -> the probe checked on base (must fail) and patched (must pass).
-Check = Callable[[Path, "Config", "Patch", str, str], ProbeCheck]
+Check = Callable[[Path, "Config", "Patch", str, str], Revalidation]
 
 
 def refuse_downgrade(repo: Path, config: Config, current: str, to: str, target: str) -> None:
@@ -53,7 +53,7 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
         try:
             result = check(repo, config, patch, plan.from_commit, patched)
         except VpatchError as exc:
-            result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
+            result = Revalidation(row.file, patch.trailer("Probe"), False, exc.message)
         if not result.ok:
             # the veto: the drop's case is an invalid probe after all (Case.INVALID_PROBE: Action.REFUSE)
             raise vetoed(row.file, dropping=True, pin_ref=plan.from_ref, detail=result.detail)
@@ -86,13 +86,13 @@ def refuse_invalid_probes(plan: Plan) -> None:
 
 
 def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check,
-                            patches: dict[str, Patch]) -> list[ProbeCheck]:
+                            patches: dict[str, Patch]) -> list[Revalidation]:
     """The dry run's copy of the real run's last check: each kept patch's probe on the new pin (must fail) and on
     the new pin plus the kept patches up to it (must pass), raising the real run's error when one does not.
     `patches`: file -> the patch as the update applies it (narrowed ones without the hunks upstream has).
     The trees are built in memory by plain applies; from the first patch that only merges 3-way on, the real
     run's update tree is needed, and those probes are left to it."""
-    checked: list[ProbeCheck] = []
+    checked: list[Revalidation] = []
     tree = plan.to_commit
     for row in plan.patches:
         if row.action is Action.DROP:
@@ -111,7 +111,7 @@ def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check
     return checked
 
 
-def unvalidated(failed: list[ProbeCheck], to_ref: str) -> VpatchError:
+def unvalidated(failed: list[Revalidation], to_ref: str) -> VpatchError:
     """The error of an update whose kept patches' probes do not validate on the new pin (real run and dry run)."""
     return VpatchError(
         f"probe of {failed[0].file} no longer validates on {to_ref}: {failed[0].detail}"

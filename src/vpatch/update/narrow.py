@@ -23,7 +23,7 @@ from typing import Any
 from vpatch import git
 from vpatch.base import VpatchError
 from vpatch.series import LAST_UPDATE, DroppedHunkRecord, Hunk, NarrowedPatch, Patch
-from vpatch.status import landing
+from vpatch.status import search_landing
 from vpatch.upstream import lineage
 from vpatch.verdict import Outcome, State, Verdict, applycheck, hunk_name
 
@@ -330,7 +330,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return floors[-1]
 
     main = git.resolve_commit(repo, branch) if branch else None
-    found = landing.search(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
+    found = search_landing(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
     if found is None:
         return f"{to_ref} (at or before commit {target[:12]})"
     subject = git.commit_subject(repo, found.commit)

@@ -9,9 +9,10 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vpatch import status
 from vpatch.base import silent
+from vpatch.probes import Witness
 from vpatch.series import RETIRED_FILE, Patch, Series
-from vpatch.status import compute as status
 from vpatch.update import narrow
 from vpatch.update.narrow import Narrowing, message_lines
 from vpatch.update.retarget import message_lines as moved_lines
@@ -21,7 +22,6 @@ from vpatch.verdict import FOLLOWED_CODE, Case, Kind, decision, judge_series
 if TYPE_CHECKING:
     from vpatch.base import Reporter
     from vpatch.config import Config
-    from vpatch.probes import workspace as probe_runs
     from vpatch.status import Landing, Status
     from vpatch.update.narrow import Narrowing
     from vpatch.verdict import Verdict
@@ -125,7 +125,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class ProbeCheck:
+class Revalidation:
     """A remaining patch's probe re-validated on the new pin: fails without the patch, passes with it."""
 
     file: str
@@ -149,7 +149,7 @@ class Result:
     plan: Plan
     commit: str | None = None  # the project commit (COMMITTED)
     message: str = ""  # the commit message (COMMITTED / STAGED)
-    probes: tuple[ProbeCheck, ...] = ()
+    probes: tuple[Revalidation, ...] = ()
     stop: Stop | None = None
 
     @property
@@ -180,7 +180,7 @@ class Result:
 # and the status report they came from (shown by --dry-run; None when there is none).
 Judge = Callable[[Path, "Config", Series, str, str, str], "tuple[list[PatchPlan], Status | None]"]
 # (repo, config, patch, base commit, patched commit) -> the probe re-validated on the new pin.
-Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
+Validator = Callable[[Path, "Config", Patch, str, str], Revalidation]
 
 
 
@@ -189,17 +189,17 @@ Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
 def judge_with_status(
     repo: Path, config: Config, series: Series, current: str, to: str, target: str, *, progress: Reporter | None = None,
-    landing: bool = True, session: probe_runs.Session | None = None,
+    landing: bool = True, evidence: Witness | None = None,
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
-    `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
+    `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed).
+    `evidence`: the command's Witness (default: one of its own, each probe run alone)."""
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
-    report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
+    report = status.compute_status(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
                             branch=config.upstream.branch,
-                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to},
-                                                  session=session),
+                            evidence=evidence if evidence is not None else Witness(repo, config, report=progress),
                             landing=landing, report=progress or silent)
     rows = []
     for patch, row in zip(series.patches, report.patches):
@@ -233,7 +233,7 @@ def _move_words(verdict: Verdict) -> tuple[str, ...]:
 
 def narrow_rows(
     repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: Status | None, current: str, to: str,
-    target: str, validate: Callable[[Patch, str], ProbeCheck] | None,
+    target: str, validate: Callable[[Patch, str], Revalidation] | None,
 ) -> list[PatchPlan]:
     """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14).
     `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
@@ -292,7 +292,7 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     return f"{landing.ref} ({first} {landing.commit[:12]}, {where})"
 
 
-def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
+def commit_message(plan: Plan, probes: Sequence[Revalidation] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
 
     narrowed = [p for p in plan.patches if p.narrowing is not None]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
 from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
-from vpatch.probes import runner as probes
+from vpatch.probes import Witness
 from vpatch.series import Patch, Series
 from vpatch.tree import ExportResult, export, stack
 from vpatch.update import furthest, guard, retarget
@@ -40,8 +40,8 @@ from vpatch.update.plan import (
     Outcome,
     PatchPlan,
     Plan,
-    ProbeCheck,
     Result,
+    Revalidation,
     Stop,
     Validator,
     judge_with_status,
@@ -50,7 +50,6 @@ from vpatch.update.plan import (
 
 if TYPE_CHECKING:
     from vpatch.config import Config
-    from vpatch.probes import workspace as probe_runs
     from vpatch.status import Status
 
 
@@ -371,15 +370,17 @@ def _mark_refreshed(plan: Plan, exported: ExportResult) -> Plan:
     return plan
 
 
-def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str, validator: Validator | None) -> ProbeCheck:
+def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str, validator: Validator | None) -> Revalidation:
     if patch.probe_path is None:
-        return ProbeCheck(patch.filename, None, True, "no probe")
+        return Revalidation(patch.filename, None, True, "no probe")
     return (validator or validate_with_probes)(repo, config, patch, base, patched)
 
 
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str, *,
-                         report: Reporter = silent, session: probe_runs.Session | None = None) -> ProbeCheck:
-    """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
+                         evidence: Witness | None = None) -> Revalidation:
+    """Witness.validate: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not).
+    `evidence`: the command's Witness (default: one of its own, each probe run alone)."""
 
-    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report, session=session)
-    return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)
+    witness = evidence if evidence is not None else Witness(repo, config)
+    outcome = witness.validate(patch, base=base, patched=patched)
+    return Revalidation(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)

@@ -5,7 +5,7 @@ Other rooms import these names from here; modules inside the room import each ot
 
 from vpatch.verdict.applycheck import Outcome
 from vpatch.verdict.decision import Case, Decision, vetoed
-from vpatch.verdict.judge import FOLLOWED_CODE, Evidence, Kind, ProbeCheck, ProbeFn, Says, State, Verdict, judge_series
+from vpatch.verdict.judge import FOLLOWED_CODE, Evidence, Kind, Says, State, Verdict, judge_series
 from vpatch.verdict.textual import Applies, hunk_name
 
 __all__ = [
@@ -16,8 +16,6 @@ __all__ = [
     "Evidence",
     "Kind",
     "Outcome",
-    "ProbeCheck",
-    "ProbeFn",
     "Says",
     "State",
     "Verdict",
