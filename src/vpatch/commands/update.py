@@ -60,7 +60,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             console().print(table)
         for line in update_report.update_lines(result):
             echo(line)
-    return ExitCode.CONFLICT if result.outcome is core.Outcome.STOPPED else ExitCode.OK
+    return ExitCode.CONFLICT if result.outcome is core.UpdateOutcome.STOPPED else ExitCode.OK
 
 
 def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow: bool, json_out: bool) -> ExitCode:

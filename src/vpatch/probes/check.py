@@ -39,7 +39,7 @@ def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | 
 
 
 @dataclass(frozen=True)
-class Target:
+class ProbeTarget:
     """The patch `probe check` checks and the series it stacks it on: from `patches/`, or from the applied tree
     where that holds commits not exported yet among the patch and those before it (what the user works on)."""
 
@@ -51,21 +51,21 @@ class Target:
     dirty: tuple[str, ...] = ()  # uncommitted paths of the applied tree (never checked)
 
 
-def target(series: Series, state_dir: Path, key: str) -> Target:
-    """`find_patch`, reading the applied tree's version of the patches it has not exported (see Target)."""
+def target(series: Series, state_dir: Path, key: str) -> ProbeTarget:
+    """`find_patch`, reading the applied tree's version of the patches it has not exported (see ProbeTarget)."""
 
     name, found, patches = find_patch(series, state_dir, key)
     work = export.tree_work(series, state_dir)
     if work is None:
-        return Target(name, found, tuple(patches))
+        return ProbeTarget(name, found, tuple(patches))
     in_tree = next((p for p in work.patches if p.name == name), None)
     if in_tree is None:
-        return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
+        return ProbeTarget(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
     upto = [p for p in work.patches if p.number <= in_tree.number]
     from_tree = tuple(n for n in work.unexported if n in {p.filename for p in upto})
     if not from_tree:
-        return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
-    return Target(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
+        return ProbeTarget(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
+    return ProbeTarget(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
 
 
 def check(evidence: Witness, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,

@@ -262,14 +262,14 @@ class Witness:
         """Run the command probes of (patch, commit) `pairs` at once, up to the session's jobs, for the questions
         that ask for them later; their outcomes (None: not run ahead, it runs when asked)."""
         assert self.session is not None
-        requests: list[runner.Request | None] = []
+        requests: list[runner.ProbeRequest | None] = []
         for patch, commit in pairs:
             try:
                 probe = self._load(patch.probe_path) if patch.probe_path is not None else None
             except VpatchError:
                 probe = None  # the question says why
             requests.append(None if probe is None else
-                            runner.Request(probe, commit, self._label(patch, commit), self._moves_from()))
+                            runner.ProbeRequest(probe, commit, self._label(patch, commit), self._moves_from()))
         try:
             found = runner.run_ahead(self.repo, [r for r in requests if r is not None], self.session,
                                      report=self.report)

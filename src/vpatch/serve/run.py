@@ -92,30 +92,30 @@ def start(docker: Docker, command: RunCommand, *, progress: Progress | None = No
 
 
 @dataclass(frozen=True)
-class Checked:
+class ContainerCheck:
     """`vpatch serve NAME --check`: the container's state, its own health check's, and the verdict from outside."""
 
     container: str
     status: str  # docker's: running, exited, ... ("absent" when there is none)
     docker_health: str  # what `docker ps` shows: healthy | unhealthy | starting | "" (no health check)
-    verdict: alive.Verdict
+    verdict: alive.Liveness
 
     @property
     def alive(self) -> bool:
         return self.verdict.alive
 
 
-def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Checked:
+def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> ContainerCheck:
     """The liveness verdict on the running container of `definition`, by the rule its health check runs;
     the stall memory between two checks (cron) lives in `state_dir`."""
     assert definition.serve is not None
     name = definition.serve.container.name
     info = docker.container(name)
     if info is None:
-        return Checked(name, "absent", "", alive.Verdict("down", f"no container named {name}", 0.0))
+        return ContainerCheck(name, "absent", "", alive.Liveness("down", f"no container named {name}", 0.0))
     why = health.down(docker, info.id)
     if why is not None:
-        return Checked(name, info.status, info.health, alive.Verdict("down", why, 0.0))
+        return ContainerCheck(name, info.status, info.health, alive.Liveness("down", why, 0.0))
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         state: str | None = str(state_dir / f"{definition.name}-alive.json")
@@ -124,4 +124,4 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Ch
     verdict = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
                           timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
                           state=state)
-    return Checked(name, info.status, info.health, verdict)
+    return ContainerCheck(name, info.status, info.health, verdict)

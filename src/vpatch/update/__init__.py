@@ -8,31 +8,31 @@ from vpatch.base import ExitCode, VpatchError
 from vpatch.update.furthest import Blocker, Choice, Reach
 from vpatch.update.guard import Refused
 from vpatch.update.plan import (
-    Action,
-    Outcome,
+    FileAction,
     PatchPlan,
-    Plan,
     Result,
     Revalidation,
     Stop,
+    UpdateOutcome,
+    UpdatePlan,
     commit_message,
     judge_with_status,
 )
 from vpatch.update.run import abort, resume, update, update_furthest, validate_with_probes
 
 __all__ = [
-    "Action",
     "Blocker",
     "Choice",
     "ExitCode",
-    "Outcome",
+    "FileAction",
     "PatchPlan",
-    "Plan",
     "Reach",
     "Refused",
     "Result",
     "Revalidation",
     "Stop",
+    "UpdateOutcome",
+    "UpdatePlan",
     "VpatchError",
     "abort",
     "commit_message",

@@ -14,24 +14,24 @@ from vpatch.update.journal import (
     JOURNAL_FILE,
     CommitJournal,
     Project,
-    State,
+    UpdateState,
     discard,
     save_journal,
 )
 from vpatch.update.narrow import record
-from vpatch.update.plan import Action, Outcome, Plan, Result, Revalidation, commit_message
+from vpatch.update.plan import FileAction, Result, Revalidation, UpdateOutcome, UpdatePlan, commit_message
 from vpatch.update.retarget import probe_writes
 
 
-def commit_update(project: Project, series: Series, state: State, plan: Plan, exported: ExportResult,
+def commit_update(project: Project, series: Series, state: UpdateState, plan: UpdatePlan, exported: ExportResult,
             probes: tuple[Revalidation, ...]) -> Result:
     """Build the project commit as objects, then move the branch (the commit point), then check it out."""
     config, top = project.config, project.top
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
-    removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
+    removes = [project.path(f"{config.patches}/{f}") for f in plan.files(FileAction.DROP)]
 
-    kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
+    kept = [p for p in series.patches if p.filename not in plan.files(FileAction.DROP)]
     moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
                                 target=plan.to_commit)
     writes.update(moved_probes)
@@ -52,7 +52,7 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     if state.no_commit:
         git.switch_tree(top, old, tree)
         discard(project, Path(state.repo))
-        return Result(Outcome.STAGED, plan, message=message, probes=probes)
+        return Result(UpdateOutcome.STAGED, plan, message=message, probes=probes)
     new = git.commit_tree(top, tree, [old], message)
     journal = CommitJournal(state.head_ref, old, new, state.repo, plan, message)
     # The journal goes first: from here on a kill or an error leaves it for --continue / --abort.
@@ -85,7 +85,7 @@ def finish_commit(project: Project, journal: CommitJournal) -> Result:
     if not git.index_matches(project.top, new):
         _switch(project, old, new, ref, undo=False)
     discard(project, Path(journal.repo))
-    return Result(Outcome.COMMITTED, journal.plan, commit=new, message=journal.message)
+    return Result(UpdateOutcome.COMMITTED, journal.plan, commit=new, message=journal.message)
 
 
 def undo_commit(project: Project, journal: CommitJournal) -> None:
@@ -176,7 +176,7 @@ def _name(ref: str) -> str:
     return ref.removeprefix("refs/heads/")
 
 
-def _retired_entries(project: Project, series: Series, plan: Plan, head: str) -> list[RetiredPatch | NarrowedPatch]:
+def _retired_entries(project: Project, series: Series, plan: UpdatePlan, head: str) -> list[RetiredPatch | NarrowedPatch]:
     entries: list[RetiredPatch | NarrowedPatch] = []
     for row in plan.patches:
         patch = series.get(row.file.removesuffix(".patch"))
@@ -184,7 +184,7 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
 
             entries.append(record(patch, row.narrowing, retired_by=f"update {plan.from_ref} -> {plan.to_ref}",
                                   last_version=f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}"))
-        if row.action is not Action.DROP:
+        if row.action is not FileAction.DROP:
             continue
         entries.append(RetiredPatch(
             patch.number, patch.slug, patch.subject, row.landed_in or plan.to_ref,

@@ -27,14 +27,14 @@ if TYPE_CHECKING:
     from vpatch.verdict import Verdict
 
 
-class Action(str, Enum):
+class FileAction(str, Enum):
     DROP = "drop"  # landed upstream: the file goes, RETIRED.md records why
     REFRESH = "refresh"  # needed: re-applied on the new pin, the file re-exported (and it changed)
     KEEP = "keep"  # needed: re-applied on the new pin, the file is byte-identical
     STOP = "stop"  # partial or conflict: a person must resolve it in the update tree
 
 
-class Outcome(str, Enum):
+class UpdateOutcome(str, Enum):
     PLANNED = "planned"  # --dry-run: nothing changed
     COMMITTED = "committed"
     STAGED = "staged"  # --no-commit: the changes are in the index and work tree
@@ -49,7 +49,7 @@ class PatchPlan:
     file: str
     subject: str
     case: Case  # the decision's case on the new pin (decision.py): what the update does follows from it
-    action: Action
+    action: FileAction
     decided_by: str  # the evidence that set the state
     evidence: tuple[str, ...]  # every fact, strongest first
     landed_in: str | None = None  # Applied-Upstream: "v0.30.0 (commit 1a2b3c4d5e6f, release v0.30.0)"
@@ -73,13 +73,13 @@ class PatchPlan:
         if done is decision.Action.NARROW and self.narrowing is None:
             done = decision.Action.STOP  # not narrowed (or --no-narrow): a person resolves it
         if done is decision.Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
-            done = {Action.DROP: decision.Action.DROP, Action.STOP: decision.Action.STOP}.get(
+            done = {FileAction.DROP: decision.Action.DROP, FileAction.STOP: decision.Action.STOP}.get(
                 self.action, decision.Action.APPLY)
-        return decision.verb(done, planned=planned, refreshed=self.action is Action.REFRESH)
+        return decision.verb(done, planned=planned, refreshed=self.action is FileAction.REFRESH)
 
 
 @dataclass(frozen=True)
-class Plan:
+class UpdatePlan:
     from_ref: str
     from_commit: str
     to_ref: str
@@ -88,15 +88,15 @@ class Plan:
     report: Status | None = field(default=None, compare=False, repr=False)  # the judging, for display
     ahead: tuple[str, ...] = ()  # --furthest short of its target: what blocks going further (commit message lines)
 
-    def with_action(self, file: str, action: Action) -> Plan:
+    def with_action(self, file: str, action: FileAction) -> UpdatePlan:
         return replace(self, patches=tuple(replace(p, action=action) if p.file == file else p for p in self.patches))
 
-    def files(self, *actions: Action) -> list[str]:
+    def files(self, *actions: FileAction) -> list[str]:
         return [p.file for p in self.patches if p.action in actions]
 
     @property
     def all_landed(self) -> bool:
-        return all(p.action is Action.DROP for p in self.patches)
+        return all(p.action is FileAction.DROP for p in self.patches)
 
     def to_dict(self) -> dict[str, object]:
         return {"from_ref": self.from_ref, "from_commit": self.from_commit, "to_ref": self.to_ref,
@@ -106,14 +106,14 @@ class Plan:
                 "ahead": list(self.ahead)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
+    def from_dict(cls, data: dict[str, Any]) -> UpdatePlan:
         rows = data["patches"]
         assert isinstance(rows, list)
 
         # a plan journaled before cases were recorded has the state word only: it names the case
         patches = tuple(PatchPlan(**{**{k: v for k, v in r.items() if k != "state"},
                                      "case": Case(r.get("case") or r["state"]),
-                                     "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
+                                     "action": FileAction(r["action"]), "evidence": tuple(r["evidence"]),
                                      "moves": tuple(r.get("moves", ())),
                                      "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "relocate": tuple((str(o), int(h), str(n), int(at), str(image))
@@ -145,8 +145,8 @@ class Stop:
 
 @dataclass(frozen=True)
 class Result:
-    outcome: Outcome
-    plan: Plan
+    outcome: UpdateOutcome
+    plan: UpdatePlan
     commit: str | None = None  # the project commit (COMMITTED)
     message: str = ""  # the commit message (COMMITTED / STAGED)
     probes: tuple[Revalidation, ...] = ()
@@ -164,15 +164,15 @@ class Result:
             "pin": {"from": {"ref": self.plan.from_ref, "commit": self.plan.from_commit},
                     "to": {"ref": self.plan.to_ref, "commit": self.plan.to_commit}},
             "patches": plan["patches"],
-            "dropped": self.plan.files(Action.DROP),
-            "refreshed": self.plan.files(Action.REFRESH),
-            "kept": self.plan.files(Action.KEEP),
+            "dropped": self.plan.files(FileAction.DROP),
+            "refreshed": self.plan.files(FileAction.REFRESH),
+            "kept": self.plan.files(FileAction.KEEP),
             "probes": [asdict(p) for p in self.probes],
             "commit": self.commit,
             "message": self.message or None,
             "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
-            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE,
-                                                                               Outcome.BLOCKED),
+            "no_local_patch_remains": self.all_landed and self.outcome not in (UpdateOutcome.STOPPED, UpdateOutcome.UP_TO_DATE,
+                                                                               UpdateOutcome.BLOCKED),
         }
 
 
@@ -207,7 +207,7 @@ def judge_with_status(
         # the pin is the first column; the target differs from it (an update to the pin is up to date)
         made = decision.decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
         action = _row_action(made)
-        landed_in = _landing_text(row.landed_in, to, target) if action is Action.DROP else None
+        landed_in = _landing_text(row.landed_in, to, target) if action is FileAction.DROP else None
         rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
                               tuple(str(e) for e in verdict.evidence), landed_in,
                               patch.trailer("Upstream-PR"),
@@ -255,7 +255,7 @@ def narrow_rows(
     by_file = {r.file: r for r in rows}
     patches = [retargeted(p, by_file[p.filename]) if p.filename in by_file else p for p in series.patches]
     found = narrow.narrow_series(
-        repo, patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
+        repo, patches, verdicts, [r.file for r in rows if r.action is FileAction.KEEP], pin=current,
         target=target, to_ref=to, today=datetime.datetime.now(datetime.UTC).date().isoformat(),
         branch=config.upstream.branch if config.upstream.source == "git" else None,
         validate=probe if validate is not None else None)
@@ -265,18 +265,18 @@ def narrow_rows(
         if isinstance(result, str):
             row = replace(row, note=result)
         elif result is not None:
-            row = replace(row, action=Action.KEEP, narrowing=result)
+            row = replace(row, action=FileAction.KEEP, narrowing=result)
         out.append(row)
     return out
 
 
 # the row's action before narrowing and the export: a partial patch stops unless narrowing proves it (then it
 # is kept), a re-applied one is kept until the export says it changed (refresh)
-_ACTIONS = {decision.Action.DROP: Action.DROP, decision.Action.APPLY: Action.KEEP, decision.Action.NARROW: Action.STOP,
-            decision.Action.STOP: Action.STOP}
+_ACTIONS = {decision.Action.DROP: FileAction.DROP, decision.Action.APPLY: FileAction.KEEP, decision.Action.NARROW: FileAction.STOP,
+            decision.Action.STOP: FileAction.STOP}
 
 
-def _row_action(made: decision.Decision) -> Action:
+def _row_action(made: decision.Decision) -> FileAction:
     """A refusal goes on as the text decided, so that the guard's checks refuse it with what its probe does on
     the pin and the new pin; guard.refuse_invalid_probes refuses it last when none of them did."""
     if made.action is decision.Action.REFUSE:
@@ -292,12 +292,12 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     return f"{landing.ref} ({first} {landing.commit[:12]}, {where})"
 
 
-def commit_message(plan: Plan, probes: Sequence[Revalidation] = ()) -> str:
+def commit_message(plan: UpdatePlan, probes: Sequence[Revalidation] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
 
     narrowed = [p for p in plan.patches if p.narrowing is not None]
-    dropped, refreshed, kept = (plan.files(Action.DROP), _unnarrowed(plan, Action.REFRESH),
-                                _unnarrowed(plan, Action.KEEP))
+    dropped, refreshed, kept = (plan.files(FileAction.DROP), _unnarrowed(plan, FileAction.REFRESH),
+                                _unnarrowed(plan, FileAction.KEEP))
     subject = f"Update upstream pin {plan.from_ref} -> {plan.to_ref}"
     verbs = ([f"drop {', '.join(f[:4] for f in dropped)}"] if dropped else []) + (
         [f"narrow {', '.join(p.file[:4] for p in narrowed)}"] if narrowed else [])
@@ -336,5 +336,5 @@ def commit_message(plan: Plan, probes: Sequence[Revalidation] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _unnarrowed(plan: Plan, action: Action) -> list[str]:
+def _unnarrowed(plan: UpdatePlan, action: FileAction) -> list[str]:
     return [p.file for p in plan.patches if p.action is action and p.narrowing is None]

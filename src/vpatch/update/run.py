@@ -25,7 +25,7 @@ from vpatch.update.journal import (
     JOURNAL_FILE,
     STATE_FILE,
     Project,
-    State,
+    UpdateState,
     clear_stale,
     discard,
     load_journal,
@@ -35,14 +35,14 @@ from vpatch.update.journal import (
     save_state,
 )
 from vpatch.update.plan import (
-    Action,
+    FileAction,
     Judge,
-    Outcome,
     PatchPlan,
-    Plan,
     Result,
     Revalidation,
     Stop,
+    UpdateOutcome,
+    UpdatePlan,
     Validator,
     judge_with_status,
     narrow_rows,
@@ -93,7 +93,7 @@ def _furthest(
     goal = furthest.Candidate(to, target)
     if target == current:
         return furthest.Reach(furthest.Choice(goal, "releases", (), goal, ()),
-                              Result(Outcome.UP_TO_DATE, Plan(config.pin.ref, current, to, target, ())))
+                              Result(UpdateOutcome.UP_TO_DATE, UpdatePlan(config.pin.ref, current, to, target, ())))
     guard.refuse_downgrade(repo, config, current, to, target)
     mode, line = furthest.candidates(repo, config, current=current, to=to, target=target)
     series = Series.load(config.patches_dir)
@@ -112,12 +112,12 @@ def _furthest(
                                             landing=landing)
         return judged[key]
 
-    def by_judging(cand: furthest.Candidate) -> furthest.Check:
+    def by_judging(cand: furthest.Candidate) -> furthest.CandidateCheck:
         rows, report = judge_at(cand, landing=False)
         if narrow:
             rows = narrow_rows(repo, config, series, rows, report, current, cand.ref, cand.commit, None)
         blockers = furthest.blockers_of(rows, cand)
-        return furthest.Check(cand, not blockers, False, blockers)
+        return furthest.CandidateCheck(cand, not blockers, False, blockers)
 
     planned: dict[str, Result] = {}
 
@@ -125,21 +125,21 @@ def _furthest(
              commit: str) -> tuple[list[PatchPlan], Status | None]:
         return judge_at(furthest.Candidate(ref, commit), landing=True)
 
-    def in_full(cand: furthest.Candidate) -> furthest.Check:
+    def in_full(cand: furthest.Candidate) -> furthest.CandidateCheck:
         try:
             result = _update(project, cand.ref, dry_run=True, no_commit=False, allow_downgrade=False, judge=memo,
                              validator=validator, narrow=narrow)
         except ProcessError:
             raise  # a command that failed is an error, not a patch that needs a person
         except VpatchError as exc:
-            return furthest.Check(cand, False, True, furthest.refused(exc, cand, files))
+            return furthest.CandidateCheck(cand, False, True, furthest.refused(exc, cand, files))
         planned[cand.commit] = result
         blockers = furthest.blockers_of(result.plan.patches, cand)
-        return furthest.Check(cand, not blockers, True, blockers)
+        return furthest.CandidateCheck(cand, not blockers, True, blockers)
 
     choice = furthest.choose(goal, mode, line, judged=by_judging, full=in_full, report=progress or silent)
     if choice.step is None:
-        return furthest.Reach(choice, Result(Outcome.BLOCKED, Plan(config.pin.ref, current, config.pin.ref, current, ())))
+        return furthest.Reach(choice, Result(UpdateOutcome.BLOCKED, UpdatePlan(config.pin.ref, current, config.pin.ref, current, ())))
     ahead = choice.ahead_lines()
     if dry_run:
         result = planned[choice.step.commit]
@@ -162,7 +162,7 @@ def _update(
     target = upstream.resolve(repo, to)
     current = upstream.pin_commit(repo, config)
     if target == current:
-        return Result(Outcome.UP_TO_DATE, Plan(config.pin.ref, current, to, target, ()))
+        return Result(UpdateOutcome.UP_TO_DATE, UpdatePlan(config.pin.ref, current, to, target, ()))
     if not allow_downgrade:
         guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
@@ -170,7 +170,7 @@ def _update(
     if narrow:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target,
                            lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
-    plan = Plan(config.pin.ref, current, to, target, tuple(rows), report, ahead)
+    plan = UpdatePlan(config.pin.ref, current, to, target, tuple(rows), report, ahead)
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
     try:
@@ -186,15 +186,15 @@ def _update(
                 repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
                 {p.filename: narrowed.get(p.filename, p) for p in series})
             guard.refuse_invalid_probes(plan)
-            return Result(Outcome.PLANNED, plan, probes=tuple(checked))
+            return Result(UpdateOutcome.PLANNED, plan, probes=tuple(checked))
     except VpatchError as exc:
         if dry_run:
             raise guard.Refused(exc, report) from None
         raise
     clear_stale(project, repo)
     try:
-        state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
-                      no_commit=no_commit, pending=plan.files(Action.KEEP, Action.STOP))
+        state = UpdateState(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
+                      no_commit=no_commit, pending=plan.files(FileAction.KEEP, FileAction.STOP))
         return _run(project, series, state, validator)
     except BaseException:
         # past the commit point the journal is the way back (or forward): keep it and the update tree
@@ -255,11 +255,11 @@ def abort(config: Config) -> Result:
         if journal is not None:
             undo_commit(project, journal)
             discard(project, Path(journal.repo))
-            return Result(Outcome.ABORTED, journal.plan)
+            return Result(UpdateOutcome.ABORTED, journal.plan)
         if not (project.work / STATE_FILE).exists():
             raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
         try:
-            state: State | None = load_state(project)
+            state: UpdateState | None = load_state(project)
         except VpatchError:
             state = None  # unreadable: nothing was committed before a stop, so throwing it away is safe
         stale = stack.load_stack(project.work, required=False) if state is None else None
@@ -267,11 +267,11 @@ def abort(config: Config) -> Result:
         shutil.rmtree(project.work, ignore_errors=True)
         if repo is not None:
             git.forget_worktrees(repo, project.work)
-        plan = state.plan if state is not None else Plan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
-        return Result(Outcome.ABORTED, plan)
+        plan = state.plan if state is not None else UpdatePlan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
+        return Result(UpdateOutcome.ABORTED, plan)
 
 
-def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
+def _run(project: Project, series: Series, state: UpdateState, validator: Validator | None) -> Result:
     """Apply the pending patches in the update tree, then finish; or stop on the first that needs a person."""
     config, repo, plan = project.config, Path(state.repo), state.plan
     originals = {p.filename: p for p in series}
@@ -281,7 +281,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     rows = {p.file: p for p in plan.patches}
     moved = {f: retarget.retargeted(p, rows[f]) if f in rows else p for f, p in originals.items()}
     by_file = {f: narrowed[f].patch(p) if f in narrowed else p for f, p in moved.items()}
-    kept = [by_file[f] for f in plan.files(Action.KEEP, Action.REFRESH, Action.STOP)]
+    kept = [by_file[f] for f in plan.files(FileAction.KEEP, FileAction.REFRESH, FileAction.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
     else:
@@ -295,7 +295,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
         if stopped is not None:
             state = replace(state, pending=state.pending[i:])
             save_state(project, state)
-            return Result(Outcome.STOPPED, plan, stop=stopped)
+            return Result(UpdateOutcome.STOPPED, plan, stop=stopped)
     state = replace(state, pending=[])
     applied = stack.load_stack(project.work)
     assert applied is not None
@@ -313,13 +313,13 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     return commit_update(project, series, state, plan, exported, probes)
 
 
-def _start_tree(project: Project, repo: Path, plan: Plan, kept: list[Patch], pending: list[str]) -> set[str]:
+def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch], pending: list[str]) -> set[str]:
     """The update tree: the new pin with the kept patches that apply plainly, up to the first that does not;
     returns the files committed there."""
     clean_prefix: list[Patch] = []
     actions = {p.file: p.action for p in plan.patches}
     for patch in kept:
-        if patch.filename not in pending or actions[patch.filename] is Action.STOP:
+        if patch.filename not in pending or actions[patch.filename] is FileAction.STOP:
             break
         clean_prefix.append(patch)
     # apply_series is all-or-nothing unless kept; keep=True leaves the tree with the patches before a failure.
@@ -338,17 +338,17 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> 
     tree = project.tree
     recorded = stack.load_stack(project.work)
     assert recorded is not None
-    if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
+    if row.action is not FileAction.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
         stack.commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
         return None
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
-    if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
+    if merged.returncode == 0 and not conflicts and row.action is not FileAction.STOP:
         stack.commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
         return None
-    if row.action is Action.STOP:
+    if row.action is FileAction.STOP:
         reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
     else:
         reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
@@ -362,11 +362,11 @@ def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None
     stack.save_stack(project.work, replace(recorded, applied=applied))
 
 
-def _mark_refreshed(plan: Plan, exported: ExportResult) -> Plan:
+def _mark_refreshed(plan: UpdatePlan, exported: ExportResult) -> UpdatePlan:
     for file in exported.changed:
-        plan = plan.with_action(file, Action.REFRESH)
+        plan = plan.with_action(file, FileAction.REFRESH)
     for file in exported.unchanged:
-        plan = plan.with_action(file, Action.KEEP)
+        plan = plan.with_action(file, FileAction.KEEP)
     return plan
 
 

@@ -3,7 +3,7 @@ conflict) and the one decision from a verdict to what an update does.
 
 Other rooms import these names from here; modules inside the room import each other directly."""
 
-from vpatch.verdict.applycheck import Outcome
+from vpatch.verdict.applycheck import ApplyOutcome
 from vpatch.verdict.decision import Case, Decision, vetoed
 from vpatch.verdict.judge import FOLLOWED_CODE, Evidence, Kind, Says, State, Verdict, judge_series
 from vpatch.verdict.textual import Applies, hunk_name
@@ -11,11 +11,11 @@ from vpatch.verdict.textual import Applies, hunk_name
 __all__ = [
     "FOLLOWED_CODE",
     "Applies",
+    "ApplyOutcome",
     "Case",
     "Decision",
     "Evidence",
     "Kind",
-    "Outcome",
     "Says",
     "State",
     "Verdict",

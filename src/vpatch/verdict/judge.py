@@ -368,8 +368,8 @@ def _identity_of(repo: Path, patch: Patch, commit: str, *, pin: str, history: bo
     return out
 
 
-def _identity_evidence(found: lineage.Identity, kind_name: str, kind: Kind,
-                       landed: Callable[[lineage.Event], str], none: str) -> Evidence:
+def _identity_evidence(found: lineage.ChangeHistory, kind_name: str, kind: Kind,
+                       landed: Callable[[lineage.HistoryEvent], str], none: str) -> Evidence:
     """One identity fact (patch-id or PR) in words; lineage decides whether a landing still stands."""
     current, reverted = found.stands(kind_name)
     if current is not None:
