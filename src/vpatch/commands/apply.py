@@ -8,7 +8,7 @@ from vpatch import git, upstream
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, load_series
 from vpatch.report import apply as shown
-from vpatch.tree import stack
+from vpatch.tree import apply_series
 
 
 def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
@@ -23,7 +23,7 @@ def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: 
     with git.project_lock(config.root, "apply"):
         # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
         pin = pinned if ref is not None else None
-        result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
+        result = apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
                                     state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
     for line in shown.applied_lines(result, target, base):
         echo(line)

@@ -10,7 +10,7 @@ from vpatch.commands import echo, load_config, progress
 from vpatch.deploy import Journal, stamp
 from vpatch.deploy import live as deploy_live
 from vpatch.docker import Docker
-from vpatch.image import verify as image_verify
+from vpatch.image import CheckKind, verify_image
 from vpatch.report import deploy as deploy_report
 from vpatch.report import deploy_html
 from vpatch.report import verify as shown
@@ -24,14 +24,14 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
         raise VpatchError("--definition names the image definition that --live starts the image with",
                           hint=f"vpatch verify {image} --live --definition {definition}")
     config = load_config(project)
-    report = image_verify.verify_image(config, image, probes=probes)
+    report = verify_image(config, image, probes=probes)
     for line in shown.check_lines(report):
         echo(line)
     if report.ok and live:
         verify_live(config, image, definition)
     if not report.ok:
         failed = [c for c in report.checks if not c.ok]
-        only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
+        only_probes = all(c.kind is CheckKind.PROBE for c in failed)
         raise VpatchError(f"image {image} does not match its labels: {len(failed)} check(s) failed",
                           hint="a probe's FAIL: the fix is not in the image; ERROR: the probe could not decide (a crash, "
                           "a timeout, a missing file: it may need vLLM's dependencies, which an official image has)" if only_probes

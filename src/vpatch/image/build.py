@@ -33,7 +33,7 @@ from vpatch.image.plan import (
     vllm_buildargs,
 )
 from vpatch.series import Series
-from vpatch.tree import stack
+from vpatch.tree import apply_series
 
 OVERLAY_DOCKERFILE = "Dockerfile"
 
@@ -277,7 +277,7 @@ def _build_with_vllm_dockerfile(inputs: Inputs, plan: BuildPlan, docker: Docker,
 
     context = _context_dir(inputs.config, plan.image)
     tree = context.with_name(f"{context.name}.tree")
-    applied = stack.apply_series(
+    applied = apply_series(
         inputs.upstream, inputs.series, ref=inputs.config.pin.ref, base=inputs.pin_commit,
         out=tree, state_dir=context.with_name(f"{context.name}.state"), force=True,
     )

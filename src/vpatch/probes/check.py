@@ -14,7 +14,7 @@ from vpatch.probes.outcome import ProbeKind
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import Witness, stacked_tree
 from vpatch.series import PROBE, Patch, Series
-from vpatch.tree import export
+from vpatch.tree import tree_patch, tree_work
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | 
     found = next((p for p in patches if key in (p.name, p.filename) or (key.isdigit() and int(key) == p.number)), None)
     if found is not None:
         return found.name, found, patches
-    name, found = export.tree_patch(state_dir, key, series.directory)
+    name, found = tree_patch(state_dir, key, series.directory)
     return name, found, sorted([*patches, found], key=lambda p: p.number) if found is not None else patches
 
 
@@ -51,11 +51,11 @@ class ProbeTarget:
     dirty: tuple[str, ...] = ()  # uncommitted paths of the applied tree (never checked)
 
 
-def target(series: Series, state_dir: Path, key: str) -> ProbeTarget:
+def probe_target(series: Series, state_dir: Path, key: str) -> ProbeTarget:
     """`find_patch`, reading the applied tree's version of the patches it has not exported (see ProbeTarget)."""
 
     name, found, patches = find_patch(series, state_dir, key)
-    work = export.tree_work(series, state_dir)
+    work = tree_work(series, state_dir)
     if work is None:
         return ProbeTarget(name, found, tuple(patches))
     in_tree = next((p for p in work.patches if p.name == name), None)
@@ -68,7 +68,7 @@ def target(series: Series, state_dir: Path, key: str) -> ProbeTarget:
     return ProbeTarget(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
 
 
-def check(evidence: Witness, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
+def check_probe(evidence: Witness, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
           use_cache: bool = True) -> Checked:
     """The patch's probe on `base` and on `base` + the series up to it (runner.validation decides, asked through
     the command's Witness), the two sides at once where its jobs allow."""
@@ -87,7 +87,7 @@ def probe_name(patch_name: str) -> str:
     return f"probes/{patch_name}.yaml"
 
 
-def write_template(patches_dir: Path, patch_name: str, kind: ProbeKind, *, patch: Patch | None = None) -> list[Path]:
+def write_probe_template(patches_dir: Path, patch_name: str, kind: ProbeKind, *, patch: Patch | None = None) -> list[Path]:
     """Write the probe template for `patch_name` (and, for a command probe, its script); refuses to overwrite."""
     folder = patches_dir / "probes"
     yaml_path = patches_dir / probe_name(patch_name)

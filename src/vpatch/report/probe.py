@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.probes.check import Checked, ProbeTarget
+    from vpatch.probes import Checked, ProbeTarget
 
 
 def tree_lines(found: ProbeTarget, patches_folder: str) -> list[str]:

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vpatch.serve import DriftReport
-    from vpatch.serve.run import ContainerCheck, Served
+    from vpatch.serve import ContainerCheck, DriftReport, Served
 
 
 def served_lines(served: Served, url: str) -> list[str]:

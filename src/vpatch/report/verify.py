@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from vpatch.deploy.live import LiveReport
-    from vpatch.image.verify import VerifyReport
+    from vpatch.image import VerifyReport
 
 
 def check_lines(report: VerifyReport) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import Progress, VpatchError, lock
+from vpatch.base import Progress, VpatchError, host_lock_folder, host_resources
 from vpatch.config import ImageDefinition
 from vpatch.docker import Docker, DockerError
 from vpatch.serve import alive, health, lint, render, runerror
@@ -35,7 +35,7 @@ def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: st
     report = lint.check(docker, command, definition=definition.name, cache=cache, progress=progress)
     # The lock deploy, rollback and prune take on this container name and port: a serve --replace never
     # removes the candidate a deploy is checking.
-    with lock.host_resources(lock.host_lock_folder(), container=command.name, port=definition.serve.port,
+    with host_resources(host_lock_folder(), container=command.name, port=definition.serve.port,
                              holder=f"vpatch serve {definition.name}"):
         return _serve(docker, definition, command, report, replace=replace, progress=progress)
 

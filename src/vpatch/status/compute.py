@@ -36,8 +36,8 @@ from vpatch import git, upstream
 from vpatch.base import ExitCode, Reporter, VpatchError, silent
 from vpatch.probes import ProbeFn, ProbeOutcome, Tally, Witness
 from vpatch.status.landing import search_landing
-from vpatch.upstream import commitcache, lineage, prefetch
-from vpatch.verdict import Kind, State, Verdict, decision, judge_series
+from vpatch.upstream import commitcache, lineage
+from vpatch.verdict import Decision, Kind, State, Verdict, decide, judge_series, worst
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -92,17 +92,17 @@ class Status:
         a person there (partial, conflict, disputed, landed on its own pin, its probe invalid or undecided),
         else LANDED when any would be dropped, else OK. Targets older than the pin say nothing about what to
         do next."""
-        return decision.worst(d.exit_code for d in self.decisions())
+        return worst(d.exit_code for d in self.decisions())
 
-    def decisions(self) -> list[decision.Decision]:
+    def decisions(self) -> list[Decision]:
         """The decision for every patch on the pin and each later target, as an update to that target makes it."""
         start = self.targets.index(self.pin) if self.pin in self.targets else 0
         return [self.decision(p, v) for p in self.patches for v in p.results[start:]]
 
-    def decision(self, patch: PatchStatus, verdict: Verdict) -> decision.Decision:
-        """What an update to `verdict`'s target does with `patch` (decision.decide, the pin's verdict beside it)."""
+    def decision(self, patch: PatchStatus, verdict: Verdict) -> Decision:
+        """What an update to `verdict`'s target does with `patch` (decide, the pin's verdict beside it)."""
         on_pin = patch.results[self.targets.index(self.pin)] if self.pin in self.targets else None
-        return decision.decide(verdict, pin=on_pin, pin_ref=self.pin.ref)
+        return decide(verdict, pin=on_pin, pin_ref=self.pin.ref)
 
 
     def invalid_probes(self) -> list[str]:
@@ -181,7 +181,7 @@ def compute_status(
                             greps=greps)
         commitcache.diff_patch_ids(repo, [p.diff for p in patches])
     # a partial mirror: what the verdicts below will read, in one fetch rather than one per blob
-    prefetch.for_status(repo, pin.commit, [t.commit for t in targets], paths, history=history and history_evidence,
+    upstream.prefetch_for_status(repo, pin.commit, [t.commit for t in targets], paths, history=history and history_evidence,
                         report=report)
     blobs = git.read_blobs_at(repo, [t.commit for t in targets], paths)  # one read for every target
     if evidence is not None:

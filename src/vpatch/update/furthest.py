@@ -23,7 +23,7 @@ from vpatch import git
 from vpatch.base import Event, ExitCode, Reporter, VpatchError, silent
 from vpatch.update.plan import FileAction, PatchPlan, Result, UpdateOutcome
 from vpatch.upstream import lineage
-from vpatch.verdict import decision
+from vpatch.verdict import Action
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -208,7 +208,7 @@ def blockers_of(rows: Sequence[PatchPlan], at: Candidate) -> tuple[Blocker, ...]
     whose probe is INVALID (the move is refused)."""
     out = []
     for row in rows:
-        refused = row.case.action is decision.Action.REFUSE
+        refused = row.case.action is Action.REFUSE
         if row.action is not FileAction.STOP and not refused:
             continue
         reasons = tuple(r for r in (row.decided_by, *row.note.splitlines()) if r)

@@ -11,7 +11,7 @@ from vpatch import git
 from vpatch.base import VpatchError
 from vpatch.update.plan import FileAction, Revalidation, UpdatePlan
 from vpatch.upstream import lineage
-from vpatch.verdict import decision, vetoed
+from vpatch.verdict import Action, vetoed
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -80,7 +80,7 @@ def refuse_invalid_probes(plan: UpdatePlan) -> None:
     on as its text said so that the checks above refuse it with what the probe does, and if none of them did
     (its probe validates on the new pin, not on the pin) the move is still refused: the decision stands."""
     for row in plan.patches:
-        if row.case.action is decision.Action.REFUSE:
+        if row.case.action is Action.REFUSE:
             raise vetoed(row.file, dropping=row.action is FileAction.DROP, pin_ref=plan.from_ref,
                          detail=row.decided_by)
 

@@ -17,7 +17,7 @@ from vpatch.update import narrow
 from vpatch.update.narrow import Narrowing, message_lines
 from vpatch.update.retarget import message_lines as moved_lines
 from vpatch.update.retarget import retargeted
-from vpatch.verdict import FOLLOWED_CODE, Case, Kind, decision, judge_series
+from vpatch.verdict import FOLLOWED_CODE, Action, Case, Decision, Kind, decide, judge_series, verb
 
 if TYPE_CHECKING:
     from vpatch.base import Reporter
@@ -70,12 +70,12 @@ class PatchPlan:
     def verb(self, *, planned: bool) -> str:
         """What the update does (or, `planned`, would do) with it, in the decision's words."""
         done = self.case.action
-        if done is decision.Action.NARROW and self.narrowing is None:
-            done = decision.Action.STOP  # not narrowed (or --no-narrow): a person resolves it
-        if done is decision.Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
-            done = {FileAction.DROP: decision.Action.DROP, FileAction.STOP: decision.Action.STOP}.get(
-                self.action, decision.Action.APPLY)
-        return decision.verb(done, planned=planned, refreshed=self.action is FileAction.REFRESH)
+        if done is Action.NARROW and self.narrowing is None:
+            done = Action.STOP  # not narrowed (or --no-narrow): a person resolves it
+        if done is Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
+            done = {FileAction.DROP: Action.DROP, FileAction.STOP: Action.STOP}.get(
+                self.action, Action.APPLY)
+        return verb(done, planned=planned, refreshed=self.action is FileAction.REFRESH)
 
 
 @dataclass(frozen=True)
@@ -205,7 +205,7 @@ def judge_with_status(
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
         # the pin is the first column; the target differs from it (an update to the pin is up to date)
-        made = decision.decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
+        made = decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
         action = _row_action(made)
         landed_in = _landing_text(row.landed_in, to, target) if action is FileAction.DROP else None
         rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
@@ -239,7 +239,7 @@ def narrow_rows(
     `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
 
 
-    if not any(r.case.action is decision.Action.NARROW for r in rows):
+    if not any(r.case.action is Action.NARROW for r in rows):
         return rows
     verdicts = narrow.verdicts_of(report) or {
         v.patch: v for v in judge_series(repo, series.patches, target, pin=current, history=False,
@@ -261,7 +261,7 @@ def narrow_rows(
         validate=probe if validate is not None else None)
     out = []
     for row in rows:
-        result = found.get(row.file) if row.case.action is decision.Action.NARROW else None
+        result = found.get(row.file) if row.case.action is Action.NARROW else None
         if isinstance(result, str):
             row = replace(row, note=result)
         elif result is not None:
@@ -272,14 +272,14 @@ def narrow_rows(
 
 # the row's action before narrowing and the export: a partial patch stops unless narrowing proves it (then it
 # is kept), a re-applied one is kept until the export says it changed (refresh)
-_ACTIONS = {decision.Action.DROP: FileAction.DROP, decision.Action.APPLY: FileAction.KEEP, decision.Action.NARROW: FileAction.STOP,
-            decision.Action.STOP: FileAction.STOP}
+_ACTIONS = {Action.DROP: FileAction.DROP, Action.APPLY: FileAction.KEEP, Action.NARROW: FileAction.STOP,
+            Action.STOP: FileAction.STOP}
 
 
-def _row_action(made: decision.Decision) -> FileAction:
+def _row_action(made: Decision) -> FileAction:
     """A refusal goes on as the text decided, so that the guard's checks refuse it with what its probe does on
     the pin and the new pin; guard.refuse_invalid_probes refuses it last when none of them did."""
-    if made.action is decision.Action.REFUSE:
+    if made.action is Action.REFUSE:
         return _ACTIONS[Case(made.state.value).action]
     return _ACTIONS[made.action]
 

@@ -18,7 +18,16 @@ from vpatch import git, upstream
 from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
 from vpatch.probes import Witness
 from vpatch.series import Patch, Series
-from vpatch.tree import ExportResult, export, stack
+from vpatch.tree import (
+    AppliedPatch,
+    ExportResult,
+    Stack,
+    apply_series,
+    commit_patch,
+    export_series,
+    load_stack,
+    save_stack,
+)
 from vpatch.update import furthest, guard, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
@@ -227,7 +236,7 @@ def _resume(project: Project, validator: Validator | None) -> Result:
     if unmerged:
         raise ApplyError(f"{len(unmerged)} path(s) in the update tree still have conflicts: {', '.join(unmerged)}",
                          hint=f"resolve them in {tree}, `git add` them, then vpatch update --continue")
-    recorded = stack.load_stack(project.work)
+    recorded = load_stack(project.work)
     assert recorded is not None
     if state.pending and state.pending[0] not in {a.file for a in recorded.applied}:
         current = state.pending[0]
@@ -239,7 +248,7 @@ def _resume(project: Project, validator: Validator | None) -> Result:
             raise VpatchError(f"the resolution of {current} leaves no change on {state.plan.to_ref}",
                               hint="if upstream has the whole change, vpatch update --abort and check `vpatch status`; "
                                    "otherwise make the change in the update tree and --continue")
-        stack.commit_patch(tree, patch)
+        commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
         # the resolution is committed in the update tree: a failure below leaves a state that resumes after it
         state = replace(state, pending=state.pending[1:], resolved=[*state.resolved, current])
@@ -262,7 +271,7 @@ def abort(config: Config) -> Result:
             state: UpdateState | None = load_state(project)
         except VpatchError:
             state = None  # unreadable: nothing was committed before a stop, so throwing it away is safe
-        stale = stack.load_stack(project.work, required=False) if state is None else None
+        stale = load_stack(project.work, required=False) if state is None else None
         repo = Path(state.repo) if state is not None else stale.upstream if stale is not None else None
         shutil.rmtree(project.work, ignore_errors=True)
         if repo is not None:
@@ -286,7 +295,7 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
         done = _start_tree(project, repo, plan, kept, state.pending)
     else:
         # a --continue killed after committing more patches: those are in the tree already, never twice
-        recorded = stack.load_stack(project.work, required=False)
+        recorded = load_stack(project.work, required=False)
         done = {a.file for a in recorded.applied} if recorded is not None else set()
     state = replace(state, pending=[f for f in state.pending if f not in done])
     for i, file in enumerate(list(state.pending)):
@@ -297,7 +306,7 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
             save_state(project, state)
             return Result(UpdateOutcome.STOPPED, plan, stop=stopped)
     state = replace(state, pending=[])
-    applied = stack.load_stack(project.work)
+    applied = load_stack(project.work)
     assert applied is not None
     proofs = retarget.prove(repo, project.work, applied, originals, plan.patches)
     plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
@@ -307,7 +316,7 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
     guard.refuse_invalid_probes(plan)
-    exported = export.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
+    exported = export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True, check_edits=False)
     plan = _mark_refreshed(plan, exported)
     return commit_update(project, series, state, plan, exported, probes)
@@ -324,11 +333,11 @@ def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch
         clean_prefix.append(patch)
     # apply_series is all-or-nothing unless kept; keep=True leaves the tree with the patches before a failure.
     try:
-        stack.apply_series(repo, Series(project.config.patches_dir, tuple(clean_prefix)), ref=plan.to_ref,
+        apply_series(repo, Series(project.config.patches_dir, tuple(clean_prefix)), ref=plan.to_ref,
                            base=plan.to_commit, out=project.tree, state_dir=project.work, keep=True)
     except ApplyError:
         pass  # _apply_next goes on from the failing patch, 3-way
-    applied = stack.load_stack(project.work)
+    applied = load_stack(project.work)
     assert applied is not None
     return {a.file for a in applied.applied}
 
@@ -336,16 +345,16 @@ def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch
 def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> Stop | None:
     """Commit one patch in the update tree: plainly, else by a clean 3-way merge; else leave the conflict and stop."""
     tree = project.tree
-    recorded = stack.load_stack(project.work)
+    recorded = load_stack(project.work)
     assert recorded is not None
     if row.action is not FileAction.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
-        stack.commit_patch(tree, patch)
+        commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
         return None
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
     if merged.returncode == 0 and not conflicts and row.action is not FileAction.STOP:
-        stack.commit_patch(tree, patch)
+        commit_patch(tree, patch)
         _record_stack(project, recorded, patch)
         return None
     if row.action is FileAction.STOP:
@@ -357,9 +366,9 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan, to_ref: str) -> 
     return Stop(row.file, row.state, tree, conflicts, reason)
 
 
-def _record_stack(project: Project, recorded: stack.Stack, patch: Patch) -> None:
-    applied = (*recorded.applied, stack.AppliedPatch(patch.filename, git.head(project.tree)))
-    stack.save_stack(project.work, replace(recorded, applied=applied))
+def _record_stack(project: Project, recorded: Stack, patch: Patch) -> None:
+    applied = (*recorded.applied, AppliedPatch(patch.filename, git.head(project.tree)))
+    save_stack(project.work, replace(recorded, applied=applied))
 
 
 def _mark_refreshed(plan: UpdatePlan, exported: ExportResult) -> UpdatePlan:
