@@ -188,11 +188,13 @@ class Witness:
                                  cache=self.cache, report=self.report, use_cache=use_cache, moves_from=moves_from,
                                  session=self.session)
 
-    def validate(self, patch: Patch, *, base: str, patched: str | None = None) -> runner.Validation:
+    def validate(self, patch: Patch, *, base: str, patched: str | None = None,
+                 repo: Path | None = None) -> runner.Validation:
         """The patch's probe validated on `base` and `patched` (default: `base` + the patch); raises ProbeError
-        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe)."""
-        return runner.validate_probe(self.repo, self.config, patch, base=base, patched=patched, cache=self.cache,
-                                     report=self.report, session=self.session)
+        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe). `repo`: where
+        the two trees are, when not this Witness's (an update resumed from its recorded upstream)."""
+        return runner.validate_probe(repo or self.repo, self.config, patch, base=base, patched=patched,
+                                     cache=self.cache, report=self.report, session=self.session)
 
     # --- inside ---------------------------------------------------------------------------------------------
 

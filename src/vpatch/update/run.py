@@ -391,5 +391,5 @@ def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, pa
     `evidence`: the command's Witness (default: one of its own, each probe run alone)."""
 
     witness = evidence if evidence is not None else Witness(repo, config)
-    outcome = witness.validate(patch, base=base, patched=patched)
+    outcome = witness.validate(patch, base=base, patched=patched, repo=repo)
     return Revalidation(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)
