@@ -161,6 +161,8 @@ KNOWN_INNER: dict[tuple[str, str], str] = {
     ("commands", "vpatch.serve.run"): _NAMES,
     ("commands", "vpatch.upstream.mirror"): _NAMES,
     ("commands", "vpatch.upstream.releases"): _NAMES,
+    # a type the report names; the face importing releases would load the PyPI client (http, ssl) for every command
+    ("report", "vpatch.upstream.releases"): "type only: the upstream face importing releases.py would load the PyPI client",
     ("docker", "vpatch.base.process"): _PROCESS,
     ("git", "vpatch.base.process"): _PROCESS,
     ("upstream", "vpatch.base.process"): _PROCESS,

@@ -5,13 +5,11 @@ Other rooms import these names from here; modules inside the room import each ot
 from vpatch.upstream.hunkmoves import HunkMove
 from vpatch.upstream.moves import Move
 from vpatch.upstream.prefetch import prefetch_for_status
-from vpatch.upstream.releases import Release
 from vpatch.upstream.source import history_path, open_upstream, pin_commit, pin_moved, resolve
 
 __all__ = [
     "HunkMove",
     "Move",
-    "Release",
     "history_path",
     "open_upstream",
     "pin_commit",
