@@ -101,7 +101,7 @@ class Counters:
 
 
 @dataclass(frozen=True)
-class Liveness:
+class Verdict:
     state: str  # alive | down | hung | stalled
     detail: str
     seconds: float
@@ -166,7 +166,7 @@ def stalled_since(now: Counters, last: dict[str, Any] | None, own_tokens: float)
 
 
 def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state: str | None = None,
-          model: str | None = None) -> Liveness:
+          model: str | None = None) -> Verdict:
     """One liveness verdict. A busy engine whose counters move is alive without being disturbed; an idle
     one must answer a 1-token completion within `timeout`; requests outstanding and no token for `stall_s`
     across checks (remembered in the file `state`) is a stall. With `model`, the answer must come from the
@@ -175,8 +175,8 @@ def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state:
     began = time.monotonic()
     base_url = base_url.rstrip("/")
 
-    def verdict(kind: str, detail: str) -> Liveness:
-        return Liveness(kind, detail, time.monotonic() - began)
+    def verdict(kind: str, detail: str) -> Verdict:
+        return Verdict(kind, detail, time.monotonic() - began)
 
     try:
         with open_url(f"{base_url}/health", timeout=min(timeout, 5.0)) as resp:

@@ -86,7 +86,7 @@ def wait_alive(docker: Docker, container: str, url: str, *, timeout: float, prog
     came: an answer while it is gone came from someone else."""
     began = time.monotonic()
     last_report = began
-    verdict: alive.Liveness | None = None
+    verdict: alive.Verdict | None = None
     while True:
         why = down(docker, container)
         if why is not None:

@@ -98,7 +98,7 @@ class ContainerCheck:
     container: str
     status: str  # docker's: running, exited, ... ("absent" when there is none)
     docker_health: str  # what `docker ps` shows: healthy | unhealthy | starting | "" (no health check)
-    verdict: alive.Liveness
+    verdict: alive.Verdict
 
     @property
     def alive(self) -> bool:
@@ -112,10 +112,10 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Co
     name = definition.serve.container.name
     info = docker.container(name)
     if info is None:
-        return ContainerCheck(name, "absent", "", alive.Liveness("down", f"no container named {name}", 0.0))
+        return ContainerCheck(name, "absent", "", alive.Verdict("down", f"no container named {name}", 0.0))
     why = health.down(docker, info.id)
     if why is not None:
-        return ContainerCheck(name, info.status, info.health, alive.Liveness("down", why, 0.0))
+        return ContainerCheck(name, info.status, info.health, alive.Verdict("down", why, 0.0))
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         state: str | None = str(state_dir / f"{definition.name}-alive.json")
