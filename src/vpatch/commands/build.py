@@ -8,7 +8,7 @@ from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, progress, warn_tree_work
 from vpatch.config import Strategy
 from vpatch.image import build_image, describe, plan_build, plan_command
-from vpatch.report import build as shown
+from vpatch.report import built_lines
 
 
 def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy | None, base: str | None) -> ExitCode:
@@ -21,6 +21,6 @@ def run(*, project: Path, name: str, plan: bool, push: bool, strategy: Strategy 
         return ExitCode.OK
     # Build progress goes to stderr; stdout keeps only the result (scripts read the tags from it).
     built = build_image(config, name, strategy=strategy, base=base, push=push, progress=progress)
-    for line in shown.built_lines(built):
+    for line in built_lines(built):
         echo(line)
     return ExitCode.OK

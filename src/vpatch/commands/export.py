@@ -7,7 +7,7 @@ from pathlib import Path
 from vpatch import git
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config
-from vpatch.report import export as shown
+from vpatch.report import export_lines
 from vpatch.series import Series
 from vpatch.tree import export_series
 
@@ -19,6 +19,6 @@ def run(*, project: Path, dry_run: bool, force: bool = False) -> ExitCode:
         series = Series.load(config.patches_dir, unreadable_ok=True)
         result = export_series(series, config.state_dir, dry_run=dry_run, force=force)
     unreadable = {name: error.message for name, error in series.unreadable}
-    for line in shown.export_lines(result, dry_run=dry_run, unreadable=unreadable):
+    for line in export_lines(result, dry_run=dry_run, unreadable=unreadable):
         echo(line)
     return ExitCode.OK

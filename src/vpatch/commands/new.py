@@ -7,7 +7,7 @@ from pathlib import Path
 from vpatch import git
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, load_series
-from vpatch.report import new as shown
+from vpatch.report import started_lines
 from vpatch.tree import start_patch
 
 
@@ -15,6 +15,6 @@ def run(*, project: Path, slug: str, subject: str | None) -> ExitCode:
     config = load_config(project)
     with git.project_lock(config.root, "new"):
         name, tree = start_patch(load_series(config), config.state_dir, slug=slug, subject=subject)
-    for line in shown.started_lines(name, tree):
+    for line in started_lines(name, tree):
         echo(line)
     return ExitCode.OK

@@ -17,7 +17,7 @@ def served_lines(served: Served, url: str) -> list[str]:
             f"vLLM {served.lint.vllm_version}"]
 
 
-def check_line(checked: ContainerCheck) -> str:
+def container_check_line(checked: ContainerCheck) -> str:
     """`--check`: the container, its state and docker's health, and the liveness verdict."""
     health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
     return f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}"
