@@ -23,9 +23,9 @@ from typing import Any
 STEPS: dict[str, tuple[str, str, str]] = {
     "resolved": ("vpatch.update", "judge_with_status", "before"),  # target resolved, series loaded; nothing judged
     "judged": ("vpatch.update.guard", "refuse_unproven_drops", "before"),  # every patch has its action
-    "applied": ("vpatch.tree.stack", "apply_series", "after"),  # the update tree holds the patches that apply plainly
-    "validated": ("vpatch.tree.export", "export_series", "before"),  # their probes are validated on the new pin
-    "exported": ("vpatch.tree.export", "export_series", "after"),  # the refreshed patch files exist, in memory only
+    "applied": ("vpatch.update.run", "apply_series", "after"),  # the update tree holds the patches that apply plainly
+    "validated": ("vpatch.update.run", "export_series", "before"),  # their probes are validated on the new pin
+    "exported": ("vpatch.update.run", "export_series", "after"),  # the refreshed patch files exist, in memory only
     "prepared": ("vpatch.git", "tree_with", "after"),  # the project's new tree is in git's objects
     "committed": ("vpatch.git", "update_refs", "after"),  # the commit point: the branch has moved
 }

@@ -9,7 +9,7 @@ import pytest
 from vpatch import git as vgit
 from vpatch.base.errors import VpatchError
 from vpatch.config.definition import ImageDefinition, Strategy
-from vpatch.image.plan import Changes, Kind, choose, classify, content_hash, declared_args, vllm_buildargs
+from vpatch.image.plan import ChangeKind, Changes, choose, classify, content_hash, declared_args, vllm_buildargs
 from vpatch.series.files import Patch
 
 DEFINITION = ImageDefinition(name="flash-next", path=Path("images/flash-next.yaml"), repository="ml/x", tag="next")
@@ -38,21 +38,21 @@ def patch(number: int, *files: tuple[str | None, str | None]) -> Patch:
 @pytest.mark.parametrize(
     ("path", "kind"),
     [
-        ("vllm/v1/core/single_type_kv_cache_manager.py", Kind.PACKAGE),
-        ("vllm/entrypoints/openai/tool_parsers/template.jinja", Kind.PACKAGE),
-        ("csrc/cache_kernels.cu", Kind.NATIVE),
-        ("CMakeLists.txt", Kind.NATIVE),
-        ("cmake/utils.cmake", Kind.NATIVE),
-        ("vllm/_C.abi3.so", Kind.NATIVE),
-        ("setup.py", Kind.NATIVE),
-        ("requirements/common.txt", Kind.BUILD),
-        ("docker/Dockerfile", Kind.BUILD),
-        ("pyproject.toml", Kind.BUILD),
-        ("tests/v1/core/test_kv.py", Kind.UNSHIPPED),
-        ("docs/usage.md", Kind.UNSHIPPED),
+        ("vllm/v1/core/single_type_kv_cache_manager.py", ChangeKind.PACKAGE),
+        ("vllm/entrypoints/openai/tool_parsers/template.jinja", ChangeKind.PACKAGE),
+        ("csrc/cache_kernels.cu", ChangeKind.NATIVE),
+        ("CMakeLists.txt", ChangeKind.NATIVE),
+        ("cmake/utils.cmake", ChangeKind.NATIVE),
+        ("vllm/_C.abi3.so", ChangeKind.NATIVE),
+        ("setup.py", ChangeKind.NATIVE),
+        ("requirements/common.txt", ChangeKind.BUILD),
+        ("docker/Dockerfile", ChangeKind.BUILD),
+        ("pyproject.toml", ChangeKind.BUILD),
+        ("tests/v1/core/test_kv.py", ChangeKind.UNSHIPPED),
+        ("docs/usage.md", ChangeKind.UNSHIPPED),
     ],
 )
-def test_classify(path: str, kind: Kind) -> None:
+def test_classify(path: str, kind: ChangeKind) -> None:
     assert classify(path) is kind
 
 

@@ -86,7 +86,7 @@ def test_the_workspace_gives_what_a_fresh_extraction_and_process_gave(release_hi
     # (probes/zygote.py), then read in order (and cached, for later tests)
     events: list[Event] = []
     with probe_runs.Session(cache=REAL_CACHE, zygote=True, report=events.append) as session:
-        requests = [probes.Request(probe, tree, what) for what, probe, tree in cases]
+        requests = [probes.ProbeRequest(probe, tree, what) for what, probe, tree in cases]
         probes.run_ahead(release_history, requests, session, use_cache=False)
         new = [probes.run_probe(release_history, r.probe, r.treeish, use_cache=False, session=session)
                for r in requests]

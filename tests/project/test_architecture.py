@@ -113,100 +113,93 @@ def resolve(target: str, names: tuple[str, ...], modules: set[str]) -> list[str]
 
 # --- the rooms: the folders of src/vpatch, in the order docs/architecture.md writes them down -----------
 
-# Imports of another room's inner module that its face does not (yet) replace: (importing room, inner module).
-# Each is a module imported whole (`from vpatch.upstream import lineage`, then `lineage.x`) whose names the
-# face would have to export under names of their own; the test fails on an entry no longer seen, so the list
-# only shrinks.
-KNOWN_INNER: set[tuple[str, str]] = {
-    ("commands", "vpatch.deploy.live"),
-    ("commands", "vpatch.deploy.prune"),
-    ("commands", "vpatch.deploy.switch"),
-    ("commands", "vpatch.image.build"),
-    ("commands", "vpatch.image.verify"),
-    ("commands", "vpatch.probes.check"),
-    ("commands", "vpatch.probes.env"),
-    ("commands", "vpatch.probes.workspace"),
-    ("commands", "vpatch.report.apply"),
-    ("commands", "vpatch.report.build"),
-    ("commands", "vpatch.report.deploy"),
-    ("commands", "vpatch.report.deploy_html"),
-    ("commands", "vpatch.report.export"),
-    ("commands", "vpatch.report.lock_probes"),
-    ("commands", "vpatch.report.new"),
-    ("commands", "vpatch.report.probe"),
-    ("commands", "vpatch.report.releases"),
-    ("commands", "vpatch.report.serve"),
-    ("commands", "vpatch.report.status"),
-    ("commands", "vpatch.report.update"),
-    ("commands", "vpatch.report.verify"),
-    ("commands", "vpatch.serve.drift"),
-    ("commands", "vpatch.serve.render"),
-    ("commands", "vpatch.serve.run"),
-    ("commands", "vpatch.status.compute"),
-    ("commands", "vpatch.tree.export"),
-    ("commands", "vpatch.tree.newpatch"),
-    ("commands", "vpatch.tree.stack"),
-    ("commands", "vpatch.upstream.mirror"),
-    ("commands", "vpatch.upstream.releases"),
-    ("deploy", "vpatch.base.lock"),
-    ("deploy", "vpatch.base.process"),
-    ("deploy", "vpatch.base.records"),
-    ("deploy", "vpatch.config.yamlload"),
-    ("deploy", "vpatch.serve.alive"),
-    ("deploy", "vpatch.serve.health"),
-    ("deploy", "vpatch.serve.lint"),
-    ("deploy", "vpatch.serve.render"),
-    ("docker", "vpatch.base.process"),
-    ("git", "vpatch.base.process"),
-    ("image", "vpatch.tree.stack"),
-    ("probes", "vpatch.base.errors"),
-    ("probes", "vpatch.base.fs"),
-    ("probes", "vpatch.base.process"),
-    ("probes", "vpatch.base.progress"),
-    ("probes", "vpatch.config.yamlload"),
-    ("probes", "vpatch.tree.export"),
-    ("probes", "vpatch.upstream.mirror"),
-    ("probes", "vpatch.upstream.moves"),
-    ("report", "vpatch.deploy.checks"),
-    ("report", "vpatch.deploy.container"),
-    ("report", "vpatch.deploy.live"),
-    ("report", "vpatch.deploy.prune"),
-    ("report", "vpatch.deploy.switch"),
-    ("report", "vpatch.image.build"),
-    ("report", "vpatch.image.verify"),
-    ("report", "vpatch.probes.check"),
-    ("report", "vpatch.probes.env"),
-    ("report", "vpatch.serve.run"),
-    ("report", "vpatch.upstream.releases"),
-    ("serve", "vpatch.base.lock"),
-    ("status", "vpatch.probes.check"),
-    ("status", "vpatch.probes.file"),
-    ("status", "vpatch.probes.runner"),
-    ("status", "vpatch.probes.workspace"),
-    ("status", "vpatch.upstream.commitcache"),
-    ("status", "vpatch.upstream.lineage"),
-    ("status", "vpatch.upstream.prefetch"),
-    ("status", "vpatch.verdict.decision"),
-    ("tree", "vpatch.base.records"),
-    ("tree", "vpatch.upstream.hunkmoves"),
-    ("tree", "vpatch.upstream.moves"),
-    ("update", "vpatch.base.records"),
-    ("update", "vpatch.probes.runner"),
-    ("update", "vpatch.probes.workspace"),
-    ("update", "vpatch.status.compute"),
-    ("update", "vpatch.status.landing"),
-    ("update", "vpatch.tree.export"),
-    ("update", "vpatch.tree.stack"),
-    ("update", "vpatch.upstream.hunkmoves"),
-    ("update", "vpatch.upstream.lineage"),
-    ("update", "vpatch.upstream.moves"),
-    ("update", "vpatch.verdict.applycheck"),
-    ("update", "vpatch.verdict.decision"),
-    ("upstream", "vpatch.base.process"),
-    ("verdict", "vpatch.upstream.commitcache"),
-    ("verdict", "vpatch.upstream.hunkmoves"),
-    ("verdict", "vpatch.upstream.lineage"),
-    ("verdict", "vpatch.upstream.moves"),
+# Why an import of another room's inner module stays for now (the face does not replace it yet):
+_DEPLOY = (
+    "deploy/ and report/deploy*.py are reworked by the deploy corridor's work (issue 45, item 4): their "
+    "imports go through faces there"
+)
+_PER_COMMAND = (
+    "report/status.py and update.py import the status and update rooms: the report face importing them would "
+    "load those rooms for every command that shows progress (fetch, releases, probe)"
+)
+_NAMES = (
+    "imported whole for functions with room-local names (diff, check, serve, fetch, update): they need "
+    "names of their own before the face can export them"
+)
+_HISTORY = (
+    "upstream's history part (lineage, commitcache, moves, hunkmoves), imported whole: names such as "
+    "follow, plan, relocate, identity, declare and save need names of their own in the face"
+)
+_PROCESS = (
+    "base/process.py is used as `process.run`, `process.child_env`, `process.TAIL_CHARS`: the face would "
+    "need names of their own (run is everyone's)"
+)
+_PROBES_IN_FLIGHT = (
+    "probes/zygote.py, runner.py and workspace.py are being hardened in parallel: their imports move "
+    "after that merge"
+)
+_RECORDS = (
+    "base/records.py's load and save: the face would need names of their own"
+)
+
+# Imports of another room's inner module, each with the reason it stays; the test fails on an entry no longer
+# seen, so the list only shrinks.
+KNOWN_INNER: dict[tuple[str, str], str] = {
+    ("commands", "vpatch.report.status"): _PER_COMMAND,
+    ("commands", "vpatch.report.update"): _PER_COMMAND,
+    ("commands", "vpatch.serve.drift"): _NAMES,
+    ("commands", "vpatch.serve.render"): _NAMES,
+    ("commands", "vpatch.serve.run"): _NAMES,
+    ("commands", "vpatch.upstream.mirror"): _NAMES,
+    ("commands", "vpatch.upstream.releases"): _NAMES,
+    # a type the report names; the face importing releases would load the PyPI client (http, ssl) for every command
+    ("report", "vpatch.upstream.releases"): "type only: the upstream face importing releases.py would load the PyPI client",
+    ("docker", "vpatch.base.process"): _PROCESS,
+    ("git", "vpatch.base.process"): _PROCESS,
+    ("upstream", "vpatch.base.process"): _PROCESS,
+    ("probes", "vpatch.base.process"): _PROBES_IN_FLIGHT,
+    ("probes", "vpatch.base.errors"): _PROBES_IN_FLIGHT,
+    ("probes", "vpatch.base.fs"): _PROBES_IN_FLIGHT,
+    ("probes", "vpatch.base.progress"): _PROBES_IN_FLIGHT,
+    ("probes", "vpatch.upstream.mirror"): _PROBES_IN_FLIGHT,
+    ("probes", "vpatch.upstream.moves"): _HISTORY,
+    ("probes", "vpatch.config.yamlload"): 'yamlload.load: the config face would need a name of its own for it',
+    ("status", "vpatch.upstream.commitcache"): _HISTORY,
+    ("status", "vpatch.upstream.lineage"): _HISTORY,
+    ("tree", "vpatch.base.records"): _RECORDS,
+    ("tree", "vpatch.upstream.hunkmoves"): _HISTORY,
+    ("tree", "vpatch.upstream.moves"): _HISTORY,
+    ("update", "vpatch.base.records"): _RECORDS,
+    ("update", "vpatch.upstream.hunkmoves"): _HISTORY,
+    ("update", "vpatch.upstream.lineage"): _HISTORY,
+    ("update", "vpatch.upstream.moves"): _HISTORY,
+    ("update", "vpatch.verdict.applycheck"): 'applycheck.check: the verdict face would need a name of its own for it',
+    ("verdict", "vpatch.upstream.commitcache"): _HISTORY,
+    ("verdict", "vpatch.upstream.hunkmoves"): _HISTORY,
+    ("verdict", "vpatch.upstream.lineage"): _HISTORY,
+    ("verdict", "vpatch.upstream.moves"): _HISTORY,
+}
+
+# The same for deploy/ and report/deploy*.py, being reworked by the deploy corridor's work; only shrinks too.
+IN_FLIGHT_INNER: dict[tuple[str, str], str] = {
+    ("commands", "vpatch.deploy.live"): _DEPLOY,
+    ("commands", "vpatch.deploy.prune"): _DEPLOY,
+    ("commands", "vpatch.deploy.switch"): _DEPLOY,
+    ("commands", "vpatch.report.deploy"): _DEPLOY,
+    ("commands", "vpatch.report.deploy_html"): _DEPLOY,
+    ("deploy", "vpatch.base.lock"): _DEPLOY,
+    ("deploy", "vpatch.base.process"): _DEPLOY,
+    ("deploy", "vpatch.base.records"): _DEPLOY,
+    ("deploy", "vpatch.config.yamlload"): _DEPLOY,
+    ("deploy", "vpatch.serve.alive"): _DEPLOY,
+    ("deploy", "vpatch.serve.health"): _DEPLOY,
+    ("deploy", "vpatch.serve.lint"): _DEPLOY,
+    ("deploy", "vpatch.serve.render"): _DEPLOY,
+    ("report", "vpatch.deploy.checks"): _DEPLOY,
+    ("report", "vpatch.deploy.container"): _DEPLOY,
+    ("report", "vpatch.deploy.live"): _DEPLOY,
+    ("report", "vpatch.deploy.prune"): _DEPLOY,
+    ("report", "vpatch.deploy.switch"): _DEPLOY,
 }
 
 # Circles through imports that do not run when a module loads (under TYPE_CHECKING, or inside a function).
@@ -301,9 +294,10 @@ def test_every_folder_has_a_row_and_every_row_a_folder() -> None:
 
 def test_imports_point_down_the_rooms_and_through_their_faces() -> None:
     found = list(findings(SRC, room_order()))
-    bad = [f.text for f in found if f.kind != "inner" or (f.importer_room, f.dependency) not in KNOWN_INNER]
+    known = KNOWN_INNER | IN_FLIGHT_INNER
+    bad = [f.text for f in found if f.kind != "inner" or (f.importer_room, f.dependency) not in known]
     assert not bad, "imports against docs/architecture.md's rooms:\n" + "\n".join(bad)
-    stale = KNOWN_INNER - {(f.importer_room, f.dependency) for f in found}
+    stale = set(known) - {(f.importer_room, f.dependency) for f in found}
     assert not stale, f"known inner imports that are gone (delete them from KNOWN_INNER): {sorted(stale)}"
 
 

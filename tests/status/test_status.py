@@ -15,10 +15,11 @@ from vpatch import git
 from vpatch.base.paths import cache_dir
 from vpatch.commands.cli import app
 from vpatch.config.project import Config
+from vpatch.probes import ProbeCheck, ProbeOutcome, Witness
 from vpatch.series.files import Series
-from vpatch.status.compute import Status, Target, bisect_first, compute, resolve_targets
+from vpatch.status import Status, Target, bisect_first, compute_status, resolve_targets
 from vpatch.upstream import mirror
-from vpatch.verdict.judge import ProbeCheck, ProbeOutcome, State
+from vpatch.verdict import State
 
 FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 KV_FIX = KV_V1.replace("break", "continue")
@@ -32,7 +33,7 @@ def compute_for(project: Project, against: list[str], **kw) -> Status:  # type: 
     repo = refresh(project)
     config = Config.load(project.root)
     pin, targets = resolve_targets(repo, config, against)
-    return compute(repo, Series.load(project.patches).patches, pin=pin, targets=targets, history=True, **kw)
+    return compute_status(repo, Series.load(project.patches).patches, pin=pin, targets=targets, history=True, **kw)
 
 
 def test_json_reports_each_patch_on_each_target_and_where_it_landed(project: Project) -> None:
@@ -151,12 +152,12 @@ def test_probe_results_are_counted_and_the_probe_decides(project: Project) -> No
         cache[commit] = ProbeCheck(outcome)
         return cache[commit]
 
-    first = compute_for(project, ["v1.1"], probe=probe)
+    first = compute_for(project, ["v1.1"], evidence=Witness(repo, probe=probe))
     (row,) = first.patches
     assert [v.state for v in row.results] == [State.NEEDED, State.LANDED]
     assert row.landed_in is not None and row.landed_in.commit == fixed
     assert first.probes_run == 3  # the pin, the pin + the patch (the validation), v1.1
-    second = compute_for(project, ["v1.1"], probe=probe)
+    second = compute_for(project, ["v1.1"], evidence=Witness(repo, probe=probe))
     assert (second.probes_run, second.probes_cached) == (0, 3)
 
 

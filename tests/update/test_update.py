@@ -176,9 +176,9 @@ def test_a_probe_that_no_longer_validates_stops_the_update_and_changes_nothing(t
     before = state_of(three)
     seen: list[tuple[str, str, str]] = []
 
-    def validator(repo: Path, config: Config, patch, base: str, patched: str) -> core.ProbeCheck:  # type: ignore[no-untyped-def]
+    def validator(repo: Path, config: Config, patch, base: str, patched: str) -> core.Revalidation:  # type: ignore[no-untyped-def]
         seen.append((patch.filename, base, patched))
-        return core.ProbeCheck(patch.filename, "probes/extra.yaml", False, "passes without the patch")
+        return core.Revalidation(patch.filename, "probes/extra.yaml", False, "passes without the patch")
 
     with pytest.raises(core.VpatchError, match=r"probe of 0003-new-module\.patch no longer validates on v1\.1"):
         core.update(Config.load(three.root), "v1.1", validator=validator)

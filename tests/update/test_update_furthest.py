@@ -167,8 +167,8 @@ def test_the_search_keeps_its_bound_for_every_blocker_position() -> None:
     for k in range(1, 65):
         line = [furthest.Candidate(f"c{i}", f"{i:040x}") for i in range(k)]
         for first_bad in range(k + 1):
-            def check(c: furthest.Candidate, *, full: bool, n: int = first_bad) -> furthest.Check:
-                return furthest.Check(c, int(c.ref[1:]) < n, full)
+            def check(c: furthest.Candidate, *, full: bool, n: int = first_bad) -> furthest.CandidateCheck:
+                return furthest.CandidateCheck(c, int(c.ref[1:]) < n, full)
 
             choice = furthest.choose(line[-1], "commits", line, judged=lambda c: check(c, full=False),
                                      full=lambda c: check(c, full=True))

@@ -12,7 +12,7 @@ from helpers.sdists import BASE_TIME, DAY, FakePyPI, fake_sdist, tag_table
 from vpatch.base.errors import UpstreamError
 from vpatch.base.progress import Event
 from vpatch.upstream import releases, sdists
-from vpatch.upstream.releases import State
+from vpatch.upstream.releases import ReleaseState
 
 
 def build(cache: Path, versions: list[str], pypi: FakePyPI | None = None) -> list[releases.Release]:
@@ -51,9 +51,9 @@ def test_adding_a_newer_release_keeps_the_old_commits_and_downloads_only_it(tmp_
 
     assert pypi.asked == ["1.2.0"]
     assert [(r.tag, r.state) for r in after] == [
-        ("v1.0.0", State.PRESENT), ("v1.1.0", State.PRESENT), ("v1.2.0", State.ADDED),
+        ("v1.0.0", ReleaseState.PRESENT), ("v1.1.0", ReleaseState.PRESENT), ("v1.2.0", ReleaseState.ADDED),
     ]
-    assert {r.tag: r.commit for r in after if r.state is State.PRESENT} == before
+    assert {r.tag: r.commit for r in after if r.state is ReleaseState.PRESENT} == before
     assert git(releases.history_path(tmp_path), "rev-parse", "v1.2.0^").strip() == before["v1.1.0"]
 
 
@@ -65,7 +65,7 @@ def test_a_second_run_downloads_nothing_and_changes_nothing(tmp_path: Path) -> N
     again = build(tmp_path, ["1.0.0", "1.1.0"], pypi)
 
     assert pypi.asked == []
-    assert all(r.state is State.PRESENT for r in again)
+    assert all(r.state is ReleaseState.PRESENT for r in again)
     assert refs(tmp_path) == before
 
 
@@ -74,7 +74,7 @@ def test_inserting_an_older_release_rebuilds_the_chain_above_it(tmp_path: Path) 
 
     new = {r.tag: r for r in build(tmp_path, ["1.0.0"])}
 
-    assert [new[t].state for t in ("v1.0.0", "v1.1.0", "v1.2.0")] == [State.ADDED, State.REWRITTEN, State.REWRITTEN]
+    assert [new[t].state for t in ("v1.0.0", "v1.1.0", "v1.2.0")] == [ReleaseState.ADDED, ReleaseState.REWRITTEN, ReleaseState.REWRITTEN]
     assert all(new[t].tree == old[t].tree and new[t].date == old[t].date for t in old)
     build(tmp_path / "fresh", ["1.0.0", "1.1.0", "1.2.0"])
     assert tag_table(tmp_path) == tag_table(tmp_path / "fresh")

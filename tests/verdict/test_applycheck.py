@@ -10,7 +10,7 @@ from conftest import git as sh
 from vpatch import git
 from vpatch.series.filediff import parse_diff
 from vpatch.verdict import applycheck
-from vpatch.verdict.applycheck import Outcome
+from vpatch.verdict.applycheck import ApplyOutcome
 
 
 def make_repo(tmp_path: Path) -> Path:
@@ -77,10 +77,10 @@ def test_agrees_with_git_apply_on_random_patches_and_upstreams(tmp_path: Path) -
             target = write_commit(repo, {"f.txt": b"".join(target_lines)})
             for reverse in (False, True):
                 mine = applycheck.check(files, {"f.txt": b"".join(target_lines)}, reverse=reverse)
-                assert mine.outcome is not Outcome.UNKNOWN
+                assert mine.outcome is not ApplyOutcome.UNKNOWN
                 theirs = git_says(repo, target, diff, ["f.txt"], reverse)
                 tried += 1
-                if (mine.outcome is not Outcome.FAILS) != theirs:
+                if (mine.outcome is not ApplyOutcome.FAILS) != theirs:
                     disagreements.append((case, reverse, mine.outcome, theirs))
     assert tried == 480
     assert disagreements == []
@@ -92,14 +92,14 @@ def test_new_and_deleted_files(tmp_path: Path) -> None:
     b = write_commit(repo, {"new.py": b"x = 1\ny = 2\n"})
     new_diff = sh(repo, "diff", "--full-index", a, b).encode()
     files = parse_diff(new_diff, where="new")
-    assert applycheck.check(files, {"new.py": None}).outcome is Outcome.CLEAN
-    assert applycheck.check(files, {"new.py": b"other\n"}).outcome is Outcome.FAILS
-    assert applycheck.check(files, {"new.py": b"x = 1\ny = 2\n"}, reverse=True).outcome is Outcome.CLEAN
-    assert applycheck.check(files, {"new.py": b"x = 1\ny = 2\nz\n"}, reverse=True).outcome is Outcome.FAILS
-    assert applycheck.check(files, {"new.py": None}, reverse=True).outcome is Outcome.FAILS
+    assert applycheck.check(files, {"new.py": None}).outcome is ApplyOutcome.CLEAN
+    assert applycheck.check(files, {"new.py": b"other\n"}).outcome is ApplyOutcome.FAILS
+    assert applycheck.check(files, {"new.py": b"x = 1\ny = 2\n"}, reverse=True).outcome is ApplyOutcome.CLEAN
+    assert applycheck.check(files, {"new.py": b"x = 1\ny = 2\nz\n"}, reverse=True).outcome is ApplyOutcome.FAILS
+    assert applycheck.check(files, {"new.py": None}, reverse=True).outcome is ApplyOutcome.FAILS
     deleted = parse_diff(sh(repo, "diff", "--full-index", b, a).encode(), where="del")
-    assert applycheck.check(deleted, {"new.py": b"x = 1\ny = 2\n"}).outcome is Outcome.CLEAN
-    assert applycheck.check(deleted, {"new.py": b"x = 1\n"}).outcome is Outcome.FAILS
+    assert applycheck.check(deleted, {"new.py": b"x = 1\ny = 2\n"}).outcome is ApplyOutcome.CLEAN
+    assert applycheck.check(deleted, {"new.py": b"x = 1\n"}).outcome is ApplyOutcome.FAILS
 
 
 def test_offsets_are_reported_like_git(tmp_path: Path) -> None:
@@ -109,11 +109,11 @@ def test_offsets_are_reported_like_git(tmp_path: Path) -> None:
     b = write_commit(repo, {"f": base.replace(b"line 20\n", b"line 20 fixed\n")})
     files = parse_diff(sh(repo, "diff", "--full-index", a, b).encode(), where="x")
     result = applycheck.check(files, {"f": b"top\ntop\ntop\n" + base})
-    assert result.outcome is Outcome.OFFSETS
+    assert result.outcome is ApplyOutcome.OFFSETS
     assert result.offsets == ((1, 21, 3),)
     assert result.result is not None and b"line 20 fixed\n" in (result.result["f"] or b"")
 
 
 def test_outside_the_model_is_unknown() -> None:
     diff = b"diff --git a/x b/x\nold mode 100644\nnew mode 100755\n"
-    assert applycheck.check(parse_diff(diff, where="mode"), {"x": b""}).outcome is Outcome.UNKNOWN
+    assert applycheck.check(parse_diff(diff, where="mode"), {"x": b""}).outcome is ApplyOutcome.UNKNOWN

@@ -8,13 +8,12 @@ import pytest
 from conftest import KV_V1, PARSER_V1, Project, git, vpatch_cli
 
 from vpatch.base.paths import cache_dir
+from vpatch.probes import ProbeCheck, ProbeOutcome
 from vpatch.series.files import Patch, Series
 from vpatch.upstream import mirror
 from vpatch.verdict.judge import (
     Applies,
     Kind,
-    ProbeCheck,
-    ProbeOutcome,
     Says,
     State,
     Verdict,

@@ -16,7 +16,7 @@ from vpatch.base.errors import (
     exit_code_help,
 )
 from vpatch.base.fs import atomic_write
-from vpatch.base.lock import exclusive
+from vpatch.base.lock import exclusive, host_lock_folder, host_resources
 from vpatch.base.paths import cache_dir, state_dir
 from vpatch.base.process import Output
 from vpatch.base.progress import Event, Progress, Reporter, silent
@@ -39,6 +39,8 @@ __all__ = [
     "cache_dir",
     "exclusive",
     "exit_code_help",
+    "host_lock_folder",
+    "host_resources",
     "silent",
     "state_dir",
 ]

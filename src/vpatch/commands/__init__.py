@@ -56,10 +56,10 @@ def warn_tree_work(config: Config, what: str) -> None:
     """One line on stderr when the applied tree holds work `patches/` lacks: `what` (a check that reads the
     files) does not see it. Nothing when there is no tree, or the series does not load (the check says why)."""
     from vpatch.series import Series  # lazy: this package loads with every --help; the series with a command
-    from vpatch.tree import export  # lazy: the tree room (git, upstream) only for a command that reads the tree
+    from vpatch.tree import tree_work  # lazy: the tree room (git, upstream) only for a command that reads the tree
 
     try:
-        work = export.tree_work(Series.load(config.patches_dir), config.state_dir)
+        work = tree_work(Series.load(config.patches_dir), config.state_dir)
     except VpatchError:
         return
     if work is not None:

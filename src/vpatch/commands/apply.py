@@ -7,8 +7,8 @@ from pathlib import Path
 from vpatch import git, upstream
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config, load_series, warn_stopped_update
-from vpatch.report import apply as shown
-from vpatch.tree import stack
+from vpatch.report import applied_lines, moved_pin_warning
+from vpatch.tree import apply_series
 
 
 def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: bool) -> ExitCode:
@@ -20,12 +20,12 @@ def run(*, project: Path, ref: str | None, out: Path | None, keep: bool, force: 
     pinned = upstream.pin_commit(repo, config, moved_ok=True)
     base = pinned if ref is None else upstream.resolve(repo, target)
     if ref is None and upstream.pin_moved(repo, config):
-        echo(shown.moved_pin_warning(config.pin.ref, pinned), err=True)
+        echo(moved_pin_warning(config.pin.ref, pinned), err=True)
     with git.project_lock(config.root, "apply"):
         # onto another ref, files upstream moved since the pin are followed (docs/moves.md)
         pin = pinned if ref is not None else None
-        result = stack.apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
+        result = apply_series(repo, series, ref=target, base=base, out=out or config.state_dir / "tree",
                                     state_dir=config.state_dir, keep=keep, force=force, moves_from=pin)
-    for line in shown.applied_lines(result, target, base):
+    for line in applied_lines(result, target, base):
         echo(line)
     return ExitCode.OK

@@ -6,15 +6,15 @@ from pathlib import Path
 
 from vpatch.base import ExitCode
 from vpatch.commands import echo, load_config
-from vpatch.probes import env as probe_env
-from vpatch.report import lock_probes as shown
+from vpatch.probes import LOCK_NAME, refresh_lock
+from vpatch.report import change_lines
 
 
 def run(*, project: Path, lock: Path | None) -> ExitCode:
-    path = lock or load_config(project).patches_dir / "probes" / probe_env.LOCK_NAME
+    path = lock or load_config(project).patches_dir / "probes" / LOCK_NAME
     echo(f"resolving {path.name} with pip (nothing is installed)...", err=True)
-    change = probe_env.refresh_lock(path)
-    lines = shown.change_lines(change)
+    change = refresh_lock(path)
+    lines = change_lines(change)
     for line in lines:
         echo(line)
     if not lines:

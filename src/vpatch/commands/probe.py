@@ -7,21 +7,19 @@ from pathlib import Path
 from vpatch import upstream
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, load_series, warn_stopped_update
-from vpatch.probes import ProbeKind
-from vpatch.probes import check as core
-from vpatch.report import ProgressView
-from vpatch.report import probe as shown
+from vpatch.probes import ProbeKind, Witness, check_probe, find_patch, probe_name, probe_target, write_probe_template
+from vpatch.report import ProgressView, checked_lines, dirty_warning, tree_lines, written_lines
 from vpatch.series import PROBE
 
 
 def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None) -> ExitCode:
     config = load_config(project)
     warn_stopped_update(config)
-    found = core.target(load_series(config), config.state_dir, patch)
+    found = probe_target(load_series(config), config.state_dir, patch)
     name, target, patches = found.name, found.patch, found.patches
-    for line in shown.tree_lines(found, config.patches):
+    for line in tree_lines(found, config.patches):
         echo(line)
-    warning = shown.dirty_warning(found)
+    warning = dirty_warning(found)
     if warning is not None:
         echo(warning, err=True)
     if target is None:
@@ -29,10 +27,9 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
                           hint="make the change in the applied tree and `git commit --amend -a` it first")
     repo = upstream.open_upstream(config)
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
-    with ProgressView() as view:
-        checked = core.check(repo, patches, target, base=base, ref=ref or config.pin.ref,
-                             use_cache=not no_cache, report=view, jobs=jobs)
-    for line in shown.checked_lines(checked, target.name):
+    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs) as evidence:
+        checked = check_probe(evidence, patches, target, base=base, ref=ref or config.pin.ref, use_cache=not no_cache)
+    for line in checked_lines(checked, target.name):
         echo(line)
     result_of = checked.validation
     if not result_of.ok:
@@ -47,9 +44,9 @@ def new(*, project: Path, patch: str, kind: str) -> ExitCode:
                           hint=f"vpatch probe new {patch} --kind files (or --kind command)")
     config = load_config(project)
     warn_stopped_update(config)
-    name, found, _ = core.find_patch(load_series(config), config.state_dir, patch)
-    written = core.write_template(config.patches_dir, name, ProbeKind(kind), patch=found)
-    named = found.filename if found is not None and found.trailer(PROBE) == core.probe_name(name) else None
-    for line in shown.written_lines(written, name, f"{PROBE}: {core.probe_name(name)}", named=named):
+    name, found, _ = find_patch(load_series(config), config.state_dir, patch)
+    written = write_probe_template(config.patches_dir, name, ProbeKind(kind), patch=found)
+    named = found.filename if found is not None and found.trailer(PROBE) == probe_name(name) else None
+    for line in written_lines(written, name, f"{PROBE}: {probe_name(name)}", named=named):
         echo(line)
     return ExitCode.OK

@@ -7,8 +7,7 @@ from pathlib import Path
 from vpatch.base import ExitCode, cache_dir
 from vpatch.commands import echo, load_config
 from vpatch.config import CONFIG_NAME, find_root
-from vpatch.report import ProgressView
-from vpatch.report import releases as shown
+from vpatch.report import ProgressView, release_lines
 from vpatch.upstream import releases
 
 
@@ -26,7 +25,7 @@ def run(*, project: Path, versions: list[str], first: str | None, last: str | No
         echo(f"the release history is empty ({releases.history_path(cache_dir())})", err=True)
         echo("hint: vpatch releases --from 0.28.0 --to 0.33.0", err=True)
         return ExitCode.OK
-    for line in shown.release_lines(result):
+    for line in release_lines(result):
         echo(line)
     echo(f"release history: {releases.history_path(cache_dir())}", err=True)
     return ExitCode.OK

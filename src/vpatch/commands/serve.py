@@ -11,7 +11,7 @@ from vpatch.commands import echo, load_config, progress
 from vpatch.config import ImageDefinition, image_reference_ok
 from vpatch.deploy import Journal, holders
 from vpatch.docker import Docker
-from vpatch.report import serve as shown
+from vpatch.report import container_check_line, drift_json, drift_lines, served_lines
 from vpatch.serve import drift, render
 from vpatch.serve import run as serve_run
 
@@ -54,7 +54,7 @@ def check_alive(docker: Docker, definition: ImageDefinition) -> ExitCode:
     """`--check`: is the running server alive (the container health check's rule)."""
 
     checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
-    echo(shown.check_line(checked))
+    echo(container_check_line(checked))
     return ExitCode.OK if checked.alive else ExitCode.ERROR
 
 
@@ -64,9 +64,9 @@ def show_drift(docker: Docker, definition: ImageDefinition, *, image: str | None
     result = drift.diff(docker, definition, image=image, pin=pin)
     if json_out:
 
-        echo(json.dumps(shown.drift_json(result), indent=2))
+        echo(json.dumps(drift_json(result), indent=2))
     else:
-        for line in shown.drift_lines(result, definition.name):
+        for line in drift_lines(result, definition.name):
             echo(line)
     return ExitCode.DRIFT if result.drifts else ExitCode.OK
 
@@ -76,7 +76,7 @@ def start(docker: Docker, definition: ImageDefinition, *, image: str | None, rep
     _refuse_unfinished_deploys(definition.name, definition.serve)
     served = serve_run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
     url = serve_run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
-    for line in shown.served_lines(served, url):
+    for line in served_lines(served, url):
         echo(line)
     return ExitCode.OK
 

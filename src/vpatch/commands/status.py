@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vpatch import status as core
 from vpatch import upstream
 from vpatch.base import ExitCode
 from vpatch.commands import console, echo, load_config, load_series, stopped_update, warn_tree_work
-from vpatch.probes import workspace as probe_runs
+from vpatch.probes import Witness
 from vpatch.report import ProgressView
 from vpatch.report import status as report
 from vpatch.series import refuse_unfinished
-from vpatch.status import compute as core
 
 
 def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, no_probes: bool,
@@ -24,13 +24,10 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against)
 
-    names = {t.commit: t.ref for t in [*targets, pin]}
-    with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
-        result = core.compute(
+    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs) as evidence:
+        result = core.compute_status(
             repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
-            branch=config.upstream.branch,
-            probe=None if no_probes else core.probe_fn(repo, config, report=view, names=names, session=session),
-            report=view,
+            branch=config.upstream.branch, evidence=None if no_probes else evidence, report=view,
         )
     stopped = stopped_update(config)
     if json_out:

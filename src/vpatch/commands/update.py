@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from vpatch import update as core
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import console, echo, load_config, warn_tree_work
-from vpatch.probes import workspace as probe_runs
+from vpatch.probes import Witness
 from vpatch.report import ProgressView
 from vpatch.report import status as report
 from vpatch.report import update as update_report
@@ -32,8 +32,8 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
 
 
     config = load_config(project)
-    with ProgressView() as view, probe_runs.Session(jobs=jobs) as session:
-        validator = functools.partial(core.validate_with_probes, report=view, session=session)
+    with ProgressView() as view, Witness(None, config, report=view, jobs=jobs) as evidence:
+        validator = functools.partial(core.validate_with_probes, evidence=evidence)
         if abort:
             result = core.abort(config)
         elif continue_:
@@ -44,7 +44,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
             try:
                 result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
                                      allow_downgrade=allow_downgrade, narrow=not no_narrow,
-                                     judge=functools.partial(core.judge_with_status, progress=view, session=session),
+                                     judge=functools.partial(core.judge_with_status, progress=view, evidence=evidence),
                                      validator=validator)
             except core.Refused as refused:
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
@@ -63,8 +63,8 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
         for line in update_report.update_lines(result):
             echo(line)
     # a dry run exits as the real run would: one that would stop at a patch exits as the stop does
-    would_stop = result.outcome is core.Outcome.PLANNED and bool(result.plan.files(core.Action.STOP))
-    return ExitCode.CONFLICT if result.outcome is core.Outcome.STOPPED or would_stop else ExitCode.OK
+    would_stop = result.outcome is core.UpdateOutcome.PLANNED and bool(result.plan.files(core.FileAction.STOP))
+    return ExitCode.CONFLICT if result.outcome is core.UpdateOutcome.STOPPED or would_stop else ExitCode.OK
 
 
 def _refuse_impossible(*, to: str | None, dry_run: bool, no_commit: bool, allow_downgrade: bool, no_narrow: bool,
@@ -128,7 +128,8 @@ def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow:
     config = load_config(project)
     with ProgressView() as view:
         reach = core.update_furthest(config, to, dry_run=dry_run, no_commit=no_commit, narrow=narrow, progress=view,
-                                     validator=functools.partial(core.validate_with_probes, report=view))
+                                     validator=functools.partial(core.validate_with_probes,
+                                                                 evidence=Witness(None, config, report=view)))
     if json_out:
 
         echo(json.dumps(reach.to_json(), indent=2))

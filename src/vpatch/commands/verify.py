@@ -10,10 +10,9 @@ from vpatch.commands import echo, load_config, progress
 from vpatch.deploy import Journal, stamp
 from vpatch.deploy import live as deploy_live
 from vpatch.docker import Docker
-from vpatch.image import verify as image_verify
+from vpatch.image import CheckKind, verify_image
+from vpatch.report import check_lines, deploy_html, live_lines, live_summary, matched_line
 from vpatch.report import deploy as deploy_report
-from vpatch.report import deploy_html
-from vpatch.report import verify as shown
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -24,19 +23,19 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
         raise VpatchError("--definition names the image definition that --live starts the image with",
                           hint=f"vpatch verify {image} --live --definition {definition}")
     config = load_config(project)
-    report = image_verify.verify_image(config, image, probes=probes)
-    for line in shown.check_lines(report):
+    report = verify_image(config, image, probes=probes)
+    for line in check_lines(report):
         echo(line)
     if report.ok and live:
         verify_live(config, image, definition)
     if not report.ok:
         failed = [c for c in report.checks if not c.ok]
-        only_probes = all(c.kind is image_verify.CheckKind.PROBE for c in failed)
+        only_probes = all(c.kind is CheckKind.PROBE for c in failed)
         raise VpatchError(f"image {image} does not match its labels: {len(failed)} check(s) failed",
                           hint="a probe's FAIL: the fix is not in the image; ERROR: the probe could not decide (a crash, "
                           "a timeout, a missing file: it may need vLLM's dependencies, which an official image has)" if only_probes
                           else "rebuild it with `vpatch build`")
-    echo(shown.matched_line(image, report))
+    echo(matched_line(image, report))
     return ExitCode.OK
 
 
@@ -44,7 +43,7 @@ def verify_live(config: Config, image: str, definition: str | None) -> None:
     started = stamp()
     result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
                                      progress=progress)
-    for line in shown.live_lines(result):
+    for line in live_lines(result):
         echo(line)
     # The page beside the deploys' reports, written before a failure is raised: the failing cases are on it.
     page = Journal.folder() / "reports" / f"verify-{started}-{image.replace('/', '_').replace(':', '_')}.html"
@@ -55,4 +54,4 @@ def verify_live(config: Config, image: str, definition: str | None) -> None:
         raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",
                           hint="the fix does not show through the server; `vpatch verify --live` again after "
                           "fixing the patch and rebuilding")
-    echo(shown.live_summary(result))
+    echo(live_summary(result))

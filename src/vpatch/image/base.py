@@ -11,7 +11,7 @@ from vpatch import git
 from vpatch.base import ApplyError, VpatchError, atomic_write, cache_dir
 from vpatch.config import Base, ImageDefinition
 from vpatch.docker import Docker, DockerError
-from vpatch.image.plan import BaseFacts, Plan, in_package
+from vpatch.image.plan import BaseFacts, BuildPlan, in_package
 from vpatch.series import Patch
 
 # Asks the base's own python where vllm/ is installed without importing it (importing pulls in torch).
@@ -56,7 +56,7 @@ def expected_entries(
     return pre, post, modes
 
 
-def verify_base(docker: Docker, plan: Plan, pre: Mapping[str, bytes | None]) -> None:
+def verify_base(docker: Docker, plan: BuildPlan, pre: Mapping[str, bytes | None]) -> None:
     """Refuse a base whose copies of the touched files are not the pin's (before any layer is written)."""
     assert plan.base_facts is not None
     facts = plan.base_facts

@@ -22,8 +22,8 @@ from vpatch.image.plan import (
     LABEL_PREFIX,
     PACKAGE,
     BaseFacts,
+    BuildPlan,
     Changes,
-    Plan,
     choose,
     content_hash,
     declared_args,
@@ -33,7 +33,7 @@ from vpatch.image.plan import (
     vllm_buildargs,
 )
 from vpatch.series import Series
-from vpatch.tree import stack
+from vpatch.tree import apply_series
 
 OVERLAY_DOCKERFILE = "Dockerfile"
 
@@ -52,7 +52,7 @@ class Inputs:
 
 @dataclass(frozen=True)
 class BuildResult:
-    plan: Plan
+    plan: BuildPlan
     image_id: str
     reused: bool  # the content tag already existed with the same content: nothing was built
     pushed: Mapping[str, str | None] = field(default_factory=dict)  # tag -> manifest digest
@@ -93,7 +93,7 @@ def make_plan(
     base: str | None = None,
     docker: Docker | None = None,
     require_base: bool = False,
-) -> Plan:
+) -> BuildPlan:
     """The build that `vpatch build` would run. Without a daemon (or base) the overlay plan says so in its notes;
     `require_base` turns that into an error, for real builds."""
     definition, pin_commit, pin_ref = inputs.definition, inputs.pin_commit, inputs.config.pin.ref
@@ -118,7 +118,7 @@ def make_plan(
         content = "?" * 12
         notes.append("the content tag needs the base image on the daemon (or base.digest in the definition)")
     repo = definition.full_repository
-    return Plan(
+    return BuildPlan(
         image=definition,
         strategy=chosen,
         reason=reason,
@@ -206,7 +206,7 @@ def _vllm_recipe(inputs: Inputs, strategy: Strategy, notes: list[str]) -> _Recip
 
 def build(
     inputs: Inputs,
-    plan: Plan,
+    plan: BuildPlan,
     docker: Docker,
     *,
     push: bool = False,
@@ -239,7 +239,7 @@ def build(
 SYMLINK_MODE, EXECUTABLE_MODE = "120000", "100755"
 
 
-def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
+def _build_overlay(inputs: Inputs, plan: BuildPlan, docker: Docker, progress: Progress | None) -> str:
     if plan.base_facts is None:
         raise DockerError(f"base image {plan.base} is not on the docker daemon", hint=f"docker pull {plan.base}")
     pre, post, modes = image_base.expected_entries(inputs.upstream, inputs.pin_commit, plan.patches, plan.changes.paths)
@@ -273,11 +273,11 @@ def _build_overlay(inputs: Inputs, plan: Plan, docker: Docker, progress: Progres
         )
 
 
-def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, progress: Progress | None) -> str:
+def _build_with_vllm_dockerfile(inputs: Inputs, plan: BuildPlan, docker: Docker, progress: Progress | None) -> str:
 
     context = _context_dir(inputs.config, plan.image)
     tree = context.with_name(f"{context.name}.tree")
-    applied = stack.apply_series(
+    applied = apply_series(
         inputs.upstream, inputs.series, ref=inputs.config.pin.ref, base=inputs.pin_commit,
         out=tree, state_dir=context.with_name(f"{context.name}.state"), force=True,
     )
@@ -290,7 +290,7 @@ def _build_with_vllm_dockerfile(inputs: Inputs, plan: Plan, docker: Docker, prog
     return docker.image(plan.content_tag).id
 
 
-def plan_command(plan: Plan) -> str:
+def plan_command(plan: BuildPlan) -> str:
     """The exact build command of the plan, as `--plan` shows it."""
     if plan.strategy is Strategy.OVERLAY:
         return plan.command(("docker", "build"))
@@ -302,7 +302,7 @@ def plan_command(plan: Plan) -> str:
 
 
 def _invocation(
-    plan: Plan, *, created: str | None, cli: tuple[list[str], dict[str, str]] | None = None
+    plan: BuildPlan, *, created: str | None, cli: tuple[list[str], dict[str, str]] | None = None
 ) -> BuildKitInvocation:
     extra = {"org.opencontainers.image.created": created} if created else {}
     return buildkit_invocation(
@@ -345,7 +345,7 @@ def _context_dir(config: Config, definition: ImageDefinition) -> Path:
 
 
 
-def plan_build(config: Config, name: str, *, strategy: Strategy | None = None, base: str | None = None) -> Plan:
+def plan_build(config: Config, name: str, *, strategy: Strategy | None = None, base: str | None = None) -> BuildPlan:
     """`vpatch build --plan`: the plan, using the daemon when it answers (overlay needs it for the tags)."""
     inputs = load_inputs(config, name)
     docker: Docker | None

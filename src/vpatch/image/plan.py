@@ -32,7 +32,7 @@ WHEEL_COMMIT_ARGS = ("VLLM_MERGE_BASE_COMMIT", "VLLM_PRECOMPILED_WHEEL_COMMIT")
 _ARG = re.compile(r"^\s*ARG\s+(.+)$", re.M)
 
 
-class Kind(str, Enum):
+class ChangeKind(str, Enum):
     """What changing a path means for the image."""
 
     PACKAGE = "package"  # a non-native file of the installed vllm/ package: copy it
@@ -41,15 +41,15 @@ class Kind(str, Enum):
     UNSHIPPED = "unshipped"  # tests, docs: not in the image
 
 
-def classify(path: str) -> Kind:
+def classify(path: str) -> ChangeKind:
     suffix = PurePosixPath(path).suffix
     if path.startswith(_NATIVE_DIRS) or path in _NATIVE_FILES or suffix in _NATIVE_SUFFIXES:
-        return Kind.NATIVE
+        return ChangeKind.NATIVE
     if path.startswith(f"{PACKAGE}/"):
-        return Kind.PACKAGE
+        return ChangeKind.PACKAGE
     if path.startswith(_UNSHIPPED_DIRS) or suffix in _UNSHIPPED_SUFFIXES:
-        return Kind.UNSHIPPED
-    return Kind.BUILD
+        return ChangeKind.UNSHIPPED
+    return ChangeKind.BUILD
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class BaseFacts:
 
 
 @dataclass(frozen=True)
-class Plan:
+class BuildPlan:
     image: ImageDefinition
     strategy: Strategy
     reason: str
@@ -166,12 +166,12 @@ def choose(
     definition: ImageDefinition, patches: Sequence[Patch], *, override: Strategy | None, base_available: bool
 ) -> tuple[Strategy, str]:
     """The strategy and the reason for it; an error when an override would ship a wrong image."""
-    kinds: dict[Kind, list[str]] = {k: [] for k in Kind}
+    kinds: dict[ChangeKind, list[str]] = {k: [] for k in ChangeKind}
     for patch in patches:
         for path in patch.paths:
             kinds[classify(path)].append(f"{patch.name}: {path}")
     requested = override or definition.strategy
-    native, build = kinds[Kind.NATIVE], kinds[Kind.BUILD]
+    native, build = kinds[ChangeKind.NATIVE], kinds[ChangeKind.BUILD]
     if requested in (Strategy.OVERLAY, Strategy.PRECOMPILED) and native:
         raise VpatchError(
             f"strategy {requested.value} cannot ship native code, but the series changes {native[0]}",
@@ -317,7 +317,7 @@ def version_of(pin_ref: str, pin_commit: str) -> str:
     return pin_commit[:12]
 
 
-def describe(plan: Plan, command: str) -> list[str]:
+def describe(plan: BuildPlan, command: str) -> list[str]:
     """The plan as the lines `vpatch build --plan` shows."""
     lines = [
         f"image:     {plan.image.name} ({plan.image.path.name})",

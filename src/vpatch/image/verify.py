@@ -29,7 +29,7 @@ class CheckKind(str, Enum):
 
 
 @dataclass(frozen=True)
-class Check:
+class LabelCheck:
     kind: CheckKind
     what: str
     ok: bool
@@ -42,16 +42,16 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Report:
+class VerifyReport:
     image: str
-    checks: tuple[Check, ...]
+    checks: tuple[LabelCheck, ...]
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
 
-def verify_image(config: Config, image: str, *, probes: bool = False, docker: Docker | None = None) -> Report:
+def verify_image(config: Config, image: str, *, probes: bool = False, docker: Docker | None = None) -> VerifyReport:
     """Every check of `vpatch verify`; raises only when the image cannot be checked at all."""
 
     docker = docker or Docker.connect()
@@ -60,12 +60,12 @@ def verify_image(config: Config, image: str, *, probes: bool = False, docker: Do
     pin_commit = labels.get(f"{LABEL_PREFIX}.pin.commit")
     if not pin_commit:
         raise VpatchError(f"image {image} carries no vpatch labels", hint="only images made by `vpatch build` can be verified")
-    checks: list[Check] = []
+    checks: list[LabelCheck] = []
     series = Series.load(config.patches_dir)
     patches, patch_checks = _labelled_patches(labels, series)
     checks += patch_checks
     if not all(c.ok for c in patch_checks):
-        return Report(image, tuple(checks))
+        return VerifyReport(image, tuple(checks))
 
     repo = upstream.open_upstream(config)
     changes = Changes.of(patches).within(PACKAGE)
@@ -76,81 +76,81 @@ def verify_image(config: Config, image: str, *, probes: bool = False, docker: Do
     for path in changes.paths:
         entry, wanted = found[in_image[path]], post[path]
         if entry is None and wanted is None:
-            checks.append(Check(CheckKind.FILE, path, True, "deleted as the series says"))
+            checks.append(LabelCheck(CheckKind.FILE, path, True, "deleted as the series says"))
         elif wanted is None:
-            checks.append(Check(CheckKind.FILE, path, False, "the series deletes it, but the image has it"))
+            checks.append(LabelCheck(CheckKind.FILE, path, False, "the series deletes it, but the image has it"))
         elif entry is None:
-            checks.append(Check(CheckKind.FILE, path, False, "missing from the image"))
+            checks.append(LabelCheck(CheckKind.FILE, path, False, "missing from the image"))
         elif entry.data != wanted:
-            checks.append(Check(CheckKind.FILE, path, False, "differs from the pin plus the series"))
+            checks.append(LabelCheck(CheckKind.FILE, path, False, "differs from the pin plus the series"))
         elif entry.mode != modes.get(path):
-            checks.append(Check(CheckKind.FILE, path, False, f"{_kind(entry.mode)} in the image, but "
+            checks.append(LabelCheck(CheckKind.FILE, path, False, f"{_kind(entry.mode)} in the image, but "
                                 f"{_kind(modes.get(path, '100644'))} in the pin plus the series"))
         else:
-            checks.append(Check(CheckKind.FILE, path, True, ""))
+            checks.append(LabelCheck(CheckKind.FILE, path, True, ""))
     if labels.get(f"{LABEL_PREFIX}.strategy") == Strategy.OVERLAY.value:
         checks += _bytecode_checks(docker, info.id, package_dir, changes)
     if probes:
         checks += _probe_checks(docker, info.id, package_dir, patches)
-    return Report(image, tuple(checks))
+    return VerifyReport(image, tuple(checks))
 
 
 def _kind(mode: str) -> str:
     return {"120000": "a symlink", "100755": "an executable file"}.get(mode, "a plain (non-executable) file")
 
 
-def _labelled_patches(labels: Mapping[str, str], series: Series) -> tuple[tuple[Patch, ...], list[Check]]:
+def _labelled_patches(labels: Mapping[str, str], series: Series) -> tuple[tuple[Patch, ...], list[LabelCheck]]:
     """The project's patch files the image's labels name, each checked against the recorded sha256."""
     names = [n for n in labels.get(f"{LABEL_PREFIX}.patches", "").split(",") if n]
     by_name = {p.name: p for p in series}
     patches: list[Patch] = []
-    checks: list[Check] = []
+    checks: list[LabelCheck] = []
     for name in names:
         number = name.split("-", 1)[0]
         recorded = labels.get(f"{LABEL_PREFIX}.patch.{number}", "")
         digest = recorded.rsplit("sha256:", 1)[-1]
         patch = by_name.get(name)
         if patch is None:
-            checks.append(Check(CheckKind.PATCH, f"patch {name}", False, "not in the project's series any more"))
+            checks.append(LabelCheck(CheckKind.PATCH, f"patch {name}", False, "not in the project's series any more"))
         elif patch.sha256 != digest:
-            checks.append(Check(CheckKind.PATCH, f"patch {name}", False, "the patch file changed since the image was built"))
+            checks.append(LabelCheck(CheckKind.PATCH, f"patch {name}", False, "the patch file changed since the image was built"))
         else:
             patches.append(patch)
-            checks.append(Check(CheckKind.PATCH, f"patch {name}", True, f"sha256:{digest[:12]}"))
+            checks.append(LabelCheck(CheckKind.PATCH, f"patch {name}", True, f"sha256:{digest[:12]}"))
     return tuple(patches), checks
 
 
-def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: Changes) -> list[Check]:
+def _bytecode_checks(docker: Docker, image_id: str, package_dir: str, changes: Changes) -> list[LabelCheck]:
     """No bytecode of a changed module may survive: python could load it instead of the patched source."""
-    checks: list[Check] = []
+    checks: list[LabelCheck] = []
     for path in changes.paths:
         if not path.endswith(".py"):
             continue
         rel = PurePosixPath(in_package(path))
         cache = f"{package_dir}/{rel.parent}/__pycache__" if str(rel.parent) != "." else f"{package_dir}/__pycache__"
         stale = [n for n in docker.list_dir(image_id, cache) if n.startswith(f"{rel.stem}.") and n.endswith(".pyc")]
-        checks.append(Check(CheckKind.BYTECODE, f"{path} bytecode", not stale,
+        checks.append(LabelCheck(CheckKind.BYTECODE, f"{path} bytecode", not stale,
                             f"stale {', '.join(stale)}" if stale else "none stale"))
     return checks
 
 
-def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[Check]:
+def _probe_checks(docker: Docker, image_id: str, package_dir: str, patches: tuple[Patch, ...]) -> list[LabelCheck]:
     """Each patch's landing probe, run against the image instead of a tree, read by the same rules as on a
     tree: it must pass (the fix is in); an error is an error, never "the bug is there"."""
 
-    checks: list[Check] = []
+    checks: list[LabelCheck] = []
     for patch in patches:
         what = f"probe of {patch.name}"
         try:
             probe = probe_for(patch)
         except VpatchError as exc:
-            checks.append(Check(CheckKind.PROBE, what, False, exc.message, error=True))
+            checks.append(LabelCheck(CheckKind.PROBE, what, False, exc.message, error=True))
             continue
         if probe is None:
             continue
         outcome, detail = interpret(probe, image_place(docker, image_id, package_dir))
         last = (detail.strip().splitlines() or [""])[-1] if probe.kind is ProbeKind.COMMAND else detail
-        checks.append(Check(CheckKind.PROBE, what, outcome is ProbeOutcome.PASS,
+        checks.append(LabelCheck(CheckKind.PROBE, what, outcome is ProbeOutcome.PASS,
                             f"{probe.name}: {outcome.value}" + (f" ({last})" if last else ""),
                             error=outcome is ProbeOutcome.ERROR))
     return checks

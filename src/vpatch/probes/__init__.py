@@ -1,18 +1,39 @@
 """Probes: a patch's behavioural or file evidence, loaded, run on a tree or in an image with one interpreter
 of its answer, cached, validated on both sides of the patch; the venv probes run in.
 
+`Witness` is the room's door: what patch P's evidence says on commit C, asked in one place (witness.py).
 Other rooms import these names from here; modules inside the room import each other directly."""
 
+from vpatch.probes.check import Checked, ProbeTarget, check_probe, find_patch, probe_name, probe_target, write_probe_template
+from vpatch.probes.env import LOCK_NAME, LockChange, refresh_lock
 from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
+from vpatch.probes.runner import Validation
+from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
 
 __all__ = [
+    "LOCK_NAME",
+    "Checked",
+    "LockChange",
     "Place",
     "Probe",
+    "ProbeCheck",
+    "ProbeFn",
     "ProbeKind",
     "ProbeOutcome",
+    "ProbeTarget",
     "Ran",
+    "Tally",
+    "Validation",
+    "Witness",
     "argv",
+    "check_probe",
+    "find_patch",
     "interpret",
     "probe_for",
+    "probe_name",
+    "probe_target",
+    "refresh_lock",
+    "stacked_tree",
+    "write_probe_template",
 ]

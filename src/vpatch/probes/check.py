@@ -7,15 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch import git
-from vpatch.base import Reporter, atomic_write, silent
-from vpatch.probes import workspace as probe_runs
+from vpatch.base import atomic_write
 from vpatch.probes.env import LOCK_NAME
 from vpatch.probes.file import ProbeError, probe_for
 from vpatch.probes.outcome import ProbeKind
-from vpatch.probes.runner import Validation, validation
+from vpatch.probes.runner import Validation
+from vpatch.probes.witness import Witness, stacked_tree
 from vpatch.series import PROBE, Patch, Series
-from vpatch.tree import export
+from vpatch.tree import tree_patch, tree_work
 
 
 @dataclass(frozen=True)
@@ -35,12 +34,12 @@ def find_patch(series: Series, state_dir: Path, key: str) -> tuple[str, Patch | 
     found = next((p for p in patches if key in (p.name, p.filename) or (key.isdigit() and int(key) == p.number)), None)
     if found is not None:
         return found.name, found, patches
-    name, found = export.tree_patch(state_dir, key, series.directory)
+    name, found = tree_patch(state_dir, key, series.directory)
     return name, found, sorted([*patches, found], key=lambda p: p.number) if found is not None else patches
 
 
 @dataclass(frozen=True)
-class Target:
+class ProbeTarget:
     """The patch `probe check` checks and the series it stacks it on: from `patches/`, or from the applied tree
     where that holds commits not exported yet among the patch and those before it (what the user works on)."""
 
@@ -52,13 +51,13 @@ class Target:
     dirty: tuple[str, ...] = ()  # uncommitted paths of the applied tree (never checked)
 
 
-def target(series: Series, state_dir: Path, key: str) -> Target:
-    """`find_patch`, reading the applied tree's version of the patches it has not exported (see Target)."""
+def probe_target(series: Series, state_dir: Path, key: str) -> ProbeTarget:
+    """`find_patch`, reading the applied tree's version of the patches it has not exported (see ProbeTarget)."""
 
     name, found, patches = find_patch(series, state_dir, key)
-    work = export.tree_work(series, state_dir)
+    work = tree_work(series, state_dir)
     if work is None:
-        return Target(name, found, tuple(patches))
+        return ProbeTarget(name, found, tuple(patches))
     in_tree = next((p for p in work.patches if p.name == name), None)
     if in_tree is None and found is not None and f"{name}.patch" in work.unexported:  # exported, emptied since
         raise ProbeError(f"the applied tree's commit of {name}.patch changes nothing now (its change was taken out "
@@ -67,43 +66,25 @@ def target(series: Series, state_dir: Path, key: str) -> Target:
                          hint=f"put the change back in {work.tree} (`git -C {work.tree} reflog` shows the commit "
                               "before the amend), or `vpatch apply --force` to take patches/ back into the tree")
     if in_tree is None:
-        return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
+        return ProbeTarget(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
     upto = [p for p in work.patches if p.number <= in_tree.number]
     from_tree = tuple(n for n in work.unexported if n in {p.filename for p in upto})
     if not from_tree:
-        return Target(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
-    return Target(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
+        return ProbeTarget(name, found, tuple(patches), tree=work.tree, dirty=work.dirty)
+    return ProbeTarget(name, in_tree, work.patches, from_tree, work.tree, work.dirty)
 
 
-def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None) -> str:
-    """The tree of `base` with the series applied in order up to and including `upto`: the tree `vpatch apply`
-    commits for it. Raises ProbeError naming the patch that does not apply."""
-    tree = base
-    for patch in patches:
-        applied = git.tree_with_patch(repo, tree, patch.raw)
-        if applied is None:
-            raise ProbeError(f"{patch.filename} does not apply on {name or base[:12]} after the patches before it, "
-                             f"so the probe of {upto.filename} cannot be checked with its patch",
-                             hint=f"vpatch apply --ref {name or base[:12]} names the failing hunk")
-        tree = applied
-        if patch.filename == upto.filename:
-            return tree
-    raise ProbeError(f"{upto.filename} is not in the series", hint="vpatch status lists the patches")
-
-
-def check(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str, cache: Path | None = None,
-          use_cache: bool = True, report: Reporter = silent, jobs: int | None = None) -> Checked:
-    """The patch's probe on `base` and on `base` + the series up to it (probes.validation decides), the two
-    sides at once where `jobs` (default: the cores) allows."""
+def check_probe(evidence: Witness, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
+          use_cache: bool = True) -> Checked:
+    """The patch's probe on `base` and on `base` + the series up to it (runner.validation decides, asked through
+    the command's Witness), the two sides at once where its jobs allow."""
     probe = probe_for(patch)
     if probe is None:
         raise ProbeError(f"{patch.filename} names no probe",
                          hint=f"vpatch probe new {patch.number:04d} --kind files (or command) writes one; then add "
                               f"'{PROBE}: {probe_name(patch.name)}' to the patch's trailers")
-    patched = stacked_tree(repo, patches, base, patch, name=ref)
-    with probe_runs.Session(cache=cache, jobs=jobs) as session:
-        found = validation(repo, probe, patch.filename, base=base, patched=patched, base_name=ref, cache=cache,
-                           report=report, use_cache=use_cache, session=session)
+    patched = stacked_tree(evidence.repo, patches, base, patch, name=ref)
+    found = evidence.validation(probe, patch.filename, base=base, patched=patched, base_name=ref, use_cache=use_cache)
     return Checked(patch.filename, probe.name, ref, base, found)
 
 
@@ -112,7 +93,7 @@ def probe_name(patch_name: str) -> str:
     return f"probes/{patch_name}.yaml"
 
 
-def write_template(patches_dir: Path, patch_name: str, kind: ProbeKind, *, patch: Patch | None = None) -> list[Path]:
+def write_probe_template(patches_dir: Path, patch_name: str, kind: ProbeKind, *, patch: Patch | None = None) -> list[Path]:
     """Write the probe template for `patch_name` (and, for a command probe, its script); refuses to overwrite."""
     folder = patches_dir / "probes"
     yaml_path = patches_dir / probe_name(patch_name)

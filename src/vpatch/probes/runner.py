@@ -70,7 +70,7 @@ class ProbeResult:
 
 
 @dataclass(frozen=True)
-class Request:
+class ProbeRequest:
     """One probe to run on one tree, as `run_ahead` takes it (the arguments of `run_probe`)."""
 
     probe: Probe
@@ -122,7 +122,7 @@ def _command_result(result: ProbeResult | None) -> ProbeResult:
     return result
 
 
-def run_ahead(repo: Path, requests: Sequence[Request], session: probe_runs.Session, *, use_cache: bool = True,
+def run_ahead(repo: Path, requests: Sequence[ProbeRequest], session: probe_runs.Session, *, use_cache: bool = True,
               report: Reporter = silent, first_decides: bool = False) -> list[ProbeResult | None]:
     """Run the command probes of `requests` that the result cache cannot answer, `session.jobs` at a time, and
     keep their results in the session for `run_probe` to read (once each) in whatever order it asks.
@@ -321,10 +321,10 @@ def validation(repo: Path, probe: Probe, patch_file: str, *, base: str, patched:
                               report=report, use_cache=use_cache, moves_from=moves_from, session=own)
     name = base_name or base[:12]
     label = name[:12] if git.is_object_id(name) else name  # progress lines name a commit by its short id
-    sides = [Request(probe, base, f"{patch_file.removesuffix('.patch')} on {label}", moves_from),
-             Request(probe, patched, f"{patch_file.removesuffix('.patch')} on {label} with the patch", moves_from)]
+    sides = [ProbeRequest(probe, base, f"{patch_file.removesuffix('.patch')} on {label}", moves_from),
+             ProbeRequest(probe, patched, f"{patch_file.removesuffix('.patch')} on {label} with the patch", moves_from)]
 
-    def side(request: Request) -> ProbeResult:
+    def side(request: ProbeRequest) -> ProbeResult:
         return run_probe(repo, probe, request.treeish, cache=cache, report=report, use_cache=use_cache,
                          label=request.label, moves_from=moves_from, session=session)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.image.build import BuildResult
+    from vpatch.image import BuildResult
 
 
 def built_lines(built: BuildResult) -> list[str]:

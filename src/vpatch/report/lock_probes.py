@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.probes.env import LockChange
+    from vpatch.probes import LockChange
 
 
 def change_lines(change: LockChange) -> list[str]:

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.probes.check import Checked, Target
+    from vpatch.probes import Checked, ProbeTarget
 
 
-def tree_lines(found: Target, patches_folder: str) -> list[str]:
+def tree_lines(found: ProbeTarget, patches_folder: str) -> list[str]:
     """Which patches `probe check` read from the applied tree rather than the patches folder; empty for none."""
     if not found.from_tree:
         return []
@@ -19,7 +19,7 @@ def tree_lines(found: Target, patches_folder: str) -> list[str]:
             f"{patches_folder}/: not exported yet; `vpatch export` writes them)"]
 
 
-def dirty_warning(found: Target) -> str | None:
+def dirty_warning(found: ProbeTarget) -> str | None:
     """On stderr: uncommitted changes in the applied tree, which the check does not see."""
     if not found.dirty:
         return None

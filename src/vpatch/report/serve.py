@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vpatch.serve import DriftReport
-    from vpatch.serve.run import Checked, Served
+    from vpatch.serve import ContainerCheck, DriftReport, Served
 
 
 def served_lines(served: Served, url: str) -> list[str]:
@@ -18,7 +17,7 @@ def served_lines(served: Served, url: str) -> list[str]:
             f"vLLM {served.lint.vllm_version}"]
 
 
-def check_line(checked: Checked) -> str:
+def container_check_line(checked: ContainerCheck) -> str:
     """`--check`: the container, its state and docker's health, and the liveness verdict."""
     health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
     return f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}"

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from vpatch.report import status as report
 from vpatch.status import Status
-from vpatch.update import Action, Outcome
+from vpatch.update import FileAction, UpdateOutcome
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def plan_table(result: Result) -> RenderableType | None:
     """The status table a dry run's plan was made from; None for every other outcome."""
-    if result.outcome is not Outcome.PLANNED or result.plan.report is None:
+    if result.outcome is not UpdateOutcome.PLANNED or result.plan.report is None:
         return None
 
     assert isinstance(result.plan.report, Status)
@@ -27,24 +27,24 @@ def update_lines(result: Result) -> list[str]:
     """The plan or the result, one line per patch and step (after plan_table's table, where there is one)."""
     plan = result.plan
     lines = []
-    if result.outcome is Outcome.ABORTED:
+    if result.outcome is UpdateOutcome.ABORTED:
         return [f"aborted the update to {plan.to_ref}; the project is as it was (pin {plan.from_ref})",
                 *result.notes]
-    if result.outcome is Outcome.UP_TO_DATE:
+    if result.outcome is UpdateOutcome.UP_TO_DATE:
         return [f"already there: the pin {plan.from_ref} is {plan.to_ref} ({plan.to_commit[:12]}); nothing changed"]
-    if result.outcome is Outcome.BLOCKED:
+    if result.outcome is UpdateOutcome.BLOCKED:
         return [f"the pin {plan.from_ref} stays: the first step toward the target needs a person; nothing changed"]
-    head = "plan" if result.outcome is Outcome.PLANNED else "update"
-    if result.outcome is not Outcome.STOPPED:
+    head = "plan" if result.outcome is UpdateOutcome.PLANNED else "update"
+    if result.outcome is not UpdateOutcome.STOPPED:
         lines += list(result.notes)  # what --continue took in from a person's work at the stop
     lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
     for row in plan.patches:
-        verb = row.verb(planned=result.outcome is Outcome.PLANNED)  # the decision's words (decision.py)
+        verb = row.verb(planned=result.outcome is UpdateOutcome.PLANNED)  # the decision's words (decision.py)
         lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
         lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
         if row.move_proof:
             lines.append(f"  {'':<14} proof: {row.move_proof}")
-        if row.action is Action.DROP:
+        if row.action is FileAction.DROP:
             lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
         if row.narrowing is not None:
             lines.append(f"  {'':<14} {row.narrowing.summary}: "
@@ -55,12 +55,12 @@ def update_lines(result: Result) -> list[str]:
     for check in result.probes:
         if check.probe:
             lines.append(f"  probe {check.probe} re-validated on {plan.to_ref}" + (f": {check.detail}" if check.detail else ""))
-    if result.outcome is Outcome.COMMITTED:
+    if result.outcome is UpdateOutcome.COMMITTED:
         lines.append(f"committed {(result.commit or '')[:12]}: {result.message.splitlines()[0]}")
-    elif result.outcome is Outcome.STAGED:
+    elif result.outcome is UpdateOutcome.STAGED:
         lines.append("staged in the project, not committed; the message vpatch would use:")
         lines += ["    " + line for line in result.message.splitlines()]
-    elif result.outcome is Outcome.STOPPED:
+    elif result.outcome is UpdateOutcome.STOPPED:
         stop = result.stop
         assert stop is not None
         lines.append(f"stopped at {stop.file}: {stop.reason}")
@@ -71,7 +71,7 @@ def update_lines(result: Result) -> list[str]:
                      "patches/ and commit it; then run `vpatch update --continue`;")
         lines.append("or `vpatch update --abort` to leave the project as it was (your resolution is kept and the "
                      "next update replays it)")
-    if plan.all_landed and result.outcome is not Outcome.STOPPED:
+    if plan.all_landed and result.outcome is not UpdateOutcome.STOPPED:
         lines.append(f"no local patch remains: the official vLLM {plan.to_ref} image now suffices")
     return lines
 

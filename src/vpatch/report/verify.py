@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from vpatch.deploy.live import LiveReport
-    from vpatch.image.verify import Report
+    from vpatch.image import VerifyReport
 
 
-def check_lines(report: Report) -> list[str]:
+def check_lines(report: VerifyReport) -> list[str]:
     """Each check of the image with its mark, and why where it says more."""
     return [f"{check.mark} {check.what}" + (f": {check.detail}" if check.detail else "") for check in report.checks]
 
 
-def matched_line(image: str, report: Report) -> str:
+def matched_line(image: str, report: VerifyReport) -> str:
     return f"image {image} matches its labels: {len(report.checks)} check(s) passed"
 
 

@@ -11,12 +11,14 @@ from vpatch.serve.alive import base_url
 from vpatch.serve.drift import DriftReport
 from vpatch.serve.health import refuse_taken_port, wait_alive
 from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY
-from vpatch.serve.run import health_url, start
+from vpatch.serve.run import ContainerCheck, Served, health_url, start
 
 __all__ = [
     "LABEL_DEFINITION",
     "LABEL_DEPLOY",
+    "ContainerCheck",
     "DriftReport",
+    "Served",
     "base_url",
     "health_url",
     "refuse_taken_port",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import Progress, VpatchError, lock
+from vpatch.base import Progress, VpatchError, host_lock_folder, host_resources
 from vpatch.config import ImageDefinition
 from vpatch.docker import Docker, DockerError
 from vpatch.serve import alive, health, lint, render, runerror
@@ -35,7 +35,7 @@ def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: st
     report = lint.check(docker, command, definition=definition.name, cache=cache, progress=progress)
     # The lock deploy, rollback and prune take on this container name and port: a serve --replace never
     # removes the candidate a deploy is checking.
-    with lock.host_resources(lock.host_lock_folder(), container=command.name, port=definition.serve.port,
+    with host_resources(host_lock_folder(), container=command.name, port=definition.serve.port,
                              holder=f"vpatch serve {definition.name}"):
         return _serve(docker, definition, command, report, replace=replace, progress=progress)
 
@@ -92,7 +92,7 @@ def start(docker: Docker, command: RunCommand, *, progress: Progress | None = No
 
 
 @dataclass(frozen=True)
-class Checked:
+class ContainerCheck:
     """`vpatch serve NAME --check`: the container's state, its own health check's, and the verdict from outside."""
 
     container: str
@@ -105,17 +105,17 @@ class Checked:
         return self.verdict.alive
 
 
-def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Checked:
+def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> ContainerCheck:
     """The liveness verdict on the running container of `definition`, by the rule its health check runs;
     the stall memory between two checks (cron) lives in `state_dir`."""
     assert definition.serve is not None
     name = definition.serve.container.name
     info = docker.container(name)
     if info is None:
-        return Checked(name, "absent", "", alive.Verdict("down", f"no container named {name}", 0.0))
+        return ContainerCheck(name, "absent", "", alive.Verdict("down", f"no container named {name}", 0.0))
     why = health.down(docker, info.id)
     if why is not None:
-        return Checked(name, info.status, info.health, alive.Verdict("down", why, 0.0))
+        return ContainerCheck(name, info.status, info.health, alive.Verdict("down", why, 0.0))
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         state: str | None = str(state_dir / f"{definition.name}-alive.json")
@@ -124,4 +124,4 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Ch
     verdict = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
                           timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
                           state=state)
-    return Checked(name, info.status, info.health, verdict)
+    return ContainerCheck(name, info.status, info.health, verdict)

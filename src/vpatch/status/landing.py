@@ -20,7 +20,7 @@ class Search:
     candidates: int  # the first-parent commits it searched (after the last revert)
 
 
-def search(repo: Path, *, below: str, top: str, main: str | None, landed: Callable[[str], bool],
+def search_landing(repo: Path, *, below: str, top: str, main: str | None, landed: Callable[[str], bool],
            floor: Callable[[Sequence[str]], int]) -> Search | None:
     """The first commit between `below` (not landed) and `top` (landed) where `landed` holds: the first-parent
     line of _bisect_range (release branches: main between the merge-bases, or the branch's own commits),

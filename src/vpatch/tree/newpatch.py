@@ -29,7 +29,7 @@ def template(subject: str, filename: str, today: str) -> str:
     )
 
 
-def start(series: Series, state_dir: Path, *, slug: str, subject: str | None = None) -> tuple[str, Path]:
+def start_patch(series: Series, state_dir: Path, *, slug: str, subject: str | None = None) -> tuple[str, Path]:
     """Add an empty commit for a new patch on top of the applied tree; returns its file name and the tree."""
     if not _SLUG.match(slug):
         raise VpatchError(f"bad patch slug {slug!r}", hint="use lower-case letters, digits and dashes, e.g. fix-parser")

@@ -9,13 +9,13 @@ from vpatch.update.furthest import Blocker, Choice, Reach
 from vpatch.update.guard import Refused
 from vpatch.update.journal import Stopped, stopped_update
 from vpatch.update.plan import (
-    Action,
-    Outcome,
+    FileAction,
     PatchPlan,
-    Plan,
-    ProbeCheck,
     Result,
+    Revalidation,
     Stop,
+    UpdateOutcome,
+    UpdatePlan,
     Validator,
     commit_message,
     judge_with_status,
@@ -23,19 +23,19 @@ from vpatch.update.plan import (
 from vpatch.update.run import abort, resume, update, update_furthest, validate_with_probes
 
 __all__ = [
-    "Action",
     "Blocker",
     "Choice",
     "ExitCode",
-    "Outcome",
+    "FileAction",
     "PatchPlan",
-    "Plan",
-    "ProbeCheck",
     "Reach",
     "Refused",
     "Result",
+    "Revalidation",
     "Stop",
     "Stopped",
+    "UpdateOutcome",
+    "UpdatePlan",
     "Validator",
     "VpatchError",
     "abort",

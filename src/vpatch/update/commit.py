@@ -14,26 +14,26 @@ from vpatch.update.journal import (
     JOURNAL_FILE,
     CommitJournal,
     Project,
-    State,
+    UpdateState,
     discard,
     save_journal,
 )
 from vpatch.update.narrow import record
-from vpatch.update.plan import Action, Outcome, Plan, ProbeCheck, Result, commit_message
+from vpatch.update.plan import FileAction, Result, Revalidation, UpdateOutcome, UpdatePlan, commit_message
 from vpatch.update.retarget import probe_writes
 
 
-def commit_update(project: Project, series: Series, state: State, plan: Plan, exported: ExportResult,
-            probes: tuple[ProbeCheck, ...]) -> Result:
+def commit_update(project: Project, series: Series, state: UpdateState, plan: UpdatePlan, exported: ExportResult,
+            probes: tuple[Revalidation, ...]) -> Result:
     """Build the project commit as objects, then move the branch (the commit point), then check it out."""
     config, top = project.config, project.top
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
-    removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
+    removes = [project.path(f"{config.patches}/{f}") for f in plan.files(FileAction.DROP)]
     gone_probes = _retired_probe_files(project, series, plan, old)
     removes += gone_probes
 
-    kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
+    kept = [p for p in series.patches if p.filename not in plan.files(FileAction.DROP)]
     moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
                                 target=plan.to_commit)
     writes.update(moved_probes)
@@ -58,7 +58,7 @@ def commit_update(project: Project, series: Series, state: State, plan: Plan, ex
     if state.no_commit:
         git.switch_tree(top, old, tree)
         discard(project, Path(state.repo))
-        return Result(Outcome.STAGED, plan, message=message, probes=probes)
+        return Result(UpdateOutcome.STAGED, plan, message=message, probes=probes)
     new = git.commit_tree(top, tree, [old], message)
     journal = CommitJournal(state.head_ref, old, new, state.repo, plan, message)
     # The journal goes first: from here on a kill or an error leaves it for --continue / --abort.
@@ -91,7 +91,7 @@ def finish_commit(project: Project, journal: CommitJournal) -> Result:
     if not git.index_matches(project.top, new):
         _switch(project, old, new, ref, undo=False)
     discard(project, Path(journal.repo))
-    return Result(Outcome.COMMITTED, journal.plan, commit=new, message=journal.message)
+    return Result(UpdateOutcome.COMMITTED, journal.plan, commit=new, message=journal.message)
 
 
 def undo_commit(project: Project, journal: CommitJournal) -> None:
@@ -182,7 +182,7 @@ def _name(ref: str) -> str:
     return ref.removeprefix("refs/heads/")
 
 
-def _retired_entries(project: Project, series: Series, plan: Plan, head: str) -> list[RetiredPatch | NarrowedPatch]:
+def _retired_entries(project: Project, series: Series, plan: UpdatePlan, head: str) -> list[RetiredPatch | NarrowedPatch]:
     entries: list[RetiredPatch | NarrowedPatch] = []
     for row in plan.patches:
         patch = series.get(row.file.removesuffix(".patch"))
@@ -190,7 +190,7 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
 
             entries.append(record(patch, row.narrowing, retired_by=f"update {plan.from_ref} -> {plan.to_ref}",
                                   last_version=f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}"))
-        if row.action is not Action.DROP:
+        if row.action is not FileAction.DROP:
             continue
         entries.append(RetiredPatch(
             patch.number, patch.slug, patch.subject, row.landed_in or plan.to_ref,
@@ -202,12 +202,12 @@ def _retired_entries(project: Project, series: Series, plan: Plan, head: str) ->
     return entries
 
 
-def _retired_probe_files(project: Project, series: Series, plan: Plan, head: str) -> list[str]:
+def _retired_probe_files(project: Project, series: Series, plan: UpdatePlan, head: str) -> list[str]:
     """The files of a dropped patch's probe (its YAML, and the files beside it named after it, such as its
     script): they leave with the patch, unless a kept patch's probe names them too. RETIRED.md's last version
     of the patch (a commit) still reaches them."""
-    dropped = [series.get(f.removesuffix(".patch")) for f in plan.files(Action.DROP)]
-    kept = [p for p in series if p.filename not in plan.files(Action.DROP)]
+    dropped = [series.get(f.removesuffix(".patch")) for f in plan.files(FileAction.DROP)]
+    kept = [p for p in series if p.filename not in plan.files(FileAction.DROP)]
     keep = {p.probe_path.with_suffix("") for p in kept if p.probe_path is not None}
     gone: list[str] = []
     for patch in dropped:
@@ -223,7 +223,7 @@ def _retired_probe_files(project: Project, series: Series, plan: Plan, head: str
     return gone
 
 
-def _rewritten_lines(plan: Plan, state: State, probes: tuple[ProbeCheck, ...]) -> str:
+def _rewritten_lines(plan: UpdatePlan, state: UpdateState, probes: tuple[Revalidation, ...]) -> str:
     """The patches a person rewrote at a stop, and the evidence the rewritten patch passed."""
     checked = {p.file: p for p in probes}
     lines = ["", f"Rewritten by hand for {plan.to_ref} (the update stopped there; resolved, then --continue):"]

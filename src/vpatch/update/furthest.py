@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import Event, ExitCode, Reporter, VpatchError, silent
-from vpatch.update.plan import Action, Outcome, PatchPlan, Result
+from vpatch.update.plan import FileAction, PatchPlan, Result, UpdateOutcome
 from vpatch.upstream import lineage
-from vpatch.verdict import decision
+from vpatch.verdict import Action
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -52,7 +52,7 @@ class Blocker:
 
 
 @dataclass(frozen=True)
-class Check:
+class CandidateCheck:
     """One candidate judged: `full` with every check the real run makes, else by judging and narrowing alone."""
 
     candidate: Candidate
@@ -67,7 +67,7 @@ class Choice:
     mode: str  # "releases" (release tags up to a release target) or "commits" (first-parent commits)
     candidates: tuple[Candidate, ...]  # oldest first, the target last
     step: Candidate | None  # where the pin goes; None: the first candidate already needs a person
-    checks: tuple[Check, ...]  # in the order they were made
+    checks: tuple[CandidateCheck, ...]  # in the order they were made
 
     @property
     def bound(self) -> int:
@@ -75,7 +75,7 @@ class Choice:
         return math.ceil(math.log2(len(self.candidates))) + 2 if self.candidates else 0
 
     @property
-    def blocked(self) -> Check | None:
+    def blocked(self) -> CandidateCheck | None:
         """The check of the candidate right after the step (None when the step is the target)."""
         if self.step == self.target:
             return None
@@ -116,9 +116,9 @@ class Reach:
     result: Result
 
     def exit_code(self) -> ExitCode:
-        if self.result.outcome is Outcome.STOPPED:
+        if self.result.outcome is UpdateOutcome.STOPPED:
             return ExitCode.CONFLICT
-        if self.result.outcome is Outcome.BLOCKED:
+        if self.result.outcome is UpdateOutcome.BLOCKED:
             return ExitCode.ATTENTION
         return ExitCode.OK if self.choice.blocked is None else ExitCode.PARTWAY
 
@@ -158,13 +158,13 @@ def candidates(repo: Path, config: Config, *, current: str, to: str, target: str
 
 
 # candidate -> the check of it
-Checker = Callable[[Candidate], Check]
+Checker = Callable[[Candidate], CandidateCheck]
 
 
 def choose(target: Candidate, mode: str, line: Sequence[Candidate], *, judged: Checker, full: Checker,
            report: Reporter = silent) -> Choice:
     """The newest candidate of `line` (oldest first, ending at `target`) where `full` passes; see the module."""
-    checks: list[Check] = []
+    checks: list[CandidateCheck] = []
 
     def run(i: int, how: Checker) -> bool:
         report(Event(f"furthest: {line[i].ref}", "checking", f"{len(checks) + 1} of at most "
@@ -208,8 +208,8 @@ def blockers_of(rows: Sequence[PatchPlan], at: Candidate, target: str | None = N
     whose probe is INVALID (the move is refused)."""
     out = []
     for row in rows:
-        refused = row.case.action is decision.Action.REFUSE
-        if row.action is not Action.STOP and not refused:
+        refused = row.case.action is Action.REFUSE
+        if row.action is not FileAction.STOP and not refused:
             continue
         reasons = tuple(r for r in (row.decided_by, *row.note.splitlines()) if r)
         out.append(Blocker(row.file, row.case.value if refused else row.state, at.ref, at.commit,

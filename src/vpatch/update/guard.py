@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import VpatchError
-from vpatch.update.plan import Action, Plan, ProbeCheck
+from vpatch.update.plan import FileAction, Revalidation, UpdatePlan
 from vpatch.upstream import lineage
-from vpatch.verdict import decision, vetoed
+from vpatch.verdict import Action, vetoed
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -26,7 +26,7 @@ class Refused(VpatchError):
 
 
 # (repo, config, patch, base, patched) -> the probe checked on base (must fail) and patched (must pass).
-Check = Callable[[Path, "Config", "Patch", str, str], ProbeCheck]
+Check = Callable[[Path, "Config", "Patch", str, str], Revalidation]
 
 
 def refuse_downgrade(repo: Path, config: Config, current: str, to: str, target: str) -> None:
@@ -38,13 +38,13 @@ def refuse_downgrade(repo: Path, config: Config, current: str, to: str, target: 
                           hint="pass --allow-downgrade to move the pin backwards (or sideways) anyway")
 
 
-def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan, check: Check) -> None:
+def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: UpdatePlan, check: Check) -> None:
     """A dropped patch's probe is re-validated on the old pin (fails there, passes with the patch): a probe
     that cannot tell the bug from the fix is no reason to drop anything."""
     by_file = {p.filename: p for p in series}
     for row in plan.patches:
         patch = by_file[row.file]
-        if row.action is not Action.DROP or patch.probe_path is None:
+        if row.action is not FileAction.DROP or patch.probe_path is None:
             continue
         patched = git.tree_with_patch(repo, plan.from_commit, patch.raw)
         if patched is None:
@@ -53,19 +53,19 @@ def refuse_unproven_drops(repo: Path, config: Config, series: Series, plan: Plan
         try:
             result = check(repo, config, patch, plan.from_commit, patched)
         except VpatchError as exc:
-            result = ProbeCheck(row.file, patch.trailer("Probe"), False, exc.message)
+            result = Revalidation(row.file, patch.trailer("Probe"), False, exc.message)
         if not result.ok:
             # the veto: the drop's case is an invalid probe after all (Case.INVALID_PROBE: Action.REFUSE)
             raise vetoed(row.file, dropping=True, pin_ref=plan.from_ref, detail=result.detail)
 
 
-def refuse_missing_live_checks(config: Config, series: Series, plan: Plan) -> None:
+def refuse_missing_live_checks(config: Config, series: Series, plan: UpdatePlan) -> None:
     """A dropped patch's Live-Check: goes into RETIRED.md, and the next deploy runs it against the new server
     to show the drop was right: a drop whose check names no file would only fail there, after the pin moved."""
     by_file = {p.filename: p for p in series}
     for row in plan.patches:
         patch = by_file[row.file]
-        if row.action is not Action.DROP or patch.live_check is None:
+        if row.action is not FileAction.DROP or patch.live_check is None:
             continue
         path = patch.live_check_path(config.root)
         if path is not None and not path.is_file():
@@ -75,34 +75,34 @@ def refuse_missing_live_checks(config: Config, series: Series, plan: Plan) -> No
                      "(docs/live-checks.md) or remove the trailer, then update again")
 
 
-def refuse_invalid_probes(plan: Plan) -> None:
+def refuse_invalid_probes(plan: UpdatePlan) -> None:
     """The last word on a patch whose probe status found INVALID (Case.INVALID_PROBE, Action.REFUSE): its row went
     on as its text said so that the checks above refuse it with what the probe does, and if none of them did
     (its probe validates on the new pin, not on the pin) the move is still refused: the decision stands."""
     for row in plan.patches:
-        if row.case.action is decision.Action.REFUSE:
-            raise vetoed(row.file, dropping=row.action is Action.DROP, pin_ref=plan.from_ref,
+        if row.case.action is Action.REFUSE:
+            raise vetoed(row.file, dropping=row.action is FileAction.DROP, pin_ref=plan.from_ref,
                          detail=row.decided_by)
 
 
-def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check,
-                            patches: dict[str, Patch]) -> list[ProbeCheck]:
+def refuse_unvalidated_kept(repo: Path, config: Config, plan: UpdatePlan, check: Check,
+                            patches: dict[str, Patch]) -> list[Revalidation]:
     """The dry run's copy of the real run's last check: each kept patch's probe on the new pin (must fail) and on
     the new pin plus the kept patches up to it (must pass), raising the real run's error when one does not.
     `patches`: file -> the patch as the update applies it (narrowed ones without the hunks upstream has).
     The trees are built in memory by plain applies; from the first patch that only merges 3-way on, the real
     run's update tree is needed, and those probes are left to it."""
-    checked: list[ProbeCheck] = []
+    checked: list[Revalidation] = []
     tree = plan.to_commit
     for row in plan.patches:
-        if row.action is Action.DROP:
+        if row.action is FileAction.DROP:
             continue
         patch = patches[row.file]
         applied = git.tree_with_patch(repo, tree, patch.raw)
         if applied is None:
             break
         tree = applied
-        if row.action is Action.STOP or patch.probe_path is None:
+        if row.action is FileAction.STOP or patch.probe_path is None:
             continue
         checked.append(check(repo, config, patch, plan.to_commit, tree))  # raises as in the real run
     failed = [c for c in checked if not c.ok]
@@ -111,7 +111,7 @@ def refuse_unvalidated_kept(repo: Path, config: Config, plan: Plan, check: Check
     return checked
 
 
-def unvalidated(failed: list[ProbeCheck], to_ref: str) -> VpatchError:
+def unvalidated(failed: list[Revalidation], to_ref: str) -> VpatchError:
     """The error of an update whose kept patches' probes do not validate on the new pin (real run and dry run)."""
     return VpatchError(
         f"probe of {failed[0].file} no longer validates on {to_ref}: {failed[0].detail}"

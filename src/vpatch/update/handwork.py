@@ -12,13 +12,13 @@ from dataclasses import replace
 from vpatch import git
 from vpatch.base import ApplyError, VpatchError
 from vpatch.series import Patch, Series
-from vpatch.tree import stack
+from vpatch.tree import AppliedPatch, Stack, commit_patch, load_stack, save_stack
 from vpatch.update import resolution
-from vpatch.update.journal import Project, State, save_state
-from vpatch.update.plan import Action
+from vpatch.update.journal import Project, UpdateState, save_state
+from vpatch.update.plan import FileAction
 
 
-def take_in_commits(project: Project, state: State, notes: list[str]) -> State:
+def take_in_commits(project: Project, state: UpdateState, notes: list[str]) -> UpdateState:
     """Commits made in the project during the stop go under the update's commit, as `git rebase` takes a commit
     made mid-rebase: those that change patches the update tree has not used yet (the stopped one, the ones
     after it) or other files of the project. Refused, nothing touched, when they change what the update has
@@ -34,10 +34,10 @@ def take_in_commits(project: Project, state: State, notes: list[str]) -> State:
                           hint=f"check out {state.head_ref.removeprefix('refs/heads/')} at a commit on top of "
                                f"{state.head[:12]}; or {again}")
     patches = project.path(project.config.patches) + "/"
-    recorded = stack.load_stack(project.work, required=False)
+    recorded = load_stack(project.work, required=False)
     used = {a.file for a in recorded.applied} if recorded is not None else set()
     planned = {p.file for p in state.plan.patches}
-    dropped = set(state.plan.files(Action.DROP))
+    dropped = set(state.plan.files(FileAction.DROP))
     for path in git.paths_differing(top, state.head, now):
         name = path.removeprefix(patches) if path.startswith(patches) else None
         why = None
@@ -69,13 +69,13 @@ def refuse_uncommitted(project: Project) -> None:
                                "git rebase does) or set them aside (`git stash`), then vpatch update --continue")
 
 
-def take_in_hand_edit(project: Project, state: State, series: Series, notes: list[str]) -> State:
+def take_in_hand_edit(project: Project, state: UpdateState, series: Series, notes: list[str]) -> UpdateState:
     """The stopped patch's file edited by hand in patches/ (committed) is the resolution: it goes into the update
     tree in place of the conflict; what the tree held beyond the conflict is set aside first."""
     if not state.pending:
         return state
     file = state.pending[0]
-    recorded = stack.load_stack(project.work)
+    recorded = load_stack(project.work)
     assert recorded is not None
     if file in {a.file for a in recorded.applied}:
         return state
@@ -125,10 +125,10 @@ def refuse_unresolved(project: Project) -> None:
                          hint=f"resolve them in {project.tree}, `git add` them, then vpatch update --continue")
 
 
-def commit_resolution(project: Project, state: State, series: Series) -> State:
+def commit_resolution(project: Project, state: UpdateState, series: Series) -> UpdateState:
     """The stopped patch as the person left it in the update tree, committed there as rewritten by hand for the
     target (a trailer and Last-Update say so), its plan row saying the same."""
-    recorded = stack.load_stack(project.work)
+    recorded = load_stack(project.work)
     assert recorded is not None
     if not state.pending or state.pending[0] in {a.file for a in recorded.applied}:
         return state
@@ -144,7 +144,7 @@ def commit_resolution(project: Project, state: State, series: Series) -> State:
     # the trailer says what a reviewer needs (which release, what conflicted); the plan row says how it was resolved
     patch = resolution.rewritten_by_hand(series.get(current.removesuffix(".patch")), state.plan.to_ref,
                                          why.split(";")[0])
-    stack.commit_patch(tree, patch)
+    commit_patch(tree, patch)
     record_applied(project, recorded, patch)
     rows = tuple(replace(p, decided_by=f"rewritten by hand for {state.plan.to_ref} ({why}); was: {p.decided_by}")
                  if p.file == current else p for p in state.plan.patches)
@@ -155,7 +155,7 @@ def commit_resolution(project: Project, state: State, series: Series) -> State:
     return state
 
 
-def keep_work(project: Project, state: State | None, recorded: stack.Stack | None) -> resolution.Kept | None:
+def keep_work(project: Project, state: UpdateState | None, recorded: Stack | None) -> resolution.Kept | None:
     """What the person wrote in the update tree for the stopped patch, set aside before the tree goes."""
     if state is None or recorded is None or not state.pending or not project.tree.is_dir():
         return None
@@ -174,6 +174,6 @@ def ours_label(to_ref: str) -> str:
     return f"{to_ref} (upstream, with the patches before it)"
 
 
-def record_applied(project: Project, recorded: stack.Stack, patch: Patch) -> None:
-    applied = (*recorded.applied, stack.AppliedPatch(patch.filename, git.head(project.tree)))
-    stack.save_stack(project.work, replace(recorded, applied=applied))
+def record_applied(project: Project, recorded: Stack, patch: Patch) -> None:
+    applied = (*recorded.applied, AppliedPatch(patch.filename, git.head(project.tree)))
+    save_stack(project.work, replace(recorded, applied=applied))

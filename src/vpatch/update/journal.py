@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch import git
 from vpatch.base import VpatchError, records
-from vpatch.update.plan import Plan
+from vpatch.update.plan import UpdatePlan
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -54,8 +54,8 @@ class Project:
 
 
 @dataclass(frozen=True)
-class State:
-    plan: Plan
+class UpdateState:
+    plan: UpdatePlan
     head: str  # the project's HEAD when the update started
     head_ref: str
     repo: str  # the upstream repository
@@ -79,8 +79,8 @@ class State:
         return {**asdict(self), "plan": self.plan.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> State:
-        return cls(**{**data, "plan": Plan.from_dict(data["plan"])})
+    def from_dict(cls, data: dict[str, Any]) -> UpdateState:
+        return cls(**{**data, "plan": UpdatePlan.from_dict(data["plan"])})
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class CommitJournal:
     old: str
     new: str
     repo: str  # the upstream repository, whose update tree goes once the commit is finished or undone
-    plan: Plan
+    plan: UpdatePlan
     message: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,7 +103,7 @@ class CommitJournal:
         for name in ("ref", "old", "new", "repo", "message"):
             if not isinstance(data.get(name), str):
                 raise TypeError(f"its {name!r} is missing or not a string")
-        return cls(**{**data, "plan": Plan.from_dict(data["plan"])})
+        return cls(**{**data, "plan": UpdatePlan.from_dict(data["plan"])})
 
 
 @dataclass(frozen=True)
@@ -191,12 +191,12 @@ def discard(project: Project, repo: Path) -> None:
     shutil.rmtree(project.work, ignore_errors=True)
 
 
-def save_state(project: Project, state: State) -> None:
+def save_state(project: Project, state: UpdateState) -> None:
     records.save(project.work / STATE_FILE, state)
 
 
-def load_state(project: Project) -> State:
-    state = records.load(project.work / STATE_FILE, State.from_dict, what="the state of the stopped update",
+def load_state(project: Project) -> UpdateState:
+    state = records.load(project.work / STATE_FILE, UpdateState.from_dict, what="the state of the stopped update",
                          hint="vpatch update --abort discards the stopped update (the project itself is untouched)")
     if state is None:
         raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")

@@ -23,9 +23,9 @@ from typing import Any
 from vpatch import git
 from vpatch.base import VpatchError
 from vpatch.series import LAST_UPDATE, DroppedHunkRecord, Hunk, NarrowedPatch, Patch
-from vpatch.status import landing
+from vpatch.status import search_landing
 from vpatch.upstream import lineage
-from vpatch.verdict import Outcome, State, Verdict, applycheck, hunk_name
+from vpatch.verdict import ApplyOutcome, State, Verdict, applycheck, hunk_name
 
 _HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _LAST_UPDATE_LINE = re.compile(rf"^{LAST_UPDATE}:[^\n]*$", re.MULTILINE)
@@ -312,7 +312,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
 
     def has(commit: str) -> bool:
         found = applycheck.check(one, git.read_blobs(repo, commit, [fd.path]), reverse=True)
-        return found.outcome in (Outcome.CLEAN, Outcome.OFFSETS)
+        return found.outcome in (ApplyOutcome.CLEAN, ApplyOutcome.OFFSETS)
 
     base = pin if git.is_ancestor(repo, pin, target) else git.merge_base(repo, pin, target)
     if base is None or base == target or not has(target):
@@ -330,7 +330,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return floors[-1]
 
     main = git.resolve_commit(repo, branch) if branch else None
-    found = landing.search(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
+    found = search_landing(repo, below=pin, top=target, main=main, landed=has, floor=after_last_revert)
     if found is None:
         return f"{to_ref} (at or before commit {target[:12]})"
     subject = git.commit_subject(repo, found.commit)

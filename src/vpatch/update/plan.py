@@ -9,32 +9,32 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vpatch import status
 from vpatch.base import silent
+from vpatch.probes import Witness
 from vpatch.series import RETIRED_FILE, Patch, Series
-from vpatch.status import compute as status
 from vpatch.update import narrow
 from vpatch.update.narrow import Narrowing, message_lines
 from vpatch.update.retarget import message_lines as moved_lines
 from vpatch.update.retarget import retargeted
-from vpatch.verdict import FOLLOWED_CODE, Case, Kind, decision, judge_series
+from vpatch.verdict import FOLLOWED_CODE, Action, Case, Decision, Kind, decide, judge_series, verb
 
 if TYPE_CHECKING:
     from vpatch.base import Reporter
     from vpatch.config import Config
-    from vpatch.probes import workspace as probe_runs
     from vpatch.status import Landing, Status
     from vpatch.update.narrow import Narrowing
     from vpatch.verdict import Verdict
 
 
-class Action(str, Enum):
+class FileAction(str, Enum):
     DROP = "drop"  # landed upstream: the file goes, RETIRED.md records why
     REFRESH = "refresh"  # needed: re-applied on the new pin, the file re-exported (and it changed)
     KEEP = "keep"  # needed: re-applied on the new pin, the file is byte-identical
     STOP = "stop"  # partial or conflict: a person must resolve it in the update tree
 
 
-class Outcome(str, Enum):
+class UpdateOutcome(str, Enum):
     PLANNED = "planned"  # --dry-run: nothing changed
     COMMITTED = "committed"
     STAGED = "staged"  # --no-commit: the changes are in the index and work tree
@@ -49,7 +49,7 @@ class PatchPlan:
     file: str
     subject: str
     case: Case  # the decision's case on the new pin (decision.py): what the update does follows from it
-    action: Action
+    action: FileAction
     decided_by: str  # the evidence that set the state
     evidence: tuple[str, ...]  # every fact, strongest first
     landed_in: str | None = None  # Applied-Upstream: "v0.30.0 (commit 1a2b3c4d5e6f, release v0.30.0)"
@@ -70,18 +70,18 @@ class PatchPlan:
     def verb(self, *, planned: bool) -> str:
         """What the update does (or, `planned`, would do) with it, in the decision's words."""
         done = self.case.action
-        if done is decision.Action.NARROW and self.narrowing is None:
-            done = decision.Action.STOP  # not narrowed (or --no-narrow): a person resolves it
-        if done is decision.Action.STOP and self.action in (Action.REFRESH, Action.KEEP):
-            done = decision.Action.APPLY  # a person resolved it at the stop, and it went in
-        if done is decision.Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
-            done = {Action.DROP: decision.Action.DROP, Action.STOP: decision.Action.STOP}.get(
-                self.action, decision.Action.APPLY)
-        return decision.verb(done, planned=planned, refreshed=self.action is Action.REFRESH)
+        if done is Action.NARROW and self.narrowing is None:
+            done = Action.STOP  # not narrowed (or --no-narrow): a person resolves it
+        if done is Action.STOP and self.action in (FileAction.REFRESH, FileAction.KEEP):
+            done = Action.APPLY  # a person resolved it at the stop, and it went in
+        if done is Action.REFUSE:  # it went on as its text said until a guard refuses it (_row_action)
+            done = {FileAction.DROP: Action.DROP, FileAction.STOP: Action.STOP}.get(
+                self.action, Action.APPLY)
+        return verb(done, planned=planned, refreshed=self.action is FileAction.REFRESH)
 
 
 @dataclass(frozen=True)
-class Plan:
+class UpdatePlan:
     from_ref: str
     from_commit: str
     to_ref: str
@@ -90,15 +90,15 @@ class Plan:
     report: Status | None = field(default=None, compare=False, repr=False)  # the judging, for display
     ahead: tuple[str, ...] = ()  # --furthest short of its target: what blocks going further (commit message lines)
 
-    def with_action(self, file: str, action: Action) -> Plan:
+    def with_action(self, file: str, action: FileAction) -> UpdatePlan:
         return replace(self, patches=tuple(replace(p, action=action) if p.file == file else p for p in self.patches))
 
-    def files(self, *actions: Action) -> list[str]:
+    def files(self, *actions: FileAction) -> list[str]:
         return [p.file for p in self.patches if p.action in actions]
 
     @property
     def all_landed(self) -> bool:
-        return all(p.action is Action.DROP for p in self.patches)
+        return all(p.action is FileAction.DROP for p in self.patches)
 
     def to_dict(self) -> dict[str, object]:
         return {"from_ref": self.from_ref, "from_commit": self.from_commit, "to_ref": self.to_ref,
@@ -108,14 +108,14 @@ class Plan:
                 "ahead": list(self.ahead)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Plan:
+    def from_dict(cls, data: dict[str, Any]) -> UpdatePlan:
         rows = data["patches"]
         assert isinstance(rows, list)
 
         # a plan journaled before cases were recorded has the state word only: it names the case
         patches = tuple(PatchPlan(**{**{k: v for k, v in r.items() if k != "state"},
                                      "case": Case(r.get("case") or r["state"]),
-                                     "action": Action(r["action"]), "evidence": tuple(r["evidence"]),
+                                     "action": FileAction(r["action"]), "evidence": tuple(r["evidence"]),
                                      "moves": tuple(r.get("moves", ())),
                                      "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "relocate": tuple((str(o), int(h), str(n), int(at), str(image))
@@ -127,7 +127,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class ProbeCheck:
+class Revalidation:
     """A remaining patch's probe re-validated on the new pin: fails without the patch, passes with it."""
 
     file: str
@@ -147,11 +147,11 @@ class Stop:
 
 @dataclass(frozen=True)
 class Result:
-    outcome: Outcome
-    plan: Plan
+    outcome: UpdateOutcome
+    plan: UpdatePlan
     commit: str | None = None  # the project commit (COMMITTED)
     message: str = ""  # the commit message (COMMITTED / STAGED)
-    probes: tuple[ProbeCheck, ...] = ()
+    probes: tuple[Revalidation, ...] = ()
     stop: Stop | None = None
     notes: tuple[str, ...] = ()  # a person's work at a stop: what was taken in, set aside or replayed
 
@@ -167,16 +167,17 @@ class Result:
             "pin": {"from": {"ref": self.plan.from_ref, "commit": self.plan.from_commit},
                     "to": {"ref": self.plan.to_ref, "commit": self.plan.to_commit}},
             "patches": plan["patches"],
-            "dropped": self.plan.files(Action.DROP),
-            "refreshed": self.plan.files(Action.REFRESH),
-            "kept": self.plan.files(Action.KEEP),
+            "dropped": self.plan.files(FileAction.DROP),
+            "refreshed": self.plan.files(FileAction.REFRESH),
+            "kept": self.plan.files(FileAction.KEEP),
             "probes": [asdict(p) for p in self.probes],
             "commit": self.commit,
             "message": self.message or None,
             "stop": None if self.stop is None else {**asdict(self.stop), "worktree": str(self.stop.worktree)},
             "notes": list(self.notes),
-            "no_local_patch_remains": self.all_landed and self.outcome not in (Outcome.STOPPED, Outcome.UP_TO_DATE,
-                                                                               Outcome.BLOCKED),
+            "no_local_patch_remains": self.all_landed and self.outcome not in (UpdateOutcome.STOPPED,
+                                                                               UpdateOutcome.UP_TO_DATE,
+                                                                               UpdateOutcome.BLOCKED),
         }
 
 
@@ -184,7 +185,7 @@ class Result:
 # and the status report they came from (shown by --dry-run; None when there is none).
 Judge = Callable[[Path, "Config", Series, str, str, str], "tuple[list[PatchPlan], Status | None]"]
 # (repo, config, patch, base commit, patched commit) -> the probe re-validated on the new pin.
-Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
+Validator = Callable[[Path, "Config", Patch, str, str], Revalidation]
 
 
 
@@ -193,25 +194,25 @@ Validator = Callable[[Path, "Config", Patch, str, str], ProbeCheck]
 
 def judge_with_status(
     repo: Path, config: Config, series: Series, current: str, to: str, target: str, *, progress: Reporter | None = None,
-    landing: bool = True, session: probe_runs.Session | None = None,
+    landing: bool = True, evidence: Witness | None = None,
 ) -> tuple[list[PatchPlan], Status | None]:
     """Verdicts from `vpatch status` (issue 6): the pin and the target as columns, the target decides.
-    `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed)."""
+    `landing=False` skips the landing search (--furthest's bisection checks: only the chosen step is committed).
+    `evidence`: the command's Witness (default: one of its own, each probe run alone)."""
 
     pin = status.Target(config.pin.ref, current)
     targets = [pin] if target == current else [pin, status.Target(to, target)]
-    report = status.compute(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
+    report = status.compute_status(repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
                             branch=config.upstream.branch,
-                            probe=status.probe_fn(repo, config, report=progress, names={current: config.pin.ref, target: to},
-                                                  session=session),
+                            evidence=evidence if evidence is not None else Witness(repo, config, report=progress),
                             landing=landing, report=progress or silent)
     rows = []
     for patch, row in zip(series.patches, report.patches):
         verdict = row.results[-1]
         # the pin is the first column; the target differs from it (an update to the pin is up to date)
-        made = decision.decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
+        made = decide(verdict, pin=row.results[0], pin_ref=config.pin.ref)
         action = _row_action(made)
-        landed_in = _landing_text(row.landed_in, to, target) if action is Action.DROP else None
+        landed_in = _landing_text(row.landed_in, to, target) if action is FileAction.DROP else None
         rows.append(PatchPlan(patch.filename, patch.subject, made.case, action, made.reason,
                               tuple(str(e) for e in verdict.evidence), landed_in,
                               patch.trailer("Upstream-PR"),
@@ -237,13 +238,13 @@ def _move_words(verdict: Verdict) -> tuple[str, ...]:
 
 def narrow_rows(
     repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: Status | None, current: str, to: str,
-    target: str, validate: Callable[[Patch, str], ProbeCheck] | None,
+    target: str, validate: Callable[[Patch, str], Revalidation] | None,
 ) -> list[PatchPlan]:
     """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14).
     `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
 
 
-    if not any(r.case.action is decision.Action.NARROW for r in rows):
+    if not any(r.case.action is Action.NARROW for r in rows):
         return rows
     verdicts = narrow.verdicts_of(report) or {
         v.patch: v for v in judge_series(repo, series.patches, target, pin=current, history=False,
@@ -259,31 +260,31 @@ def narrow_rows(
     by_file = {r.file: r for r in rows}
     patches = [retargeted(p, by_file[p.filename]) if p.filename in by_file else p for p in series.patches]
     found = narrow.narrow_series(
-        repo, patches, verdicts, [r.file for r in rows if r.action is Action.KEEP], pin=current,
+        repo, patches, verdicts, [r.file for r in rows if r.action is FileAction.KEEP], pin=current,
         target=target, to_ref=to, today=datetime.datetime.now(datetime.UTC).date().isoformat(),
         branch=config.upstream.branch if config.upstream.source == "git" else None,
         validate=probe if validate is not None else None)
     out = []
     for row in rows:
-        result = found.get(row.file) if row.case.action is decision.Action.NARROW else None
+        result = found.get(row.file) if row.case.action is Action.NARROW else None
         if isinstance(result, str):
             row = replace(row, note=result)
         elif result is not None:
-            row = replace(row, action=Action.KEEP, narrowing=result)
+            row = replace(row, action=FileAction.KEEP, narrowing=result)
         out.append(row)
     return out
 
 
 # the row's action before narrowing and the export: a partial patch stops unless narrowing proves it (then it
 # is kept), a re-applied one is kept until the export says it changed (refresh)
-_ACTIONS = {decision.Action.DROP: Action.DROP, decision.Action.APPLY: Action.KEEP, decision.Action.NARROW: Action.STOP,
-            decision.Action.STOP: Action.STOP}
+_ACTIONS = {Action.DROP: FileAction.DROP, Action.APPLY: FileAction.KEEP, Action.NARROW: FileAction.STOP,
+            Action.STOP: FileAction.STOP}
 
 
-def _row_action(made: decision.Decision) -> Action:
+def _row_action(made: Decision) -> FileAction:
     """A refusal goes on as the text decided, so that the guard's checks refuse it with what its probe does on
     the pin and the new pin; guard.refuse_invalid_probes refuses it last when none of them did."""
-    if made.action is decision.Action.REFUSE:
+    if made.action is Action.REFUSE:
         return _ACTIONS[Case(made.state.value).action]
     return _ACTIONS[made.action]
 
@@ -300,12 +301,12 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
     return f"{landing.release} ({first} {landing.commit[:12]}" + (f"; in it as {picked}" if picked else "") + ")"
 
 
-def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
+def commit_message(plan: UpdatePlan, probes: Sequence[Revalidation] = ()) -> str:
     """One message naming every patch: dropped with its evidence and landing point, refreshed, kept."""
 
     narrowed = [p for p in plan.patches if p.narrowing is not None]
-    dropped, refreshed, kept = (plan.files(Action.DROP), _unnarrowed(plan, Action.REFRESH),
-                                _unnarrowed(plan, Action.KEEP))
+    dropped, refreshed, kept = (plan.files(FileAction.DROP), _unnarrowed(plan, FileAction.REFRESH),
+                                _unnarrowed(plan, FileAction.KEEP))
     subject = f"Update upstream pin {plan.from_ref} -> {plan.to_ref}"
     verbs = ([f"drop {', '.join(f[:4] for f in dropped)}"] if dropped else []) + (
         [f"narrow {', '.join(p.file[:4] for p in narrowed)}"] if narrowed else [])
@@ -344,5 +345,5 @@ def commit_message(plan: Plan, probes: Sequence[ProbeCheck] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _unnarrowed(plan: Plan, action: Action) -> list[str]:
+def _unnarrowed(plan: UpdatePlan, action: FileAction) -> list[str]:
     return [p.file for p in plan.patches if p.action is action and p.narrowing is None]

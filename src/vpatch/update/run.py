@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
 from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
-from vpatch.probes import runner as probes
+from vpatch.probes import Witness
 from vpatch.series import Patch, Series
-from vpatch.tree import ExportResult, export, stack
+from vpatch.tree import ExportResult, apply_series, commit_patch, export_series, load_stack
 from vpatch.update import furthest, guard, handwork, resolution, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
     JOURNAL_FILE,
     STATE_FILE,
     Project,
-    State,
+    UpdateState,
     clear_stale,
     discard,
     load_journal,
@@ -35,14 +35,14 @@ from vpatch.update.journal import (
     save_state,
 )
 from vpatch.update.plan import (
-    Action,
+    FileAction,
     Judge,
-    Outcome,
     PatchPlan,
-    Plan,
-    ProbeCheck,
     Result,
+    Revalidation,
     Stop,
+    UpdateOutcome,
+    UpdatePlan,
     Validator,
     judge_with_status,
     narrow_rows,
@@ -50,7 +50,6 @@ from vpatch.update.plan import (
 
 if TYPE_CHECKING:
     from vpatch.config import Config
-    from vpatch.probes import workspace as probe_runs
     from vpatch.status import Status
 
 
@@ -94,7 +93,7 @@ def _furthest(
     goal = furthest.Candidate(to, target)
     if target == current:
         return furthest.Reach(furthest.Choice(goal, "releases", (), goal, ()),
-                              Result(Outcome.UP_TO_DATE, Plan(config.pin.ref, current, to, target, ())))
+                              Result(UpdateOutcome.UP_TO_DATE, UpdatePlan(config.pin.ref, current, to, target, ())))
     guard.refuse_downgrade(repo, config, current, to, target)
     mode, line = furthest.candidates(repo, config, current=current, to=to, target=target)
     series = Series.load(config.patches_dir)
@@ -113,12 +112,12 @@ def _furthest(
                                             landing=landing)
         return judged[key]
 
-    def by_judging(cand: furthest.Candidate) -> furthest.Check:
+    def by_judging(cand: furthest.Candidate) -> furthest.CandidateCheck:
         rows, report = judge_at(cand, landing=False)
         if narrow:
             rows = narrow_rows(repo, config, series, rows, report, current, cand.ref, cand.commit, None)
         blockers = furthest.blockers_of(rows, cand, to)
-        return furthest.Check(cand, not blockers, False, blockers)
+        return furthest.CandidateCheck(cand, not blockers, False, blockers)
 
     planned: dict[str, Result] = {}
 
@@ -126,21 +125,21 @@ def _furthest(
              commit: str) -> tuple[list[PatchPlan], Status | None]:
         return judge_at(furthest.Candidate(ref, commit), landing=True)
 
-    def in_full(cand: furthest.Candidate) -> furthest.Check:
+    def in_full(cand: furthest.Candidate) -> furthest.CandidateCheck:
         try:
             result = _update(project, cand.ref, dry_run=True, no_commit=False, allow_downgrade=False, judge=memo,
                              validator=validator, narrow=narrow)
         except ProcessError:
             raise  # a command that failed is an error, not a patch that needs a person
         except VpatchError as exc:
-            return furthest.Check(cand, False, True, furthest.refused(exc, cand, files, to))
+            return furthest.CandidateCheck(cand, False, True, furthest.refused(exc, cand, files, to))
         planned[cand.commit] = result
         blockers = furthest.blockers_of(result.plan.patches, cand, to)
-        return furthest.Check(cand, not blockers, True, blockers)
+        return furthest.CandidateCheck(cand, not blockers, True, blockers)
 
     choice = furthest.choose(goal, mode, line, judged=by_judging, full=in_full, report=progress or silent)
     if choice.step is None:
-        return furthest.Reach(choice, Result(Outcome.BLOCKED, Plan(config.pin.ref, current, config.pin.ref, current, ())))
+        return furthest.Reach(choice, Result(UpdateOutcome.BLOCKED, UpdatePlan(config.pin.ref, current, config.pin.ref, current, ())))
     ahead = choice.ahead_lines()
     if dry_run:
         result = planned[choice.step.commit]
@@ -163,7 +162,7 @@ def _update(
     target = upstream.resolve(repo, to)
     current = upstream.pin_commit(repo, config)
     if target == current:
-        return Result(Outcome.UP_TO_DATE, Plan(config.pin.ref, current, to, target, ()))
+        return Result(UpdateOutcome.UP_TO_DATE, UpdatePlan(config.pin.ref, current, to, target, ()))
     if not allow_downgrade:
         guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
@@ -171,7 +170,7 @@ def _update(
     if narrow:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target,
                            lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
-    plan = Plan(config.pin.ref, current, to, target, tuple(rows), report, ahead)
+    plan = UpdatePlan(config.pin.ref, current, to, target, tuple(rows), report, ahead)
     # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
     # would be a promise it does not keep. Both refuse with the same error.
     try:
@@ -187,15 +186,15 @@ def _update(
                 repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
                 {p.filename: narrowed.get(p.filename, p) for p in series})
             guard.refuse_invalid_probes(plan)
-            return Result(Outcome.PLANNED, plan, probes=tuple(checked))
+            return Result(UpdateOutcome.PLANNED, plan, probes=tuple(checked))
     except VpatchError as exc:
         if dry_run:
             raise guard.Refused(exc, report) from None
         raise
     clear_stale(project, repo)
     try:
-        state = State(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
-                      no_commit=no_commit, pending=plan.files(Action.KEEP, Action.STOP))
+        state = UpdateState(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
+                      no_commit=no_commit, pending=plan.files(FileAction.KEEP, FileAction.STOP))
         return _run(project, series, state, validator)
     except BaseException:
         # past the commit point the journal is the way back (or forward): keep it and the update tree
@@ -240,25 +239,25 @@ def abort(config: Config) -> Result:
         if journal is not None:
             undo_commit(project, journal)
             discard(project, Path(journal.repo))
-            return Result(Outcome.ABORTED, journal.plan)
+            return Result(UpdateOutcome.ABORTED, journal.plan)
         if not (project.work / STATE_FILE).exists():
             raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
         try:
-            state: State | None = load_state(project)
+            state: UpdateState | None = load_state(project)
         except VpatchError:
             state = None  # unreadable: nothing was committed before a stop, so throwing it away is safe
-        stale = stack.load_stack(project.work, required=False)
+        stale = load_stack(project.work, required=False)
         kept = handwork.keep_work(project, state, stale)
         repo = Path(state.repo) if state is not None else stale.upstream if stale is not None else None
         shutil.rmtree(project.work, ignore_errors=True)
         if repo is not None:
             git.forget_worktrees(repo, project.work)
-        plan = state.plan if state is not None else Plan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
+        plan = state.plan if state is not None else UpdatePlan(config.pin.ref, config.pin.commit or "", "(unknown)", "", ())
         notes = [kept.words() + f"; the next update that stops at {kept.file[:4]} replays it"] if kept else []
-        return Result(Outcome.ABORTED, plan, notes=tuple(notes))
+        return Result(UpdateOutcome.ABORTED, plan, notes=tuple(notes))
 
 
-def _run(project: Project, series: Series, state: State, validator: Validator | None) -> Result:
+def _run(project: Project, series: Series, state: UpdateState, validator: Validator | None) -> Result:
     """Apply the pending patches in the update tree, then finish; or stop on the first that needs a person."""
     config, repo, plan = project.config, Path(state.repo), state.plan
     originals = {p.filename: p for p in series}
@@ -268,12 +267,12 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     rows = {p.file: p for p in plan.patches}
     moved = {f: retarget.retargeted(p, rows[f]) if f in rows else p for f, p in originals.items()}
     by_file = {f: narrowed[f].patch(p) if f in narrowed else p for f, p in moved.items()}
-    kept = [by_file[f] for f in plan.files(Action.KEEP, Action.REFRESH, Action.STOP)]
+    kept = [by_file[f] for f in plan.files(FileAction.KEEP, FileAction.REFRESH, FileAction.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
     else:
         # a --continue killed after committing more patches: those are in the tree already, never twice
-        recorded = stack.load_stack(project.work, required=False)
+        recorded = load_stack(project.work, required=False)
         done = {a.file for a in recorded.applied} if recorded is not None else set()
     state = replace(state, pending=[f for f in state.pending if f not in done])
     for i, file in enumerate(list(state.pending)):
@@ -290,9 +289,9 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
                      "it applies here as it is (as git rerere replays a recorded resolution); it is staged in the "
                      "update tree: check it, then `vpatch update --continue`",) \
                 if replayed else ()
-            return Result(Outcome.STOPPED, plan, stop=stopped, notes=notes)
+            return Result(UpdateOutcome.STOPPED, plan, stop=stopped, notes=notes)
     state = replace(state, pending=[])
-    applied = stack.load_stack(project.work)
+    applied = load_stack(project.work)
     assert applied is not None
     proofs = retarget.prove(repo, project.work, applied, originals, plan.patches)
     plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
@@ -302,7 +301,7 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
     guard.refuse_invalid_probes(plan)
-    exported = export.export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
+    exported = export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True, check_edits=False)
     plan = _mark_refreshed(plan, exported)
     done_result = commit_update(project, series, state, plan, exported, probes)
@@ -310,45 +309,45 @@ def _run(project: Project, series: Series, state: State, validator: Validator | 
     return done_result
 
 
-def _start_tree(project: Project, repo: Path, plan: Plan, kept: list[Patch], pending: list[str]) -> set[str]:
+def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch], pending: list[str]) -> set[str]:
     """The update tree: the new pin with the kept patches that apply plainly, up to the first that does not;
     returns the files committed there."""
     clean_prefix: list[Patch] = []
     actions = {p.file: p.action for p in plan.patches}
     for patch in kept:
-        if patch.filename not in pending or actions[patch.filename] is Action.STOP:
+        if patch.filename not in pending or actions[patch.filename] is FileAction.STOP:
             break
         clean_prefix.append(patch)
     # apply_series is all-or-nothing unless kept; keep=True leaves the tree with the patches before a failure.
     try:
-        stack.apply_series(repo, Series(project.config.patches_dir, tuple(clean_prefix)), ref=plan.to_ref,
+        apply_series(repo, Series(project.config.patches_dir, tuple(clean_prefix)), ref=plan.to_ref,
                            base=plan.to_commit, out=project.tree, state_dir=project.work, keep=True)
     except ApplyError:
         pass  # _apply_next goes on from the failing patch, 3-way
-    applied = stack.load_stack(project.work)
+    applied = load_stack(project.work)
     assert applied is not None
     return {a.file for a in applied.applied}
 
 
 def _apply_next(project: Project, patch: Patch, row: PatchPlan,
-                plan: Plan) -> tuple[Stop | None, resolution.Kept | None, tuple[str, ...]]:
+                plan: UpdatePlan) -> tuple[Stop | None, resolution.Kept | None, tuple[str, ...]]:
     """Commit one patch in the update tree: plainly, else by a clean 3-way merge; else leave the conflict (its
     markers named, upstream's side listed) or a resolution kept from an earlier stop, and stop. Returns the stop,
     the resolution replayed, and the paths that conflicted."""
     tree, to_ref = project.tree, plan.to_ref
-    recorded = stack.load_stack(project.work)
+    recorded = load_stack(project.work)
     assert recorded is not None
-    if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
-        stack.commit_patch(tree, patch)
+    if row.action is not FileAction.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
+        commit_patch(tree, patch)
         handwork.record_applied(project, recorded, patch)
         return None, None, ()
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
-    if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
-        stack.commit_patch(tree, patch)
+    if merged.returncode == 0 and not conflicts and row.action is not FileAction.STOP:
+        commit_patch(tree, patch)
         handwork.record_applied(project, recorded, patch)
         return None, None, ()
-    if row.action is Action.STOP:
+    if row.action is FileAction.STOP:
         reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
     else:
         reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
@@ -378,23 +377,25 @@ def _replay(project: Project, file: str) -> resolution.Kept | None:
     return replayed
 
 
-def _mark_refreshed(plan: Plan, exported: ExportResult) -> Plan:
+def _mark_refreshed(plan: UpdatePlan, exported: ExportResult) -> UpdatePlan:
     for file in exported.changed:
-        plan = plan.with_action(file, Action.REFRESH)
+        plan = plan.with_action(file, FileAction.REFRESH)
     for file in exported.unchanged:
-        plan = plan.with_action(file, Action.KEEP)
+        plan = plan.with_action(file, FileAction.KEEP)
     return plan
 
 
-def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str, validator: Validator | None) -> ProbeCheck:
+def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str, validator: Validator | None) -> Revalidation:
     if patch.probe_path is None:
-        return ProbeCheck(patch.filename, None, True, "no probe")
+        return Revalidation(patch.filename, None, True, "no probe")
     return (validator or validate_with_probes)(repo, config, patch, base, patched)
 
 
 def validate_with_probes(repo: Path, config: Config, patch: Patch, base: str, patched: str, *,
-                         report: Reporter = silent, session: probe_runs.Session | None = None) -> ProbeCheck:
-    """probes.validate_probe: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not)."""
+                         evidence: Witness | None = None) -> Revalidation:
+    """Witness.validate: the probe must fail on `base` and pass on `patched` (a ProbeError when it does not).
+    `evidence`: the command's Witness (default: one of its own, each probe run alone)."""
 
-    outcome = probes.validate_probe(repo, config, patch, base=base, patched=patched, report=report, session=session)
-    return ProbeCheck(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)
+    witness = evidence if evidence is not None else Witness(repo, config)
+    outcome = witness.validate(patch, base=base, patched=patched, repo=repo)
+    return Revalidation(patch.filename, patch.trailer("Probe"), outcome.ok, outcome.detail)

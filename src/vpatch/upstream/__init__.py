@@ -4,6 +4,7 @@ Other rooms import these names from here; modules inside the room import each ot
 
 from vpatch.upstream.hunkmoves import HunkMove
 from vpatch.upstream.moves import Move
+from vpatch.upstream.prefetch import prefetch_for_status
 from vpatch.upstream.source import history_path, open_upstream, pin_commit, pin_moved, resolve
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "open_upstream",
     "pin_commit",
     "pin_moved",
+    "prefetch_for_status",
     "resolve",
 ]

@@ -55,7 +55,7 @@ _VERSION = "8"  # bumped whenever what a cached HunkMove holds changes
 
 
 @dataclass(frozen=True)
-class Place:
+class HunkPlace:
     """One candidate for a hunk's code: a file of the target and how well it holds the hunk."""
 
     path: str
@@ -78,7 +78,7 @@ class HunkMove:
     hunk: int  # the hunk's number in that file, 1-based
     header: str  # its "@@ -a,b +c,d @@" line
     at: str  # where it was put before the search (its file, or where git pairs that with)
-    candidates: tuple[Place, ...] = ()  # WEAK or better, best first
+    candidates: tuple[HunkPlace, ...] = ()  # WEAK or better, best first
     new: str | None = None  # the clear winner: the hunk is re-targeted there
     commit: str | None = None  # the commit that took the code away from where the pin had it
     subject: str = ""
@@ -89,7 +89,7 @@ class HunkMove:
         return self.new is not None
 
     @property
-    def winner(self) -> Place | None:
+    def winner(self) -> HunkPlace | None:
         return self.candidates[0] if self.new is not None else None
 
     def name(self) -> str:
@@ -115,7 +115,7 @@ class HunkMove:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HunkMove:
         return cls(str(data["old"]), int(data["hunk"]), str(data["header"]), str(data["at"]),
-                   tuple(Place(**c) for c in data.get("candidates", ())), data.get("new"), data.get("commit"),
+                   tuple(HunkPlace(**c) for c in data.get("candidates", ())), data.get("new"), data.get("commit"),
                    str(data.get("subject", "")), data.get("release"))
 
 
@@ -286,10 +286,10 @@ def _needles(pre: Sequence[bytes], post: Sequence[bytes]) -> list[bytes]:
 
 
 def _score(path: str, blob: bytes, pre: Sequence[bytes], post: Sequence[bytes], before: Sequence[bytes],
-           after: Sequence[bytes]) -> Place:
+           after: Sequence[bytes]) -> HunkPlace:
     lines = blob.splitlines()
     norm = [_norm(x) for x in lines]
-    best = Place(path, 0)
+    best = HunkPlace(path, 0)
     for image, name in ((pre, "pre"), (post, "post")):
         if not image:
             continue
@@ -298,9 +298,9 @@ def _score(path: str, blob: bytes, pre: Sequence[bytes], post: Sequence[bytes], 
         if at:
             near = max(_around(norm, p, len(image), before, after) for p in at)
             score = round(0.8 * (100 if is_exact else 90) + 20 * near)
-            place = Place(path, score, at[0] + 1, name, is_exact, True, len(at))
+            place = HunkPlace(path, score, at[0] + 1, name, is_exact, True, len(at))
         else:
-            place = Place(path, round(0.8 * 80 * _in_order(norm, [_norm(x) for x in image]) / len(image)), image=name)
+            place = HunkPlace(path, round(0.8 * 80 * _in_order(norm, [_norm(x) for x in image]) / len(image)), image=name)
         if place.score > best.score:
             best = place
     return best

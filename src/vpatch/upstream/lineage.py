@@ -271,15 +271,15 @@ def _branch_of(repo: Path, commit: str, main: str, *, names: Sequence[str] | Non
 # --- landed, reverted, re-landed ---------------------------------------------------------------
 
 
-class Step(str, Enum):
+class HistoryStep(str, Enum):
     LANDED = "landed"
     REVERTED = "reverted"
     RELANDED = "re-landed"
 
 
 @dataclass(frozen=True)
-class Event:
-    step: Step
+class HistoryEvent:
+    step: HistoryStep
     commit: str
     subject: str
     by: tuple[str, ...]  # what matched: "patch-id", "upstream-pr", "reverts <sha>"
@@ -289,40 +289,40 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Identity:
+class ChangeHistory:
     """What the history between two commits says about one change, oldest event first."""
 
-    events: tuple[Event, ...]
+    events: tuple[HistoryEvent, ...]
 
     @property
-    def landed(self) -> Event | None:
+    def landed(self) -> HistoryEvent | None:
         """The landing that still stands at the tip (None: never landed, or reverted since)."""
         last = self.events[-1] if self.events else None
-        return last if last is not None and last.step is not Step.REVERTED else None
+        return last if last is not None and last.step is not HistoryStep.REVERTED else None
 
     @property
-    def standing_since(self) -> Event | None:
+    def standing_since(self) -> HistoryEvent | None:
         """The first landing of the run that still stands at the tip (the re-land after the last revert)."""
         if self.landed is None:
             return None
-        run: list[Event] = []
+        run: list[HistoryEvent] = []
         for event in self.events:
-            run = [] if event.step is Step.REVERTED else [*run, event]
+            run = [] if event.step is HistoryStep.REVERTED else [*run, event]
         return run[0]
 
     @property
-    def reverted(self) -> Event | None:
+    def reverted(self) -> HistoryEvent | None:
         last = self.events[-1] if self.events else None
-        return last if last is not None and last.step is Step.REVERTED else None
+        return last if last is not None and last.step is HistoryStep.REVERTED else None
 
-    def matched(self, kind: str) -> list[Event]:
+    def matched(self, kind: str) -> list[HistoryEvent]:
         return [e for e in self.events if kind in e.by]
 
-    def stands(self, kind: str) -> tuple[Event | None, Event | None]:
+    def stands(self, kind: str) -> tuple[HistoryEvent | None, HistoryEvent | None]:
         """For one kind of identity ("patch-id", "upstream-pr"): the first of its landings that still stands at
         the tip, else the last one (reverted since); (None, None) when it names no landing. A reverted landing
         is no landing."""
-        matched = [e for e in self.matched(kind) if e.step is not Step.REVERTED]
+        matched = [e for e in self.matched(kind) if e.step is not HistoryStep.REVERTED]
         standing = self.standing_since
         if standing is not None:
             start = self.events.index(standing)
@@ -334,7 +334,7 @@ class Identity:
     @property
     def relanded(self) -> bool:
         """Landed again after a revert, and standing at the tip."""
-        return self.standing_since is not None and any(e.step is Step.REVERTED for e in self.events)
+        return self.standing_since is not None and any(e.step is HistoryStep.REVERTED for e in self.events)
 
     def story(self) -> str:
         """"landed in a (#1), reverted in b, re-landed in c" - the whole chain."""
@@ -346,7 +346,7 @@ def identity_grep(pr: int | None) -> list[str]:
     return ["This reverts commit"] + ([f"(#{pr})"] if pr is not None else [])
 
 
-def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> Identity:
+def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> ChangeHistory:
     """Landings of a change in base..tip (a commit with `patch_id` on `paths`, or "(#pr)" in a subject),
     the reverts of those landings ("This reverts commit <sha>" or 'Revert "..."'), and re-lands.
     Kept in the commit cache by the two commit ids and what identifies the change."""
@@ -356,10 +356,10 @@ def identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Se
         tip, "identity", [base, patch_id or "", str(pr), *paths],
         lambda: _identity(repo, base, tip, patch_id=patch_id, paths=paths, pr=pr),
         dump=lambda found: [[e.step.value, e.commit, e.subject, list(e.by)] for e in found.events],
-        load=lambda stored: Identity(tuple(Event(Step(step), c, subject, tuple(by)) for step, c, subject, by in stored)))
+        load=lambda stored: ChangeHistory(tuple(HistoryEvent(HistoryStep(step), c, subject, tuple(by)) for step, c, subject, by in stored)))
 
 
-def _identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> Identity:
+def _identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: Sequence[str], pr: int | None) -> ChangeHistory:
     by_commit: dict[str, set[str]] = {}
     if patch_id:
         for sha in commitcache.patch_id_commits(repo, base, tip, paths).get(patch_id, []):
@@ -370,11 +370,11 @@ def _identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: S
         if pr is not None and f"(#{pr})" in r.subject:
             by_commit.setdefault(r.commit, set()).add("upstream-pr")
     if not by_commit:
-        return Identity(())
+        return ChangeHistory(())
     missing = [c for c in by_commit if c not in records]
     records.update({r.commit: r for r in commitcache.log_records(repo, None, tip, commits=missing)} if missing else {})
     order = commitcache.topo_positions(repo, base, tip, list(records))
-    events: list[Event] = []
+    events: list[HistoryEvent] = []
     changes: set[str] = set()  # commits that put the change in (landings and re-lands)
     undos: set[str] = set()  # commits that took it out
     for sha in sorted(records, key=lambda c: order.get(c, -1)):
@@ -383,14 +383,14 @@ def _identity(repo: Path, base: str, tip: str, *, patch_id: str | None, paths: S
         target = reverted.group(1) if reverted else None
         if _names(target, changes) or (matched and _is_revert(record.subject)):
             undos.add(sha)
-            events.append(Event(Step.REVERTED, sha, record.subject, (*sorted(matched), f"reverts {target or 'by subject'}")))
-        elif _names(target, undos) or (matched and events and events[-1].step is Step.REVERTED):
+            events.append(HistoryEvent(HistoryStep.REVERTED, sha, record.subject, (*sorted(matched), f"reverts {target or 'by subject'}")))
+        elif _names(target, undos) or (matched and events and events[-1].step is HistoryStep.REVERTED):
             changes.add(sha)
-            events.append(Event(Step.RELANDED, sha, record.subject, tuple(sorted(matched))))
+            events.append(HistoryEvent(HistoryStep.RELANDED, sha, record.subject, tuple(sorted(matched))))
         elif matched:
             changes.add(sha)
-            events.append(Event(Step.LANDED, sha, record.subject, tuple(sorted(matched))))
-    return Identity(tuple(events))
+            events.append(HistoryEvent(HistoryStep.LANDED, sha, record.subject, tuple(sorted(matched))))
+    return ChangeHistory(tuple(events))
 
 
 def revert_commits(repo: Path, base: str, tip: str) -> set[str]:

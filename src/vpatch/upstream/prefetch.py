@@ -21,7 +21,7 @@ from vpatch.base import Reporter, silent
 from vpatch.upstream import mirror, rangeindex
 
 
-def for_status(repo: Path, pin: str, targets: Sequence[str], paths: Sequence[str], *, history: bool,
+def prefetch_for_status(repo: Path, pin: str, targets: Sequence[str], paths: Sequence[str], *, history: bool,
                report: Reporter = silent) -> int:
     """Fetch what a status of `paths` from `pin` to `targets` will read and the partial mirror `repo` lacks, in one
     request; returns how many blobs that was (0 on a full mirror, or when an earlier status fetched them)."""

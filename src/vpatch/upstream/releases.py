@@ -8,7 +8,7 @@ history was grown. The sdists come from upstream.sdists, their commits from upst
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -42,7 +42,7 @@ DEFAULT_FIRST = "0.28.0"
 Lister = Callable[[], list[str]]
 
 
-class State(Enum):
+class ReleaseState(Enum):
     PRESENT = "present"  # already in the history, untouched
     ADDED = "added"  # new commit from its sdist
     REWRITTEN = "rewritten"  # same tree, new parent: an older release was inserted below it
@@ -55,7 +55,7 @@ class Release:
     commit: str
     tree: str
     date: int  # seconds since the epoch, UTC: the newest member of the sdist
-    state: State
+    state: ReleaseState
 
 
 def lock_path(cache: Path | None = None) -> Path:
@@ -123,7 +123,7 @@ def list_releases(cache: Path | None = None, *, package: str = PACKAGE) -> list[
     releases = []
     for version in _sorted(existing):
         obj = git.read_commit(repo, existing[version])
-        releases.append(Release(version, f"v{version}", existing[version], obj.tree, _date(obj), State.PRESENT))
+        releases.append(Release(version, f"v{version}", existing[version], obj.tree, _date(obj), ReleaseState.PRESENT))
     return releases
 
 
@@ -178,15 +178,7 @@ def _build_locked(versions: Iterable[str], *, cache: Path | None, package: str, 
                   index: Index | None, report: Reporter) -> list[Release]:
     repo = history_path(cache, package)
     existing = _existing(repo)
-    # "0.30" is the release the history or the index calls "0.30.0": one name per release, or the
-    # same sdist would be fetched and committed under a second name.
-    held = [*existing, *sdists.cached_versions(cache, package=package)]
-    names = [_same_as(normalize(v), held) for v in versions]
-    if downloader is None and any(v not in held for v in names):
-        index = index or Index()
-        downloader = sdists.index_downloader(index, package)
-        offered = index_versions(index, package)
-        names = [v if v in held else _same_as(v, offered) for v in names]
+    names, downloader = _names(versions, existing, cache=cache, package=package, downloader=downloader, index=index)
     wanted = _sorted(names + list(existing))
     missing = [v for v in wanted if v not in existing]
 
@@ -201,20 +193,8 @@ def _build_locked(versions: Iterable[str], *, cache: Path | None, package: str, 
         git.init_bare(repo)
         git.set_head(repo, BRANCH)
 
-    # Keep the longest prefix of the old chain whose parents still match; rebuild from there.
-    plan: list[tuple[str, str | None]] = []  # (version, commit to keep or None)
-    parent: str | None = None
-    intact = True
-    for version in wanted:
-        sha = existing.get(version)
-        if sha and intact and git.parents(repo, sha) == ([parent] if parent else []):
-            plan.append((version, sha))
-            parent = sha
-        else:
-            intact = False
-            plan.append((version, None))
-
-    results: dict[str, tuple[str, State]] = {}
+    plan = _kept_prefix(repo, wanted, existing)
+    results: dict[str, tuple[str, ReleaseState]] = {}
     marks = Marks()
     mark_of: dict[str, int] = {}
 
@@ -241,13 +221,13 @@ def _build_locked(versions: Iterable[str], *, cache: Path | None, package: str, 
     updates: list[git.RefUpdate] = []
     for version, keep in plan:
         if keep:
-            results[version] = (keep, State.PRESENT)
+            results[version] = (keep, ReleaseState.PRESENT)
             continue
         sha = imported[f":{mark_of[version]}"]
         if sha == existing.get(version):
-            results[version] = (sha, State.PRESENT)  # rebuilt to the very same commit
+            results[version] = (sha, ReleaseState.PRESENT)  # rebuilt to the very same commit
             continue
-        results[version] = (sha, State.REWRITTEN if version in existing else State.ADDED)
+        results[version] = (sha, ReleaseState.REWRITTEN if version in existing else ReleaseState.ADDED)
         updates.append(git.RefUpdate(f"{_TAG_PREFIX}{version}", sha, existing.get(version, git.ZERO_SHA)))
     if updates:
         updates.append(git.RefUpdate(BRANCH, results[wanted[-1]][0]))
@@ -259,6 +239,38 @@ def _build_locked(versions: Iterable[str], *, cache: Path | None, package: str, 
         releases.append(Release(version, f"v{version}", sha, obj.tree, _date(obj), state))
     return releases
 
+
+
+def _names(versions: Iterable[str], existing: Mapping[str, str], *, cache: Path | None, package: str,
+           downloader: Downloader | None, index: Index | None) -> tuple[list[str], Downloader | None]:
+    """The releases asked for under one name each, and the downloader (the index's when one must be fetched)."""
+    # "0.30" is the release the history or the index calls "0.30.0": one name per release, or the
+    # same sdist would be fetched and committed under a second name.
+    held = [*existing, *sdists.cached_versions(cache, package=package)]
+    names = [_same_as(normalize(v), held) for v in versions]
+    if downloader is None and any(v not in held for v in names):
+        index = index or Index()
+        downloader = sdists.index_downloader(index, package)
+        offered = index_versions(index, package)
+        names = [v if v in held else _same_as(v, offered) for v in names]
+    return names, downloader
+
+
+def _kept_prefix(repo: Path, wanted: Sequence[str], existing: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """(version, the commit to keep, or None to build it): the longest prefix of the old chain whose parents
+    still match is kept; everything from there is rebuilt."""
+    plan: list[tuple[str, str | None]] = []
+    parent: str | None = None
+    intact = True
+    for version in wanted:
+        sha = existing.get(version)
+        if sha and intact and git.parents(repo, sha) == ([parent] if parent else []):
+            plan.append((version, sha))
+            parent = sha
+        else:
+            intact = False
+            plan.append((version, None))
+    return plan
 
 
 def ensure_history(

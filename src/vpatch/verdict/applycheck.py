@@ -21,7 +21,7 @@ from vpatch.series import HUNK_HEADER, FileDiff, Hunk
 _LINES = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 
 
-class Outcome(str, Enum):
+class ApplyOutcome(str, Enum):
     CLEAN = "clean"
     OFFSETS = "offsets"
     FAILS = "fails"
@@ -29,8 +29,8 @@ class Outcome(str, Enum):
 
 
 @dataclass(frozen=True)
-class Check:
-    outcome: Outcome
+class ApplyCheck:
+    outcome: ApplyOutcome
     offsets: tuple[tuple[int, int, int], ...] = ()  # (hunk number in its file, line applied at, offset)
     result: Mapping[str, bytes | None] | None = None  # the files after applying (None: deleted)
 
@@ -44,7 +44,7 @@ class _Fragment:
     trailing: int
 
 
-def check(files: Sequence[FileDiff], blobs: Mapping[str, bytes | None], *, reverse: bool = False) -> Check:
+def check(files: Sequence[FileDiff], blobs: Mapping[str, bytes | None], *, reverse: bool = False) -> ApplyCheck:
     """Whether the diff applies to `blobs` (path -> content, None: absent) as `git apply --check` says."""
     result: dict[str, bytes | None] = {}
     offsets: list[tuple[int, int, int]] = []
@@ -54,41 +54,41 @@ def check(files: Sequence[FileDiff], blobs: Mapping[str, bytes | None], *, rever
             line.startswith((b"old mode", b"new mode", b"rename ", b"copy ", b"similarity"))
             for line in fd.header.splitlines()
         ):
-            return Check(Outcome.UNKNOWN)
+            return ApplyCheck(ApplyOutcome.UNKNOWN)
         old, new = (fd.new_path, fd.old_path) if reverse else (fd.old_path, fd.new_path)
         if old is not None and new is not None and old != new:
-            return Check(Outcome.UNKNOWN)
+            return ApplyCheck(ApplyOutcome.UNKNOWN)
         path = old or new or ""
         if path in seen or path not in blobs:
-            return Check(Outcome.UNKNOWN)
+            return ApplyCheck(ApplyOutcome.UNKNOWN)
         seen.add(path)
         frags = [_fragment(h, reverse) for h in fd.hunks]  # cached: the same hunks are asked about per target
         if any(f is None for f in frags):
-            return Check(Outcome.UNKNOWN)
+            return ApplyCheck(ApplyOutcome.UNKNOWN)
         current = blobs[path]
         if old is None:  # creates the file: it must be absent
             if current is not None:
-                return Check(Outcome.FAILS)
+                return ApplyCheck(ApplyOutcome.FAILS)
             image: list[bytes] = []
         else:
             if current is None:
-                return Check(Outcome.FAILS)
+                return ApplyCheck(ApplyOutcome.FAILS)
             image = list(_split(current))
         for n, frag in enumerate(frags, 1):
             assert frag is not None
             at = _apply(image, frag)
             if at is None:
-                return Check(Outcome.FAILS)
+                return ApplyCheck(ApplyOutcome.FAILS)
             expected = frag.newpos - 1 if frag.newpos else 0
             if at != expected:
                 offsets.append((n, at + 1, at - expected))
         if new is None:  # deletes the file: nothing may be left
             if image:
-                return Check(Outcome.FAILS)
+                return ApplyCheck(ApplyOutcome.FAILS)
             result[path] = None
         else:
             result[path] = b"".join(image)
-    return Check(Outcome.OFFSETS if offsets else Outcome.CLEAN, tuple(offsets), result)
+    return ApplyCheck(ApplyOutcome.OFFSETS if offsets else ApplyOutcome.CLEAN, tuple(offsets), result)
 
 
 @functools.lru_cache(maxsize=64)

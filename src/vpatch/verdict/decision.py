@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from vpatch.base import ExitCode, VpatchError
-from vpatch.verdict.judge import Kind, ProbeOutcome, Says, State, Verdict
+from vpatch.probes import ProbeOutcome
+from vpatch.verdict.judge import Kind, Says, State, Verdict
 
 
 class Action(str, Enum):

@@ -2,7 +2,8 @@
 
 Library API (used by `vpatch status` and `vpatch update`):
 
-    verdicts = judge_series(repo, patches, commit, pin=pin_commit, history=True, probe=probe_fn)
+    verdicts = judge_series(repo, patches, commit, pin=pin_commit, history=True,
+                            probe=witness.asking(pin_commit, patches))   # witness: a probes.Witness
 
 returns one frozen `Verdict` per patch, in series order. `Verdict.state` is a `State`;
 `Verdict.evidence` lists every fact found, strongest first, each an `Evidence(kind, says, detail)`;
@@ -51,7 +52,7 @@ from enum import Enum
 from pathlib import Path
 
 from vpatch.base import Reporter, silent
-from vpatch.probes import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: the verdict speaks of probe outcomes
+from vpatch.probes import ProbeCheck, ProbeFn, ProbeOutcome
 from vpatch.series import FileDiff, Hunk, Patch
 from vpatch.upstream import commitcache, hunkmoves, lineage, moves
 from vpatch.verdict.textual import Applies as Applies  # noqa: PLC0414 - re-exported: a verdict says how the diff applies
@@ -88,20 +89,6 @@ class Says(str, Enum):
     NOT_LANDED = "not-landed"
     UNAVAILABLE = "unavailable"  # could not be checked here (probe error, no commit history, no trailer)
     NEUTRAL = "neutral"  # bears on how the rest was read (a move followed), not on whether it landed
-
-
-@dataclass(frozen=True)
-class ProbeCheck:
-    """A probe's answer for one tree, as the status layer hands it to the verdict."""
-
-    outcome: ProbeOutcome
-    detail: str = ""
-    ran: bool = True  # False: answered from the result cache
-    invalid: bool = False  # the probe passes where the patch is meant to fix (its pin): never evidence
-
-
-# (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
-ProbeFn = Callable[[Patch, str], "ProbeCheck | None"]
 
 
 @dataclass(frozen=True)
@@ -381,8 +368,8 @@ def _identity_of(repo: Path, patch: Patch, commit: str, *, pin: str, history: bo
     return out
 
 
-def _identity_evidence(found: lineage.Identity, kind_name: str, kind: Kind,
-                       landed: Callable[[lineage.Event], str], none: str) -> Evidence:
+def _identity_evidence(found: lineage.ChangeHistory, kind_name: str, kind: Kind,
+                       landed: Callable[[lineage.HistoryEvent], str], none: str) -> Evidence:
     """One identity fact (patch-id or PR) in words; lineage decides whether a landing still stands."""
     current, reverted = found.stands(kind_name)
     if current is not None:

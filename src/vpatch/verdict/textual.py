@@ -19,7 +19,7 @@ from typing import Self
 from vpatch import git
 from vpatch.series import FileDiff, Hunk, Patch
 from vpatch.verdict import applycheck
-from vpatch.verdict.applycheck import Outcome
+from vpatch.verdict.applycheck import ApplyOutcome
 
 
 class Applies(str, Enum):
@@ -112,8 +112,8 @@ class Tree:
         """Where the diff applies (None: it does not)."""
         if self.memory:
             found = applycheck.check(files, self.blobs, reverse=reverse)
-            if found.outcome is not Outcome.UNKNOWN:
-                return None if found.outcome is Outcome.FAILS else Placed(found.offsets)
+            if found.outcome is not ApplyOutcome.UNKNOWN:
+                return None if found.outcome is ApplyOutcome.FAILS else Placed(found.offsets)
         result = git.apply_cached(self.repo, self.index(), diff, reverse=reverse)
         if result.returncode != 0:
             return None
@@ -126,7 +126,7 @@ class Tree:
     def apply(self, patch: Patch, *, three_way: bool) -> None:
         """Stack a needed patch under the later ones that share its files."""
         found = applycheck.check(patch.files, self.blobs) if self.memory and not three_way else None
-        if found is not None and found.result is not None and found.outcome is not Outcome.FAILS:
+        if found is not None and found.result is not None and found.outcome is not ApplyOutcome.FAILS:
             self.blobs.update(found.result)
         else:
             self.memory = False

@@ -1,0 +1,288 @@
+"""The one door to a patch's behavioural evidence: "what does patch P's evidence say on commit C", asked in one place.
+
+A command builds one `Witness` and hands it to what asks (status and update judging, `probe check`, update's
+re-validation):
+
+    with probes.Witness(repo, config, report=view, jobs=jobs) as evidence:
+        report = status.compute_status(repo, patches, pin=pin, targets=targets, ..., evidence=evidence)
+
+It runs the probes (ahead of the order that reads them, in parallel, through the warm interpreter of the
+session it opens), answers from the result cache, counts runs, cache hits and errors, and validates a probe
+against the pin through one rule (runner.validation's: it fails on the pin and passes with the series up to
+its patch). A probe that does not validate on the pin is INVALID on every commit: never evidence.
+
+A new kind of evidence (upstream's own tests, per-hunk coverage) plugs in here and nowhere else: its own module
+under probes/ runs it; the Witness gains one method that answers it for (patch, commit) with the cache, the
+counts and the run-ahead of the session it holds, and one field on the answer the verdict reads
+(`ProbeCheck` today holds the probe's); verdict/judge.py gives it its weight. status and update then need no
+change: they hand the Witness on.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from vpatch import git, upstream
+from vpatch.base import Reporter, VpatchError, silent
+from vpatch.probes import runner
+from vpatch.probes.file import Probe, ProbeError
+from vpatch.probes.outcome import ProbeOutcome
+from vpatch.probes.workspace import Session
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from vpatch.config import Config
+    from vpatch.series import Patch
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    """A probe's answer for one tree, as the Witness hands it to the verdict."""
+
+    outcome: ProbeOutcome
+    detail: str = ""
+    ran: bool = True  # False: answered from the result cache
+    invalid: bool = False  # the probe does not validate on the pin (see Witness.says): never evidence
+
+
+# (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
+ProbeFn = Callable[["Patch", str], "ProbeCheck | None"]
+
+
+@dataclass(frozen=True)
+class Tally:
+    """How many probe answers ran, came from the result cache, or could not decide (never counted as run)."""
+
+    ran: int = 0
+    cached: int = 0
+    errors: int = 0
+
+    def since(self, before: Tally) -> Tally:
+        return Tally(self.ran - before.ran, self.cached - before.cached, self.errors - before.errors)
+
+
+def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None) -> str:
+    """The tree of `base` with the series applied in order up to and including `upto`: the tree `vpatch apply`
+    commits for it. Raises ProbeError naming the patch that does not apply."""
+    tree = base
+    for patch in patches:
+        applied = git.tree_with_patch(repo, tree, patch.raw)
+        if applied is None:
+            raise ProbeError(f"{patch.filename} does not apply on {name or base[:12]} after the patches before it, "
+                             f"so the probe of {upto.filename} cannot be checked with its patch",
+                             hint=f"vpatch apply --ref {name or base[:12]} names the failing hunk")
+        tree = applied
+        if patch.filename == upto.filename:
+            return tree
+    raise ProbeError(f"{upto.filename} is not in the series", hint="vpatch status lists the patches")
+
+
+class Witness:
+    """What a patch's evidence says on a commit (see the module docstring).
+
+    `repo`: the upstream repository (None: the project's, opened when first needed, so that a command that builds
+    its Witness first still says first what else is wrong).
+    `probe`: answers one patch's probe on one tree in place of running it (tests); the Witness still counts,
+    validates on the pin and caches the validation, but runs nothing ahead. `names`: commit -> the ref that
+    names it in progress lines. `jobs`: the runs at once of the session `with` opens (default: the cores),
+    `zygote` whether they go through a warm interpreter (default: workspace.zygote_default); outside a `with`
+    each run goes alone."""
+
+    def __init__(self, repo: Path | None, config: Config | None = None, *, cache: Path | None = None,
+                 report: Reporter | None = None, names: Mapping[str, str] | None = None, jobs: int | None = None,
+                 probe: ProbeFn | None = None, zygote: bool | None = None) -> None:
+        self._repo, self.config, self.cache, self.jobs, self.zygote = repo, config, cache, jobs, zygote
+        self.report = report or silent
+        self.names: dict[str, str] = dict(names or {})
+        self.session: Session | None = None
+        self.tally = Tally()
+        self._probe = probe
+        self._loaded: dict[Path, Probe] = {}
+        self._base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
+
+    @property
+    def repo(self) -> Path:
+        if self._repo is None:
+            assert self.config is not None, "a Witness needs a repo or a config"
+            self._repo = upstream.open_upstream(self.config)
+        return self._repo
+
+    def __enter__(self) -> Self:
+        self.session = Session(cache=self.cache, jobs=self.jobs, zygote=self.zygote).__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.__exit__(kind, exc, tb)
+
+    # --- the verdict's question: the probe's answer on an unpatched commit, validated on the pin ---------------
+
+    def asking(self, pin: str, series: Sequence[Patch]) -> ProbeFn:
+        """The question the verdict asks, (patch, commit) -> `says`, for one judging of `series` against `pin`
+        (its validations on the pin are made once, for this judging)."""
+        vetted: dict[str, tuple[ProbeCheck | None, ProbeCheck | None]] = {}
+        return functools.partial(self.says, pin=pin, series=series, vetted=vetted)
+
+    def says(self, patch: Patch, commit: str, *, pin: str, series: Sequence[Patch],
+             vetted: dict[str, tuple[ProbeCheck | None, ProbeCheck | None]] | None = None) -> ProbeCheck | None:
+        """The patch's probe on the unpatched `commit`: INVALID on every commit where it does not validate on the pin
+        (it fails there and passes on the pin plus `series` up to its patch). One that passes on the pin is vacuous
+        or landed on its own pin; one that still fails with the patch never passes; one that errors there, or
+        checks a file that is on neither side, decides nothing. None: the patch has no probe."""
+        vetted = {} if vetted is None else vetted
+        if patch.filename not in vetted:
+            vetted[patch.filename] = self._vet(patch, pin, series)
+        at_pin, invalid = vetted[patch.filename]
+        if invalid is not None:
+            return invalid
+        return at_pin if commit == pin else self.answer(patch, commit)
+
+    def answer(self, patch: Patch, commit: str) -> ProbeCheck | None:
+        """The patch's probe on the tree `commit` as it is (no validation), counted."""
+        check = self._probe(patch, commit) if self._probe is not None else self._run(patch, commit)
+        if check is not None:
+            if check.outcome is ProbeOutcome.ERROR:
+                self.tally = Tally(self.tally.ran, self.tally.cached, self.tally.errors + 1)
+            elif check.ran:
+                self.tally = Tally(self.tally.ran + 1, self.tally.cached, self.tally.errors)
+            else:
+                self.tally = Tally(self.tally.ran, self.tally.cached + 1, self.tally.errors)
+        return check
+
+    def name(self, commits: Mapping[str, str]) -> None:
+        """Name these commits (commit -> ref) in progress lines from now on."""
+        self.names.update(commits)
+
+    def ahead(self, pin: str, series: Sequence[Patch], commits: Sequence[str]) -> None:
+        """Run, in parallel, the command probes that the questions of a judging will ask, and only those: each
+        probe on the pin; where it fails there, on the pin plus the series up to its patch; where it passes there,
+        on every other commit. The questions then read the results in the verdicts' order."""
+        if self._probe is not None or self.session is None:
+            return
+        probed = [p for p in series if p.probe_path is not None]
+        at_pin = self._ahead([(p, pin) for p in probed])
+        sides = []
+        for patch, outcome in zip(probed, at_pin):
+            if outcome is ProbeOutcome.FAIL:
+                try:
+                    sides.append((patch, stacked_tree(self.repo, series, pin, patch)))
+                except VpatchError:
+                    pass  # _vet says why
+        valid = {p.filename for (p, _), outcome in zip(sides, self._ahead(sides)) if outcome is ProbeOutcome.PASS}
+        self._ahead([(p, c) for c in commits if c != pin for p in probed if p.filename in valid])
+
+    # --- a probe checked on both sides (update, probe check): runner.validation's rule -------------------------
+
+    def validation(self, probe: Probe, patch_file: str, *, base: str, patched: str, base_name: str | None = None,
+                   use_cache: bool = True, moves_from: str | None = None) -> runner.Validation:
+        """The probe on `base` (it must FAIL) and on `patched` (it must PASS), the two sides at once where the
+        session allows: runner.validation, in this Witness's session."""
+        return runner.validation(self.repo, probe, patch_file, base=base, patched=patched, base_name=base_name,
+                                 cache=self.cache, report=self.report, use_cache=use_cache, moves_from=moves_from,
+                                 session=self.session)
+
+    def validate(self, patch: Patch, *, base: str, patched: str | None = None,
+                 repo: Path | None = None) -> runner.Validation:
+        """The patch's probe validated on `base` and `patched` (default: `base` + the patch); raises ProbeError
+        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe). `repo`: where
+        the two trees are, when not this Witness's (an update resumed from its recorded upstream)."""
+        return runner.validate_probe(repo or self.repo, self.config, patch, base=base, patched=patched,
+                                     cache=self.cache, report=self.report, session=self.session)
+
+    # --- inside ---------------------------------------------------------------------------------------------
+
+    def _vet(self, patch: Patch, pin: str, series: Sequence[Patch]) -> tuple[ProbeCheck | None, ProbeCheck | None]:
+        """The probe's answer on the pin, and the INVALID check to give instead when it does not validate."""
+        at_pin = self.answer(patch, pin)
+        if at_pin is None:
+            return None, None
+        where = f"the pin {self.names.get(pin, pin[:12])} ({pin[:12]})"
+
+        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
+            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True)
+
+        why = ""
+        try:
+            patched: str | None = stacked_tree(self.repo, series, pin, patch)
+            probe = self._load(patch.probe_path) if patch.probe_path is not None else None
+        except VpatchError as exc:
+            patched, probe, why = None, None, exc.message
+        absent = runner.absent_files(self.repo, probe, (pin, patched)) if probe and patched else []
+        if absent:
+            return invalid(f"files: {absent[0]}: no such file on {where} nor with the patch; a typo in the path, or "
+                           "the file moved: it reads nothing, fix the probe")
+        if at_pin.outcome is ProbeOutcome.PASS:
+            return invalid(f"it passes on {where}, the tree the patch is meant to fix: vacuous, or landed on its own "
+                           "pin; fix the probe")
+        if at_pin.outcome is ProbeOutcome.ERROR:
+            return invalid(f"it could not decide on {where}: {at_pin.detail}")
+        if patched is None:
+            return invalid(f"it cannot be checked with its patch on {where}: {why}")
+        with_patch = self.answer(patch, patched)
+        if with_patch is not None and with_patch.outcome is ProbeOutcome.FAIL:
+            return invalid(f"it fails with the patch too, on {where} plus the series up to it: it cannot tell the fix "
+                           "from the bug; fix the probe (vpatch probe check " + f"{patch.number:04d})")
+        if with_patch is not None and with_patch.outcome is ProbeOutcome.ERROR:
+            return invalid(f"it could not decide with the patch, on {where} plus the series up to it: "
+                           f"{with_patch.detail}")
+        return at_pin, None
+
+    def _moves_from(self) -> str | None:
+        if not self._base:
+            self._base.append(runner.moves_base(self.repo, self.config))
+        return self._base[0]
+
+    def _load(self, path: Path) -> Probe:
+        if path not in self._loaded:
+            self._loaded[path] = Probe.load(path)
+        return self._loaded[path]
+
+    def _label(self, patch: Patch, commit: str) -> str:
+        return f"{patch.name} on {self.names.get(commit, commit[:12])}"
+
+    def _run(self, patch: Patch, commit: str) -> ProbeCheck | None:
+        """Run (or read from the result cache) the patch's probe on `commit`; a probe that cannot be loaded or
+        run is an ERROR, which the verdict counts neither way."""
+        if patch.probe_path is None:
+            return None
+        try:
+            result = runner.run_probe(self.repo, self._load(patch.probe_path), commit, cache=self.cache,
+                                      label=self._label(patch, commit), report=self.report,
+                                      moves_from=self._moves_from(), session=self.session)
+        except VpatchError as exc:
+            return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
+        return ProbeCheck(result.outcome, _last_lines(result.detail), ran=not result.cached)
+
+    def _ahead(self, pairs: Sequence[tuple[Patch, str]]) -> list[ProbeOutcome | None]:
+        """Run the command probes of (patch, commit) `pairs` at once, up to the session's jobs, for the questions
+        that ask for them later; their outcomes (None: not run ahead, it runs when asked)."""
+        assert self.session is not None
+        requests: list[runner.ProbeRequest | None] = []
+        for patch, commit in pairs:
+            try:
+                probe = self._load(patch.probe_path) if patch.probe_path is not None else None
+            except VpatchError:
+                probe = None  # the question says why
+            requests.append(None if probe is None else
+                            runner.ProbeRequest(probe, commit, self._label(patch, commit), self._moves_from()))
+        try:
+            found = runner.run_ahead(self.repo, [r for r in requests if r is not None], self.session,
+                                     report=self.report)
+        except VpatchError:
+            return [None] * len(pairs)  # e.g. a tree that cannot be read: the question in order says so
+        results = iter(found)
+        return [None if r is None else (lambda got: None if got is None else got.outcome)(next(results))
+                for r in requests]
+
+
+def _last_lines(text: str, lines: int = 2, chars: int = 240) -> str:
+    """The end of a probe's output: where a probe prints its conclusion."""
+    tail = " | ".join(line.strip() for line in text.strip().splitlines()[-lines:] if line.strip())
+    return tail if len(tail) <= chars else "..." + tail[-chars:]
