@@ -226,6 +226,13 @@ class Zygote:
         return ZygoteRan(os.waitstatus_to_exitcode(status), b"".join(chunks), timed_out=timed_out,
                          cancelled=cancelled)
 
+    def settled(self, wait: float = WEDGED_S) -> bool:
+        """Wait for the imports in flight (what runs taught it) to end, as the next run does; False: still going."""
+        if not self._lock.acquire(timeout=wait):
+            return False
+        self._lock.release()
+        return True
+
     # -- what to preload ----------------------------------------------------------------------------------------
 
     def _recorded(self) -> dict[str, list[str]]:
