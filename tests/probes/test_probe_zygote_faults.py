@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import ToyUpstream
 from helpers.pids import gone
 
 from vpatch.base import process
@@ -331,3 +332,72 @@ def test_an_interrupted_import_is_never_recorded(venv: Path, started: list[Zygot
     recorded = (venv.parent.parent / PRELOAD_FILE)
     names = json.loads(recorded.read_text()) if recorded.exists() else {"preload": [], "refused": []}
     assert "slow_in_zygote" not in names["preload"] and "slow_in_zygote" not in names["refused"]
+
+
+# -- 3. only verdicts are cached ------------------------------------------------------------------------------------
+
+HOLD = "import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR)\nfcntl.flock(fd, fcntl.LOCK_EX)\n" \
+       "print('held', flush=True)\ntime.sleep(120)\n"
+
+
+def test_a_run_folder_is_kept_while_its_owner_holds_it_even_where_its_pid_looks_dead(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    runs = tmp_path / "cache" / "probe-runs"
+    # a vpatch in another PID namespace: its pid is none of ours, and it holds its folder's lock
+    theirs = runs / f"run-{dead}-abcd"
+    (theirs / "tree").mkdir(parents=True)
+    (theirs / ".owner").touch()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(theirs / ".owner")], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with probe_runs.Session(cache=tmp_path / "cache", zygote=False):
+            pass
+        assert (theirs / "tree").is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=False):  # its owner gone, the next command removes it
+        pass
+    assert not theirs.exists()
+
+
+# A probe whose workspace another process removes while it runs: it finds no tree and says "the bug is there".
+VANISH = "import os, shutil, sys\nshutil.rmtree(os.path.dirname(os.path.dirname(os.getcwd())))\n" \
+         "print('no tree, so: the bug is there')\nsys.exit(1)\n"
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_a_tree_removed_under_a_run_is_an_error_never_a_cached_verdict(toy_upstream: ToyUpstream, tmp_path: Path,
+                                                                        warm: bool) -> None:
+    from helpers.probefiles import write_probe
+
+    from vpatch.base import VpatchError
+    from vpatch.probes import runner as probes
+
+    probe = write_probe(tmp_path / "probes", 'kind: command\nrun: ["{python}", "{probe_dir}/check.py"]\n', VANISH)
+    cache = tmp_path / "cache"
+    with probe_runs.Session(cache=cache, jobs=1, zygote=warm) as session, \
+            pytest.raises(VpatchError, match="was removed while it ran") as caught:
+        probes.run_probe(toy_upstream.path, probe, "v1.0", session=session)
+
+    assert "run the command again" in (caught.value.hint or "")
+    assert not list((cache / "probe-results").rglob("*.json"))  # nothing cached
+
+
+def test_a_probe_venv_that_cannot_be_built_is_an_error_not_an_invalid_probe(toy_upstream: ToyUpstream,
+                                                                             tmp_path: Path) -> None:
+    from helpers.probefiles import write_probe
+
+    from vpatch.probes import runner as probes
+    from vpatch.probes.env import EnvError
+
+    missing = tmp_path / "no-such-package"
+    probe = write_probe(tmp_path / "probes", f'kind: command\nrun: ["{{python}}", "{{probe_dir}}/check.py"]\n'
+                        f'requirements: ["{missing}"]\n', "print(1)\n")
+
+    with pytest.raises(EnvError, match="cannot resolve the probe requirements"):
+        probes.run_probe(toy_upstream.path, probe, "v1.0", cache=tmp_path / "cache")
+    with probe_runs.Session(cache=tmp_path / "cache", jobs=1) as session, pytest.raises(EnvError):
+        probes.validation(toy_upstream.path, probe, "0001.patch", base="v1.0", patched="v1.0",
+                          session=session)

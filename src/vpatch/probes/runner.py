@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,8 +103,6 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
         return _store(entry, ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3)))
     subject = f"probe {label or probe.name}"
     python = _venv(probe, cache, report, subject)
-    if isinstance(python, ProbeResult):
-        return replace(python, tree=tree)
     # a partial mirror: the tree's files in one request, where extracting it would fetch them one at a time
     mirror.prefetch_tree(repo, tree, report=report)
     if session is not None:
@@ -142,9 +140,6 @@ def run_ahead(repo: Path, requests: Sequence[Request], session: probe_runs.Sessi
         if result is None and entry not in todo:
             subject = f"probe {request.label or request.probe.name}"
             python = _venv(request.probe, session.cache, report, subject)
-            if isinstance(python, ProbeResult):  # the venv could not be built: every run of it says so
-                session.ahead[entry] = replace(python, tree=tree)
-                continue
             todo[entry] = (request.probe, tree, subject, python)
     # The git side stays on this thread (a partial mirror fetches what the trees hold); the runs go in parallel.
     for _, tree, _, _ in todo.values():
@@ -208,15 +203,14 @@ def _run_files(repo: Path, probe: Probe, tree: str, moves_from: str | None) -> t
     return interpret(probe, tree_place(repo, tree, moves_from))
 
 
-def _venv(probe: Probe, cache: Path, report: Reporter, subject: str) -> Path | ProbeResult:
-    """The probe venv's python, or the ERROR result that says it could not be built (the venv is built once,
-    and reported on its own)."""
+def _venv(probe: Probe, cache: Path, report: Reporter, subject: str) -> Path:
+    """The probe venv's python (built once, and reported on its own). One that cannot be built is an error of
+    the environment, raised: never a probe's ERROR, which would read as an invalid probe."""
     try:
         return probe_venv(probe.environment(), cache=cache, report=report)
-    except EnvError as exc:
-        report(Event(subject, ProbeOutcome.ERROR.value, "the probe venv could not be built", final=True))
-        # its last line and what to do: the end of a probe's detail is what status shows
-        return ProbeResult(ProbeOutcome.ERROR, "", f"{exc.message}\n{exc.hint}" if exc.hint else exc.message)
+    except EnvError:
+        report(Event(subject, "not run", "the probe venv could not be built", final=True))
+        raise
 
 
 def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: probe_runs.Session,
@@ -258,6 +252,12 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
 
     outcome, detail = interpret(probe, tree_place(repo, tree, None, run))
     seconds = time.monotonic() - started
+    if not cancel.is_set() and not session.intact(tree):
+        # the tree went while the probe ran (another process removed the workspace): whatever it said, it did
+        # not say it about this tree
+        raise VpatchError(f"{subject}: the tree {tree[:12]} it ran on was removed while it ran, so its result is "
+                          "no evidence", hint="another process removed vpatch's probe workspace "
+                          "($VPATCH_CACHE/probe-runs); run the command again")
     if cancel.is_set() and outcome is ProbeOutcome.ERROR:
         report(Event(subject, "cancelled", final=True, seconds=seconds))
         return None

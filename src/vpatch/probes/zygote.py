@@ -73,7 +73,7 @@ class Zygote:
         self.env = dict(env)  # what a run must be started with (PYTHONPATH aside) to run here
         self.report = report
         # a folder only we may enter: the socket in it is reached by no other user, and the zygote serves only us
-        self._folder = Path(tempfile.mkdtemp(prefix="vpatch-zygote-"))
+        self._folder = Path(tempfile.mkdtemp(prefix=f"vpatch-zygote-{os.getpid()}-"))
         self.address = str(self._folder / "socket")
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
@@ -436,6 +436,16 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends vpatch, and so this 
 libc = ctypes.CDLL(None, use_errno=True)
 
 
+def leave():
+    # vpatch ended (maybe killed): end here, and take the socket and its folder along
+    for remove in (os.unlink, os.rmdir):
+        try:
+            remove(ADDRESS if remove is os.unlink else os.path.dirname(ADDRESS))
+        except OSError:
+            pass
+    os._exit(0)
+
+
 def say(line):
     os.write(REPORT, (line + "\n").encode())
 
@@ -612,7 +622,7 @@ def apart(todo):
             data += chunk
         elif not os.read(LIFE, 1 << 16):
             os.kill(pid, signal.SIGKILL)
-            os._exit(0)
+            leave()
     os.close(read)
     os.waitpid(pid, 0)
     try:
@@ -705,7 +715,7 @@ def serve():
                     os.kill(pid, signal.SIGTERM)  # the keeper ends what its run started
                 except OSError:
                     pass
-            os._exit(0)
+            leave()
         if listener not in ready:
             continue
         conn, _ = listener.accept()
