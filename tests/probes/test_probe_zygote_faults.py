@@ -290,6 +290,27 @@ def test_a_run_s_daemons_in_sessions_of_their_own_end_with_it(venv: Path, starte
     assert gone(daemon, within=10)
 
 
+@pytest.mark.parametrize(("warm", "mode"), [(False, "sleep"), (False, "exit"), (True, "exit")])
+def test_the_runner_ends_a_run_s_daemons_both_ways(toy_upstream: ToyUpstream, tmp_path: Path, warm: bool,
+                                                   mode: str) -> None:
+    from helpers.probefiles import write_probe
+
+    from vpatch.probes import runner as probes
+    from vpatch.probes.runner import ProbeOutcome
+
+    probe = write_probe(tmp_path / "probes", f'kind: command\nrun: ["{{python}}", "{{probe_dir}}/check.py", "{mode}"]'
+                        "\ntimeout: 3\n", DAEMON)
+    began = time.monotonic()
+    with probe_runs.Session(cache=tmp_path / "cache", jobs=1, zygote=warm) as session:
+        result = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session)
+    took = time.monotonic() - began
+
+    assert result.outcome is (ProbeOutcome.ERROR if mode == "sleep" else ProbeOutcome.PASS), result
+    assert took < 20  # not the daemon's 120 s
+    daemon = int(result.detail.split("daemon ")[1].split()[0])
+    assert gone(daemon, within=10)
+
+
 # -- 5. robust state files -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text", ['{"preload": 5}', '{"preload": [1, 2]}', "[]", "{not json"])

@@ -40,6 +40,7 @@ from vpatch.probes.file import Probe, ProbeError, probe_for
 from vpatch.probes.outcome import Place, Ran, argv, interpret
 from vpatch.probes.outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
+from vpatch.probes.zygote import REAPER
 from vpatch.upstream import mirror, moves
 
 if TYPE_CHECKING:
@@ -266,13 +267,16 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
 
 
 # The parent of a probe's process: it asks the kernel for SIGTERM when vpatch's thread that started it ends
-# (PR_SET_PDEATHSIG), and then kills its whole group - the probe and what the probe started - so that a
-# vpatch killed by SIGKILL leaves no probe running in a tree it can no longer remove. The probe itself is
+# (PR_SET_PDEATHSIG), is the subreaper of what the probe starts, and when the probe ends, or at SIGTERM (a timeout, a
+# cancel, vpatch's end), kills everything below it - what the probe started, in its group or in sessions of its
+# own - so that no probe or daemon outlives its run, even when vpatch is killed by SIGKILL. The probe itself is
 # exec'd unchanged (its argv, cwd, environment); its exit status, or the signal that ended it, is passed on.
-_SUPERVISOR = """
+_SUPERVISOR = REAPER + """
 import ctypes, os, signal, sys
-signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+signal.signal(signal.SIGTERM, lambda *_: (end_all(), os.killpg(0, signal.SIGKILL)))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+libc.prctl(1, signal.SIGTERM)
 if os.getppid() != int(sys.argv[1]):
     sys.exit(-signal.SIGKILL)
 pid = os.fork()
@@ -289,6 +293,7 @@ while True:
         break
     except InterruptedError:
         continue
+end_all()
 if os.WIFSIGNALED(status):
     signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
     os.kill(os.getpid(), os.WTERMSIG(status))

@@ -414,7 +414,49 @@ def _kill_group(pid: int) -> None:
 # {"pid"}, then the child's {"modules"} and the zygote's {"status"}. It ends, ending its runs, when the pipe it
 # got as stdin (vpatch) closes: vpatch ended, even by SIGKILL. Its own stdin and stdout are /dev/null and stderr:
 # a module that reads stdin at import reads nothing, one that prints cannot garble the report stream.
-_SERVER = r"""
+# What started a run ends it whole: every process below this one, reparented here (a subreaper) when their parents
+# ended, daemons in sessions of their own included. Shared by the zygote's keepers and the runner's supervisor.
+REAPER = r"""
+import os, signal, time
+
+
+def descendants():
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def end_all():
+    # Kill everything this keeper's run started, daemons and new sessions included (they were reparented here).
+    for _ in range(200):
+        found = descendants()
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.005)
+"""
+
+_SERVER = REAPER + r"""
 import ctypes, gc, importlib, json, os, random, runpy, select, signal, socket, struct, sys, time, types
 
 ADDRESS, VPATCH = sys.argv[1], int(sys.argv[2])
@@ -754,42 +796,6 @@ def serve():
         os.close(fds[0])
         conn.send(DUMPS({"pid": pid}).encode())
         children[pid] = conn
-
-
-def descendants():
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
-        found |= frontier
-    return found
-
-
-def end_all():
-    # Kill everything this keeper's run started, daemons and new sessions included (they were reparented here).
-    for _ in range(200):
-        found = descendants()
-        if not found:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
-        time.sleep(0.005)
 
 
 def keep(request, out, conn, known):
