@@ -72,9 +72,8 @@ class Zygote:
         self.python = python
         self.env = dict(env)  # what a run must be started with (PYTHONPATH aside) to run here
         self.report = report
-        # a folder only we may enter: the socket in it is reached by no other user, and the zygote serves only us
-        self._folder = Path(tempfile.mkdtemp(prefix=f"vpatch-zygote-{os.getpid()}-"))
-        self.address = str(self._folder / "socket")
+        self._folder: Path | None = None
+        self.address = ""  # its socket
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
         self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
@@ -96,6 +95,8 @@ class Zygote:
             # a list not in the order it was checked in (an older vpatch's), or one that no longer holds: a new
             # zygote imports what held, and learns the rest as it learns what runs import
             self._child.close()
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
             self.broken = None
             if self._start():
                 if self._known:
@@ -107,9 +108,12 @@ class Zygote:
     def _start(self) -> bool:
         """Start the zygote process (False: it did not start, and `broken` says why)."""
         started = {**self.env, **{k: v for k, v in THREAD_VARS.items() if k not in self.env}}
-        Path(self.address).unlink(missing_ok=True)
         self._preloaded, self._known = set(), []
         try:
+            # a folder only we may enter: the socket in it is reached by no other user, and the zygote serves only
+            # us; the zygote removes it when it ends
+            self._folder = Path(tempfile.mkdtemp(prefix=f"vpatch-zygote-{os.getpid()}-"))
+            self.address = str(self._folder / "socket")
             # cwd: a folder with no probe code in it (sys.path's first entry is dropped anyway)
             self._child = process.Child([str(self.python), "-c", _SERVER, self.address, str(os.getpid())],
                                         cwd=self.python.parent.parent, env=started,
@@ -363,7 +367,8 @@ class Zygote:
         child = getattr(self, "_child", None)
         if child is not None:
             child.close()
-        shutil.rmtree(self._folder, ignore_errors=True)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def _line(stream: Any, wait: float) -> bytes:
