@@ -201,7 +201,8 @@ def test_torch_works_in_a_child_of_a_zygote_that_preloaded_it() -> None:
         script.write_text("import numpy, torch\n"
                           "a = torch.ones(256, 256)\n"
                           "print('torch', float((a @ a).sum()), torch.get_num_threads() >= 1)\n"
-                          "print('numpy', float(numpy.ones((64, 64)).dot(numpy.ones((64, 64))).sum()))\n")
+                          "print('numpy', float(numpy.ones((64, 64)).dot(numpy.ones((64, 64))).sum()))\n"
+                          "print('drawn', numpy.random.rand(), float(torch.rand(1)))\n")
         found = Zygote(python, env=probe_runs.zygote_env())
         try:
             assert found.broken is None, found.broken
@@ -209,13 +210,18 @@ def test_torch_works_in_a_child_of_a_zygote_that_preloaded_it() -> None:
             argv = [str(python), str(script)]
             first = found.run(argv, cwd=Path(tmp), env=env, timeout=300)  # measures: torch and numpy preloaded
             second = found.run(argv, cwd=Path(tmp), env=env, timeout=300)
+            third = found.run(argv, cwd=Path(tmp), env=env, timeout=300)  # a fork like the second
             assert found.broken is None, found.broken
         finally:
             found.close()
     expected = b"torch 16777216.0 True\nnumpy 262144.0\n"
     assert first is not None and second is not None
-    assert (first.returncode, first.output) == (0, expected)
-    assert (second.returncode, second.output) == (0, expected)
+    assert (first.returncode, first.output[:len(expected)]) == (0, expected)
+    assert (second.returncode, second.output[:len(expected)]) == (0, expected)
+    # numpy's and torch's generators seeded anew in each child, as each fresh interpreter seeds them
+    assert third is not None
+    drawn = [ran.output.splitlines()[-1].split()[1:] for ran in (second, third)]
+    assert drawn[0][0] != drawn[1][0] and drawn[0][1] != drawn[1][1], drawn
 
 
 def test_a_killed_zygote_leaves_the_runs_to_fresh_processes(toy_upstream: ToyUpstream, tmp_path: Path) -> None:

@@ -39,6 +39,8 @@ MODULES = {
     "helper.py": "def answer():\n    return 42\n",
     "evil_rebind.py": "import helper\nhelper.answer = lambda: 0\n",
     "reads_stdin.py": "import sys\nDATA = sys.stdin.read()\n",
+    # fails in the zygote and its trial (their argv[0] is -c), as a passing permission error would; imports in a run
+    "fails_once.py": "import sys\nif sys.argv[:1] == ['-c']:\n    raise PermissionError('not now')\n",
 }
 
 # Imports every module that leaves a trace: the zygote learns them from its report.
@@ -422,3 +424,33 @@ def test_a_probe_venv_that_cannot_be_built_is_an_error_not_an_invalid_probe(toy_
     with probe_runs.Session(cache=tmp_path / "cache", jobs=1) as session, pytest.raises(EnvError):
         probes.validation(toy_upstream.path, probe, "0001.patch", base="v1.0", patched="v1.0",
                           session=session)
+
+
+def test_a_module_whose_import_fails_in_the_zygote_is_left_out_not_refused_for_good(venv: Path, started: list[Zygote],
+                                                                                     tmp_path: Path) -> None:
+    (tmp_path / "fails.py").write_text("import fails_once, helper\nprint('ran')\n")
+    argv = [str(venv), str(tmp_path / "fails.py")]
+    zygote = _start(venv, started)
+
+    assert _warm(zygote, argv, tmp_path) == (0, b"ran\n")
+    _settled(zygote)
+    assert _warm(zygote, argv, tmp_path) == (0, b"ran\n")
+
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert "fails_once" not in recorded["refused"] and "fails_once" not in recorded["preload"]
+    assert "helper" in recorded["preload"]
+
+
+def test_a_timed_out_probe_s_hint_gives_the_timeout_as_the_reason(toy_upstream: ToyUpstream, tmp_path: Path) -> None:
+    from helpers.probefiles import write_probe
+
+    from vpatch.probes import runner as probes
+
+    probe = write_probe(tmp_path / "probes", 'kind: command\nrun: ["{python}", "{probe_dir}/check.py"]\ntimeout: 2\n',
+                        "import time\nprint('the fix is there', flush=True)\ntime.sleep(60)\n")
+    with probe_runs.Session(cache=tmp_path / "cache", jobs=1, zygote=False) as session:
+        checked = probes.validation(toy_upstream.path, probe, "0001.patch", base="v1.0", patched="v1.0",
+                                    session=session)
+
+    assert not checked.ok
+    assert checked.hint == "the probe could not decide: timed out after 2s"

@@ -408,7 +408,9 @@ def says(result: ProbeResult) -> str:
 def _validation_hint(before: ProbeResult | None, after: ProbeResult | None) -> str:
     broken = next((r for r in (before, after) if r is not None and r.outcome is ProbeOutcome.ERROR), None)
     if broken is not None:
-        return "the probe could not decide: " + (broken.detail.splitlines() or ["no output"])[-1]
+        lines = broken.detail.splitlines() or ["no output"]
+        # a timeout is the reason, not the last line the probe printed before it
+        return "the probe could not decide: " + (lines[0] if lines[0].startswith("timed out after") else lines[-1])
     assert before is not None and after is not None
     if before.outcome is ProbeOutcome.PASS:
         return "a probe that passes without the patch would drop a needed patch: make it test the bug itself"
