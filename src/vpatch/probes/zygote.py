@@ -93,17 +93,13 @@ class Zygote:
             return
         if known and not self._preload(known, apart=False):
             # a list not in the order it was checked in (an older vpatch's), or one that no longer holds: a new
-            # zygote imports what held, and learns the rest as it learns what runs import
+            # zygote learns it as it learns what runs import, each package tried apart
             self._child.close()
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
             self.broken = None
             if self._start():
-                if self._known:
-                    self._preload(list(self._known), apart=False)
-                rest = [m for m in known if m not in self._preloaded and m not in self._refused]
-                if rest and self.broken is None:
-                    self._preload(rest, apart=True)
+                self._preload([m for m in known if m not in self._refused], apart=True)
 
     def _start(self) -> bool:
         """Start the zygote process (False: it did not start, and `broken` says why)."""
@@ -178,7 +174,7 @@ class Zygote:
         while reply is not None and "modules" in reply:  # a child quicker than its zygote's reply
             early += _names(reply["modules"])
             reply = _message(conn, wait=ANSWER_S)
-        if reply is None or "pid" not in reply:
+        if not reply or "pid" not in reply:
             self._break(str(reply.get("refused", "it refused the run")) if reply else "it did not answer")
             return None
         pid = int(str(reply["pid"]))
@@ -209,9 +205,13 @@ class Zygote:
                 break
         status = None
         learned = early
+        waited = 0.0
         while True:
             message = _message(conn, wait=ANSWER_S)
-            if message is None:
+            if message is _WAITED and self._lock.locked() and waited < WEDGED_S:
+                waited += ANSWER_S  # the zygote imports (what another run taught it) before it reaps
+                continue
+            if message is None or message is _WAITED:
                 break
             if "modules" in message:
                 learned += _names(message["modules"])
@@ -299,7 +299,7 @@ class Zygote:
                 conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 conn.connect(self.address)
                 conn.send(json.dumps({"preload": names[first:first + 500], "apart": apart}).encode())
-                part = _message(conn, wait=WEDGED_S)
+                part = _message(conn, wait=WEDGED_S) or None
                 conn.close()
             except OSError as exc:
                 part, reason = None, str(exc)
@@ -381,11 +381,16 @@ def _names(value: object) -> list[str]:
     return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
 
 
+_WAITED: dict[str, Any] = {}  # what `_message` answers when nothing came within its wait
+
+
 def _message(conn: socket.socket, wait: float | None = None) -> dict[str, Any] | None:
-    """The next message on `conn` (None: it closed, said nothing within `wait`, or said no JSON object)."""
+    """The next message on `conn` (None: it closed or said no JSON object; _WAITED: nothing came within `wait`)."""
     conn.settimeout(wait)
     try:
         data = conn.recv(1 << 20)
+    except TimeoutError:
+        return _WAITED
     except OSError:
         return None
     if not data:
@@ -661,17 +666,21 @@ def apart(todo):
     os.close(write)
     data = b""
     while True:
-        ready, _, _ = select.select([read, LIFE], [], [])
+        ready, _, _ = select.select([read, LIFE], [], [], 0.05)
+        reap()  # the runs that end meanwhile (never the trial: it is waited for below)
         if read in ready:
             chunk = os.read(read, 1 << 20)
             if not chunk:
                 break
             data += chunk
-        elif not os.read(LIFE, 1 << 16):
+        elif LIFE in ready and not os.read(LIFE, 1 << 16):
             os.kill(pid, signal.SIGKILL)
             leave()
     os.close(read)
-    os.waitpid(pid, 0)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # reaped with the runs
     try:
         return LOADS(data)
     except ValueError:
@@ -729,6 +738,27 @@ def preload(names, tried_apart):
 
 # -- the runs ----------------------------------------------------------------------------------------------------
 
+CHILDREN = {}  # the runs' keepers -> the connection their status goes to
+
+
+def reap():
+    # pass on the status of each run that ended
+    while CHILDREN:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        conn = CHILDREN.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.send(DUMPS({"status": status}).encode())
+            except OSError:
+                pass
+            conn.close()
+
+
 def peer(conn):
     pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     return pid, uid
@@ -739,22 +769,9 @@ def serve():
     listener.bind(ADDRESS)
     listener.listen(64)
     say(f"ready {os.getpid()}")
-    children = {}
+    children = CHILDREN
     while True:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = children.pop(pid, None)
-            if conn is not None:
-                try:
-                    conn.send(DUMPS({"status": status}).encode())
-                except OSError:
-                    pass
-                conn.close()
+        reap()
         ready, _, _ = select.select([listener, LIFE], [], [], 0.05 if children else 1.0)
         if LIFE in ready and not os.read(LIFE, 1 << 16):
             for pid in children:
