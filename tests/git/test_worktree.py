@@ -9,9 +9,14 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import git
+import pytest
+from conftest import FIXTURE_GROUPS, git
 
 from vpatch import git as vgit
+
+# On the real-server tests' worker, between them: beside a deploy's timed checks, the busy loops below would make
+# the load they are kept from (two servers never load at once, and no test loads the cores beside one).
+pytestmark = pytest.mark.xdist_group(FIXTURE_GROUPS["vllm_server_image"])
 
 # One vpatch process's work on the shared repository, as apply and update do it (their `.partial` tree, update's
 # am-proof): add a work tree at PATH, read it, remove it (which prunes), until the deadline; prints
