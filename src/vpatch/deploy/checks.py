@@ -11,9 +11,19 @@ from enum import Enum
 from typing import Any
 
 from vpatch.base import Progress
-from vpatch.config import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.config import (
+    BlockCostCheck,
+    KvPoolCheck,
+    MemoryCheck,
+    NeedleCheck,
+    ParallelCheck,
+    QuestionCheck,
+    Suite,
+    TimingCheck,
+)
 from vpatch.deploy.client import Server, ServerError, Timing
 from vpatch.deploy.memory import MemoryWatch, Source
+from vpatch.deploy.noise import spread
 from vpatch.deploy.readings import (
     BlockCost,
     CacheGeometry,
@@ -70,6 +80,12 @@ class Figures:
     questions_right: str | None = None
     preemptions: int | None = None
     log_findings: int | None = None
+    # The timing check's repeats (deploy/noise.py judges them): seconds, tokens/s, seconds, seconds.
+    ttft_samples: tuple[float, ...] | None = None
+    decode_samples: tuple[float, ...] | None = None
+    prefill_samples: tuple[float, ...] | None = None
+    makespan_samples: tuple[float, ...] | None = None
+    timing_min_change: float | None = None
 
 
 def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[Status, str, str]:
@@ -333,6 +349,7 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
         ("questions", suite.questions, lambda: _questions(run)),
         ("parallel", suite.parallel, lambda: _parallel(run)),
         ("ceiling", suite.ceiling, lambda: _ceiling(run)),
+        ("timing", suite.timing, lambda: _timing(run)),
     ]
     if log_scan:
         steps.append(("log scan", suite.log_patterns, lambda: _log_scan(run)))
@@ -549,6 +566,54 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
             break
         time.sleep(0.1)
     return judge_ceiling(timing, waiting, max_model_len, geometry)
+
+
+def judge_timing(samples: dict[str, list[float]], errors: list[str], check: TimingCheck) -> tuple[Status, str, str]:
+    """A measurement: it passes when every request finished; the figures are judged against the baseline's
+    by deploy/noise.py, not here."""
+    units = {"ttft": ("TTFT", "s"), "decode": ("decode", "tok/s"), "prefill": ("long prefill", "s"),
+             "makespan": ("parallel makespan", "s")}
+    parts = []
+    for key, (label, unit) in units.items():
+        found = spread(samples.get(key))
+        if found is not None:
+            parts.append(f"{label} {found.shown()} {unit}")
+    figure = "; ".join(parts) or "no sample"
+    if errors:
+        return Status.FAIL, figure, f"{len(errors)} timing request(s) failed: {errors[0][:200]}"
+    return Status.PASS, figure + f" ({check.repeats} repeats)", ""
+
+
+def _timing(run: Run) -> tuple[Status, str, str]:
+    """The timing figures `repeats` times each: a short request (TTFT, decode rate), a long one (its prefill:
+    the time to its first token), `parallel` short requests at once (the makespan); each prompt unique, so the
+    prefix cache serves none of them."""
+    check = run.suite.timing
+    assert check is not None
+    samples: dict[str, list[float]] = {"ttft": [], "decode": [], "prefill": [], "makespan": []}
+    errors: list[str] = []
+    for i in range(check.repeats):
+        prompt = run.server.filler(check.prompt_tokens, f"timing-{i}-{time.time_ns()}")
+        short = run.watch.call(_completion(run, prompt, check.max_tokens))
+        run.timed("timing", short, median=False)
+        samples["ttft"].append(short.ttft_s)
+        if short.decode_tps is not None and short.completion_tokens >= 16:
+            samples["decode"].append(short.decode_tps)
+        if check.long_prompt_tokens:
+            long = run.watch.call(_completion(run, run.server.filler(check.long_prompt_tokens,
+                                                                     f"timing-long-{i}-{time.time_ns()}"), 1))
+            run.timed("timing", long, median=False)
+            samples["prefill"].append(long.ttft_s)
+        if check.parallel:
+            prompts = [run.server.filler(check.prompt_tokens, f"timing-par-{i}-{j}-{time.time_ns()}")
+                       for j in range(check.parallel)]
+            began = time.monotonic()
+            done = run.watch.gather([_completion(run, p, check.max_tokens) for p in prompts], errors_as_values=True)
+            errors += [d for d in done if isinstance(d, str)]
+            samples["makespan"].append(time.monotonic() - began)
+    run.note(**{f"{key}_samples": tuple(round(v, 4) for v in values) if values else None
+                for key, values in samples.items()}, timing_min_change=check.min_change)
+    return judge_timing(samples, errors, check)
 
 
 def scan_log(run: Run) -> CheckResult:
