@@ -217,3 +217,20 @@ def test_a_later_start_in_the_same_log_wins_and_differences_are_named() -> None:
     assert "weights load +44.00 s" in named
     assert "non-torch memory (consumed - weights) +1.10 GiB" in named
     assert not any(n.startswith("weights memory") for n in named)  # equal: no difference named
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_the_release_announces_its_server_line(history: Path, version: str) -> None:
+    """The time stamp of "Starting vLLM server on %s" is when the server listens (serving_s reads it)."""
+    (parts, *_rest) = release_formats(history, f"v{version}", ledger.SERVING)
+    assert parts[0] == "Starting vLLM server on " and len([p for p in parts if not isinstance(p, str)]) == 1
+
+
+def test_serving_after_reads_the_servers_own_time_stamp() -> None:
+    from datetime import UTC, datetime
+
+    log = (DATA / "cpu-server-start-0.32.0.log").read_text()
+    # The container started at 16:56:05.7 (UTC); vLLM stamped "Starting vLLM server on …" 12-04 16:56:41.
+    found = ledger.parse_start_log(log, started_at=datetime(2026, 12, 4, 16, 56, 5, 700000, tzinfo=UTC))
+    assert found.per_worker("serving_s") == {ledger.SERVER: 36.0}
+    assert ledger.parse_start_log(log).per_worker("serving_s") == {}  # no start time given: absent

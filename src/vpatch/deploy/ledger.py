@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 _NUM = r"-?[\d,]*\.?\d+"
@@ -107,7 +108,8 @@ FIELDS: tuple[Field, ...] = (
     Field("profile_s", "memory profiling", "s"),
     Field("graph_capture_s", "CUDA graph capture", "s"),
     Field("engine_init_s", "engine init (profile, KV cache, warmup)", "s"),
-    Field("healthy_s", "time to healthy", "s"),
+    Field("serving_s", "serving after (container start to 'Starting vLLM server')", "s"),
+    Field("healthy_s", "time to healthy (the health check)", "s"),
     Field("device_total_gib", "device memory", "GiB"),
     Field("free_at_start_gib", "free at start", "GiB"),
     Field("weights_gib", "weights memory", "GiB"),
@@ -131,6 +133,10 @@ _HIDDEN = {"profile_weights_gib", "concurrency_tokens", "version"}
 # "(Worker_TP1 pid=42) INFO 09-24 20:01:02 [gpu_worker.py:579] …" / "(EngineCore_DP0 pid=7)" / "(EngineCore pid=7)"
 _WORKER = re.compile(r"^\((?P<who>[A-Za-z][\w-]*) pid=\d+\)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The API server's line once it listens (logger.info("Starting vLLM server on %s", …) in every release
+# v0.28.0..v0.34.0), stamped by vLLM's logger as "%m-%d %H:%M:%S" (no year: the container's start gives it).
+SERVING = "Starting vLLM server on"
+_STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR) (\d\d-\d\d \d\d:\d\d:\d\d) ")
 SERVER = "server"  # a line without a process prefix, or a figure measured from outside (time to healthy)
 
 
@@ -146,7 +152,7 @@ class StartLedger:
 
     @property
     def workers(self) -> list[str]:
-        return sorted({w for f, w, _ in self.values if f != "healthy_s"})
+        return sorted({w for _, w, _ in self.values if w != SERVER})
 
     def mean(self, field: str) -> float | None:
         found = self.per_worker(field)
@@ -190,14 +196,20 @@ def parse_line(line: str) -> tuple[str, dict[str, str]] | None:
     return (who["who"] if who else SERVER), found
 
 
-def parse_start_log(log: str | Iterable[str]) -> StartLedger:
+def parse_start_log(log: str | Iterable[str], *, started_at: datetime | None = None) -> StartLedger:
     """The ledger of the latest start in `log`: per worker the last value of each field (a container's log
     holds every start it had; the latest one counts). Derived: non-torch = consumed - weights, where vLLM
-    wrote both for the same worker (its own wording: "consumed memory (weights + non-torch)")."""
+    wrote both for the same worker (its own wording: "consumed memory (weights + non-torch)"); with the
+    container's `started_at` (UTC, as docker says it), the seconds until the server's "Starting vLLM server"
+    line by that line's own time stamp."""
     lines = log.splitlines() if isinstance(log, str) else log
     values: dict[tuple[str, str], float] = {}
     version = None
     for line in lines:
+        if started_at is not None and SERVING in line:
+            serving = _seconds_since(started_at, line)
+            if serving is not None:
+                values[("serving_s", SERVER)] = serving
         parsed = parse_line(line)
         if parsed is None:
             continue
@@ -211,6 +223,20 @@ def parse_start_log(log: str | Iterable[str]) -> StartLedger:
         if field == "consumed_gib" and ("weights_gib", worker) in values:
             values[("non_torch_gib", worker)] = round(consumed - values[("weights_gib", worker)], 2)
     return StartLedger(tuple((f, w, v) for (f, w), v in values.items()), version)
+
+
+def _seconds_since(started_at: datetime, line: str) -> float | None:
+    stamp = _STAMP.search(_ANSI.sub("", line))
+    if stamp is None:
+        return None
+    try:
+        at = datetime.strptime(f"{started_at.year}-{stamp[1]}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=started_at.tzinfo)
+    except ValueError:
+        return None
+    if (at - started_at).total_seconds() < -86400:  # a start on 31 December, serving on 1 January
+        at = at.replace(year=at.year + 1)
+    # The stamp has whole seconds: the start's fraction is dropped too, so equal stamps read 0, never -0.4.
+    return max(0.0, (at - started_at.replace(microsecond=0)).total_seconds())
 
 
 def written_by(version: str | None, field: str) -> bool | None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -296,10 +298,22 @@ def _ledger(docker: Docker, container: str | None, *, since: str | None = None,
     if container is None:
         return StartLedger()
     try:
-        found = parse_start_log(docker.container_logs(container, since=since))
+        info = docker.container(container)
+        started = _utc(info.started_at) if info is not None else None
+        found = parse_start_log(docker.container_logs(container, since=since), started_at=started)
     except VpatchError:
         return StartLedger()
     return found.with_value("healthy_s", SERVER, healthy_s) if healthy_s is not None else found
+
+
+def _utc(stamp: str | None) -> datetime | None:
+    """Docker's State.StartedAt ("2026-12-04T16:56:05.123456789Z") as a datetime; None when unreadable."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _image_id(docker: Docker, cid: str) -> str | None:
