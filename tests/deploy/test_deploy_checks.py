@@ -241,9 +241,10 @@ class _StarvedFrontend(Server):
     CPU server's /metrics with two numbers scripted: the gauge stays at 0 for the first `missed` requests, and
     the engine's stepped tokens count each request's prompt and tokens as vLLM counts them."""
 
-    def __init__(self, missed: int) -> None:
+    def __init__(self, missed: int, others: int = 0) -> None:
         super().__init__("http://127.0.0.1:9")  # never opened: every answer below is scripted
         self.missed = missed
+        self.others = others  # tokens of other requests (the container's health checks) stepped per token
         self.kv, self.stepped = 0.0, 0.0
         self.requests: list[int] = []  # max_tokens of each completion, in order
         self._text = (DATA / "cpu-metrics.txt").read_text()
@@ -267,11 +268,12 @@ class _StarvedFrontend(Server):
         seen = len(self.requests) > self.missed
         self.stepped += 800  # the prefill
         for n in range(1, max_tokens + 1):
-            self.stepped += 1
+            self.stepped += 1 + self.others
             if seen:
                 self.kv = -(-(800 + n) // 128) / 64  # the blocks of 800 + n tokens, of 64
             if on_token is not None:
                 on_token()
+            time.sleep(0.005)  # a token takes a while: the check's own sampling thread reads meanwhile
         self.kv = 0.0  # the request ended: its blocks are free
         return Timing(0.1, 0.5, 800, max_tokens, "length")
 
@@ -297,6 +299,15 @@ def test_a_missed_block_cost_request_is_retried_longer_and_judged_by_its_own_tok
     # The plot's prediction counts the retry's own tokens (1,008: 8 blocks), not the missed request's 832 too
     # (15 blocks: the CI failure of df21745's parent).
     assert max(p.predicted for p in points if p.predicted is not None) == 8
+
+
+def test_the_prediction_counts_the_requests_own_tokens_not_the_health_checks_stepped_beside_it(tmp_path: Path) -> None:
+    """The engine's stepped-token counter also counts the container's own 1-token health checks: 5 more per
+    token here. The prediction follows the request's own prompt and streamed tokens: 832 tokens, 7 blocks."""
+    server = _StarvedFrontend(missed=0, others=5)
+    points = _block_cost_run(server, tmp_path).series.block_cost
+    predicted = [p.predicted for p in points if p.predicted is not None]
+    assert predicted and max(predicted) == 7 == max(p.held for p in points), points
 
 
 def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tmp_path: Path,
