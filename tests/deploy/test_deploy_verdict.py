@@ -72,3 +72,21 @@ def test_memory_per_phase_takes_the_peak_and_the_lowest_free_per_device() -> Non
     rows = deploy_verdict.memory_phases(Series(memory=points), "candidate")
     assert [(r.check, r.peak_used_mib, r.lowest_free_mib, r.readings) for r in rows] == [
         ("kv pool", 900, 1100, 1), ("parallel", 1700, 300, 3)]
+
+
+def test_the_page_puts_the_verdict_on_top_and_shows_ledger_rule_and_phases() -> None:
+    from vpatch.deploy import DeployRecord
+    from vpatch.report import deploy_html
+
+    base = side(Figures(ttft_samples=(1.23, 1.25, 1.22), timing_min_change=0.1), cards(107.0, 15.3),
+                memory=(MemoryPoint(1.0, "gpu0", 30000, 32607, "parallel"),))
+    failed = CheckResult("memory", Status.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
+    cand = side(Figures(ttft_samples=(0.79, 0.80, 0.78), timing_min_change=0.1), cards(151.0, 16.4), (failed,),
+                memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
+    record = DeployRecord("flash-next", "vllm-flash-next", "nightly", "20260924-200000", "k", base, cand,
+                          decision="rolled back", failed_check="memory")
+    page = deploy_html.render(record)
+    assert page.index('id="decision"') < page.index('id="verdict"') < page.index("<h2>Checks</h2>")
+    assert page.index("<h2>Checks</h2>") < page.index('id="ledger"') < page.index('id="timing"') < page.index('id="memory-phases"')
+    assert "weights load +44.00 s per worker" in page and "A timing difference is called real only" in page
+    assert "<b>failed</b> memory: lowest 200 MiB free" in page
