@@ -25,6 +25,7 @@ from helpers import browser
 from helpers.deployhost import BLOCK_COST, IMAGE_PYTHON, NAME, SUITE, Host, Spawned, cue_at_parallel, cue_image
 
 from vpatch.config.definition import ImageDefinition
+from vpatch.deploy import load_moved
 from vpatch.deploy.journal import Phase
 from vpatch.deploy.readings import Metrics
 from vpatch.deploy.record import DeployRecord, recorded_baseline, suite_key
@@ -176,7 +177,12 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     timings = deploy_verdict.timing_rows(kept.baseline.figures, kept.candidate.figures)
     print("\n".join(f"timing: {t.label}: {t.baseline} | {t.candidate} | {t.call.value}: {t.why}" for t in timings))
     assert {t.label for t in timings} == {"time to first token", "decode rate", "long prefill", "parallel makespan"}
-    assert {t.call.value for t in timings} == {"within noise"}, timings
+    loads = (kept.baseline.figures.timing_load, kept.candidate.figures.timing_load)
+    print(f"load average during the repeats: baseline {loads[0]}, candidate {loads[1]}")
+    # Never better or worse: within noise, or not judged where the host's load moved between the sides (the
+    # candidate's repeats ran at load 24 where the baseline's ran at 5 in one run of this test).
+    assert {t.call.value for t in timings} <= {"within noise", "not judged"}, timings
+    assert all(t.call.value == "within noise" for t in timings) or load_moved(*loads), timings
     assert len(kept.candidate.figures.ttft_samples or ()) == 5 == len(kept.baseline.figures.ttft_samples or ())
     ledger = {r.field: r for r in deploy_verdict.side_ledger_rows(kept.baseline, kept.candidate)}
     assert ledger["kv_tokens"].baseline == {"EngineCore": 8192.0} == ledger["kv_tokens"].candidate

@@ -6,7 +6,7 @@ from __future__ import annotations
 from vpatch.deploy import Figures, Series, Side
 from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.ledger import parse_start_log
-from vpatch.deploy.noise import Call, chance, compare
+from vpatch.deploy.noise import Call, chance, compare, load_moved
 from vpatch.deploy.series import MemoryPoint
 from vpatch.report import deploy_verdict
 
@@ -23,6 +23,18 @@ def test_overlapping_ranges_are_within_noise_and_apart_ranges_are_real() -> None
     assert compare([1.0], [2.0], higher_is_better=False, min_change=0.1)[0] is Call.UNJUDGED  # one run: no rule
     assert compare(None, [2.0, 2.1, 2.2], higher_is_better=False, min_change=0.1)[0] is Call.UNJUDGED
     assert round(1 / chance(5, 5)) == 126 and round(1 / chance(3, 3)) == 10
+
+
+def test_a_difference_measured_under_another_load_is_not_judged() -> None:
+    """The same image, its candidate side measured while the host's load went from 5 to 24 (seen on the 2-core
+    test machine): ranges apart, but no call of better or worse."""
+    moved = load_moved((5.3, 5.1), (12.7, 23.7))
+    assert moved == "the host's load average moved from 5.3 to 23.7 between the sides"
+    call, why = compare([0.01, 0.01, 0.02, 0.01, 0.01], [0.05, 0.12, 1.04, 0.09, 0.2], higher_is_better=False,
+                        min_change=0.1, load=moved)
+    assert call is Call.UNJUDGED and "measure again at a steady load" in why
+    assert load_moved((4.0, 4.5), (5.2, 5.9)) is None  # 4.5 -> 5.9: under 1.5x, the same kind of load
+    assert load_moved((0.2, 0.3), (0.9, 1.1)) is None  # under one process more: an idle machine's jitter
 
 
 def side(figures: Figures, log: str = "", checks: tuple[CheckResult, ...] = (), memory: tuple[MemoryPoint, ...] = ()) -> Side:

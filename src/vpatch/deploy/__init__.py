@@ -7,7 +7,7 @@ from vpatch.deploy.container import stamp
 from vpatch.deploy.journal import Journal
 from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
 from vpatch.deploy.ledger import LedgerRow, StartLedger, absent_note, ledger_rows, shown_per_worker
-from vpatch.deploy.noise import Call, compare, rule, spread
+from vpatch.deploy.noise import Call, compare, load_moved, rule, spread
 from vpatch.deploy.record import DeployRecord, Side, Source, age
 from vpatch.deploy.series import Series
 from vpatch.deploy.switch import Report, Where, holders
@@ -30,6 +30,7 @@ __all__ = [
     "compare",
     "holders",
     "ledger_rows",
+    "load_moved",
     "rule",
     "shown_per_worker",
     "spread",

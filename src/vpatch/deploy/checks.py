@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import statistics
 import threading
@@ -88,6 +89,7 @@ class Figures:
     prefill_samples: tuple[float, ...] | None = None
     makespan_samples: tuple[float, ...] | None = None
     timing_min_change: float | None = None
+    timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
 
 
 def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[Status, str, str]:
@@ -621,12 +623,16 @@ def _timing(run: Run) -> tuple[Status, str, str]:
     assert check is not None
     samples: dict[str, list[float]] = {"ttft": [], "decode": [], "prefill": [], "makespan": []}
     errors: list[str] = []
+    load_before = os.getloadavg()[0]
     for i in range(check.repeats):
         prompt = run.server.filler(check.prompt_tokens, f"timing-{i}-{time.time_ns()}")
-        short = run.watch.call(_completion(run, prompt, check.max_tokens))
+        events: list[tuple[float, int]] = []
+        short = run.watch.call(_completion(run, prompt, check.max_tokens, events))
         run.timed("timing", short, median=False)
         samples["ttft"].append(short.ttft_s)
-        if short.decode_tps is not None and short.completion_tokens >= 16:
+        # A decode rate only where the tokens came one by one: a loaded server can send a whole answer in a
+        # few events, and their spacing then says nothing about how fast it decoded (367,756 tok/s seen).
+        if short.decode_tps is not None and short.completion_tokens >= 16 and len(events) - 1 >= short.completion_tokens / 2:
             samples["decode"].append(short.decode_tps)
         if check.long_prompt_tokens:
             long = run.watch.call(_completion(run, run.server.filler(check.long_prompt_tokens,
@@ -641,7 +647,8 @@ def _timing(run: Run) -> tuple[Status, str, str]:
             errors += [d for d in done if isinstance(d, str)]
             samples["makespan"].append(time.monotonic() - began)
     run.note(**{f"{key}_samples": tuple(round(v, 4) for v in values) if values else None
-                for key, values in samples.items()}, timing_min_change=check.min_change)
+                for key, values in samples.items()}, timing_min_change=check.min_change,
+             timing_load=(round(load_before, 2), round(os.getloadavg()[0], 2)))
     return judge_timing(samples, errors, check)
 
 

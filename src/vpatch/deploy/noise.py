@@ -49,12 +49,31 @@ def rule(min_change: float) -> str:
     return (f"A timing difference is called real only when the ranges of the repeats do not overlap and the medians "
             f"differ by at least {min_change:.0%}; two equal builds separate completely by chance 1 time in "
             f"{1 / chance(3, 3):.0f} with 3 repeats a side, 1 in {1 / chance(5, 5):.0f} with 5. Everything else is "
-            "within noise.")
+            f"within noise. Where the host's load average differs by more than {LOAD_FACTOR}x between the sides, "
+            "a difference is not judged.")
+
+
+# The sides ran under different load when the host's load average differs by more than this factor (and by more
+# than one runnable process): measured on the 2-core test machine, the same image's TTFT went from 0.05 to 0.38 s
+# median when the load went from 5 to 24 between the baseline and the candidate.
+LOAD_FACTOR = 1.5
+
+
+def load_moved(base: tuple[float, float] | None, cand: tuple[float, float] | None) -> str | None:
+    """Why the two sides' timings cannot be compared (the host's load moved between them), or None."""
+    if base is None or cand is None:
+        return None
+    b, c = max(base), max(cand)
+    low, high = min(b, c), max(b, c)
+    if high - low > 1.0 and high > LOAD_FACTOR * max(low, 0.1):
+        return f"the host's load average moved from {b:.1f} to {c:.1f} between the sides"
+    return None
 
 
 def compare(base: Sequence[float] | None, cand: Sequence[float] | None, *, higher_is_better: bool,
-            min_change: float, min_n: int = 3) -> tuple[Call, str]:
-    """(call, why in words) for one timing figure."""
+            min_change: float, min_n: int = 3, load: str | None = None) -> tuple[Call, str]:
+    """(call, why in words) for one timing figure; `load`: why the sides ran under different load (load_moved),
+    which leaves a difference unjudged rather than called real."""
     b, c = spread(base), spread(cand)
     if b is None or c is None:
         return Call.UNJUDGED, "measured on one side only"
@@ -67,6 +86,8 @@ def compare(base: Sequence[float] | None, cand: Sequence[float] | None, *, highe
         return Call.NOISE, f"{text}, ranges overlap"
     if abs(change) < min_change:
         return Call.NOISE, f"{text}, ranges apart but under {min_change:.0%}"
+    if load is not None:
+        return Call.UNJUDGED, f"{text}, ranges apart, but {load}: measure again at a steady load"
     up = c.median > b.median
     better = up == higher_is_better
     return (Call.BETTER if better else Call.WORSE), f"{text}, ranges apart (chance {chance(b.n, c.n):.1%})"

@@ -137,7 +137,9 @@ def _verdict(base: Side | None, cand: Side) -> str:
         items.append(f'<li class="worse"><b>failed</b> {_e(found.failed)}' + (f"<ul>{beside}</ul>" if beside else "")
                      + "</li>")
     for css, label, lines in (("better", "better", found.better), ("worse", "worse", found.worse),
-                              ("noise", "within noise", found.noise)):
+                              ("noise", "within noise", found.noise), ("unjudged", "not judged", found.unjudged)):
+        if css == "unjudged" and not lines:
+            continue
         shown = "; ".join(lines) if lines else ("-" if css == "noise" else f"nothing measured {label}")
         items.append(f'<li class="{css}"><b>{_e(label)}</b>: {_e(shown)}</li>')
     return f'<h2>Verdict</h2><ul id="verdict" class="verdict">{"".join(items)}</ul>'

@@ -18,6 +18,7 @@ from vpatch.deploy import (
     absent_note,
     compare,
     ledger_rows,
+    load_moved,
     rule,
     shown_per_worker,
     spread,
@@ -57,13 +58,14 @@ class TimingRow:
 def timing_rows(base: Figures | None, cand: Figures) -> list[TimingRow]:
     """Each timing figure either side repeated: median (range, n) a side and the rule's call."""
     min_change = cand.timing_min_change if cand.timing_min_change is not None else _DEFAULT_MIN_CHANGE
+    load = load_moved(base.timing_load if base is not None else None, cand.timing_load)
     out = []
     for key, label, unit, higher in _TIMINGS:
         b = getattr(base, key) if base is not None else None
         c = getattr(cand, key)
         if not b and not c:
             continue
-        call, why = compare(b, c, higher_is_better=higher, min_change=min_change)
+        call, why = compare(b, c, higher_is_better=higher, min_change=min_change, load=load)
         sb, sc = spread(b), spread(c)
         out.append(TimingRow(label, unit, sb.shown() if sb else "-", sc.shown() if sc else "-", call, why))
     return out
@@ -130,11 +132,13 @@ class Verdict:
     better: list[str] = field(default_factory=list)
     worse: list[str] = field(default_factory=list)
     noise: list[str] = field(default_factory=list)
+    unjudged: list[str] = field(default_factory=list)  # timings no rule can call (one side, or the load moved)
     failed: str | None = None  # a rolled-back deploy: the failed check, its figure and detail
     explained_by: list[str] = field(default_factory=list)  # the ledger and memory lines beside the failure
 
     def to_json(self) -> dict[str, Any]:
-        return {"better": self.better, "worse": self.worse, "within_noise": self.noise, "failed": self.failed,
+        return {"better": self.better, "worse": self.worse, "within_noise": self.noise, "not_judged": self.unjudged,
+                "failed": self.failed,
                 "explained_by": self.explained_by}
 
     def lines(self) -> list[str]:
@@ -145,6 +149,8 @@ class Verdict:
         out.append("better: " + ("; ".join(self.better) or "nothing measured better"))
         out.append("worse: " + ("; ".join(self.worse) or "nothing measured worse"))
         out.append("within noise: " + ("; ".join(self.noise) or "-"))
+        if self.unjudged:
+            out.append("not judged: " + "; ".join(self.unjudged))
         return out
 
 
@@ -153,6 +159,7 @@ def verdict(base: Side | None, cand: Side) -> Verdict:
     better: list[str] = []
     worse: list[str] = []
     noise: list[str] = []
+    unjudged: list[str] = []
     if base is not None:
         for key, label, higher in _COUNTS:
             b, c = getattr(base.figures, key), getattr(cand.figures, key)
@@ -168,6 +175,8 @@ def verdict(base: Side | None, cand: Side) -> Verdict:
             worse.append(text)
         elif row.call is Call.NOISE:
             noise.append(text)
+        else:
+            unjudged.append(text)
     ledger_lines = []
     for r in side_ledger_rows(base, cand):
         if not r.difference:
@@ -188,7 +197,7 @@ def verdict(base: Side | None, cand: Side) -> Verdict:
         explained = (memory_lines + phases + other) if memory_first else (other + memory_lines + phases)
         if not explained:
             explained = _candidate_ledger_lines(cand)
-    return Verdict(better, worse, noise, failed, explained)
+    return Verdict(better, worse, noise, unjudged, failed, explained)
 
 
 def _candidate_ledger_lines(cand: Side) -> list[str]:
