@@ -320,3 +320,28 @@ def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tm
     assert server.requests == [32] + [208] * 7
     assert pauses == [1, 2, 2, 2, 2, 2]  # from the third request on: a burst of load can pass, 11 s at most
     assert result.status is Status.ERROR and "measurement error" in result.detail and result.failed
+
+
+class _Burst(_StarvedFrontend):
+    """A server whose whole answer reaches the client in one read: every token event at the same instant."""
+
+    def complete(self, prompt: str | list[int], *, max_tokens: int, extra: Mapping[str, Any] | None = None,
+                 on_token: Callable[[], None] | None = None) -> Timing:
+        for _ in range(max_tokens):
+            if on_token is not None:
+                on_token()
+        return Timing(0.1, 0.1001, 800, max_tokens, "length")
+
+
+def test_the_timing_check_repeats_and_keeps_decode_rates_only_from_spaced_tokens(tmp_path: Path) -> None:
+    suite = Suite.parse({"checks": {"timing": {"repeats": 3, "prompt_tokens": 64, "max_tokens": 32, "parallel": 2,
+                                               "long_prompt_tokens": 600}}}, root=tmp_path, source="images/x.yaml")
+    for server, decoded in ((_StarvedFrontend(missed=0), 3), (_Burst(missed=0), 0)):
+        run = Run(server, suite, read_log=lambda: "", progress=lambda _: None)
+        run_checks(run, fail_fast=True, log_scan=False)
+        (timing,) = [r for r in run.results if r.name == "timing"]
+        assert timing.status is Status.PASS and "(3 repeats)" in timing.figure, timing
+        f = run.figures
+        assert len(f.ttft_samples or ()) == 3 == len(f.prefill_samples or ()) == len(f.makespan_samples or ())
+        assert len(f.decode_samples or ()) == decoded  # a burst (310,000 tok/s) is no decode rate
+        assert f.timing_load is not None and f.timing_min_change == 0.1

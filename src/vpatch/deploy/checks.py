@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 import statistics
@@ -630,9 +631,11 @@ def _timing(run: Run) -> tuple[Status, str, str]:
         short = run.watch.call(_completion(run, prompt, check.max_tokens, events))
         run.timed("timing", short, median=False)
         samples["ttft"].append(short.ttft_s)
-        # A decode rate only where the tokens came one by one: a loaded server can send a whole answer in a
-        # few events, and their spacing then says nothing about how fast it decoded (367,756 tok/s seen).
-        if short.decode_tps is not None and short.completion_tokens >= 16 and len(events) - 1 >= short.completion_tokens / 2:
+        # A decode rate only where the tokens came one by one: a loaded server (or a client that read late) hands
+        # over a whole answer in one read, and the events' spacing then says nothing about how fast it decoded
+        # (367,756 tok/s seen). At least half the gaps between events must be real gaps (over 0.1 ms).
+        spaced = sum(1 for (a, _), (b, _) in itertools.pairwise(events[1:]) if b - a > 1e-4)  # [0]: sent
+        if short.decode_tps is not None and short.completion_tokens >= 16 and spaced >= (short.completion_tokens - 1) / 2:
             samples["decode"].append(short.decode_tps)
         if check.long_prompt_tokens:
             long = run.watch.call(_completion(run, run.server.filler(check.long_prompt_tokens,
