@@ -234,3 +234,11 @@ def test_serving_after_reads_the_servers_own_time_stamp() -> None:
     found = ledger.parse_start_log(log, started_at=datetime(2026, 12, 4, 16, 56, 5, 700000, tzinfo=UTC))
     assert found.per_worker("serving_s") == {ledger.SERVER: 36.0}
     assert ledger.parse_start_log(log).per_worker("serving_s") == {}  # no start time given: absent
+
+
+def test_absent_lines_are_said_only_where_the_release_does_not_write_them() -> None:
+    cpu = ledger.parse_start_log((DATA / "cpu-server-start-0.32.0.log").read_text())
+    assert ledger.absent_note(cpu, [f.name for f in ledger.FIELDS]) == []  # v0.32.0 writes them (on a GPU)
+    later = ledger.StartLedger(cpu.values, "0.34.0")
+    assert ledger.absent_note(later, ["cuda_graph_estimate_gib", "non_torch_gib"]) == []  # still in the pool line
+    assert ledger.written_by("0.99.0", "weights_gib") is None  # a release the table does not know: no claim

@@ -129,6 +129,8 @@ FIELDS: tuple[Field, ...] = (
 _BY_NAME = {f.name: f for f in FIELDS}
 # Read for the ledger's arithmetic or a label only, never shown as rows of their own.
 _HIDDEN = {"profile_weights_gib", "concurrency_tokens", "version"}
+# Not a line of the log: derived from two (non-torch), a stamp against the container's start, the health check.
+_DERIVED = {"non_torch_gib", "serving_s", "healthy_s"}
 
 # "(Worker_TP1 pid=42) INFO 09-24 20:01:02 [gpu_worker.py:579] …" / "(EngineCore_DP0 pid=7)" / "(EngineCore pid=7)"
 _WORKER = re.compile(r"^\((?P<who>[A-Za-z][\w-]*) pid=\d+\)")
@@ -315,7 +317,7 @@ def absent_note(ledger: StartLedger, fields: Sequence[str]) -> list[str]:
     """For fields the log lacks: whether the server's release writes that line at all."""
     notes = []
     for name in fields:
-        if ledger.per_worker(name) or name in _HIDDEN:
+        if ledger.per_worker(name) or name in _HIDDEN or name in _DERIVED:
             continue
         writes = written_by(ledger.version, name)
         if writes is False:

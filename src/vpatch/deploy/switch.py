@@ -243,6 +243,7 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             # Last, so that a Traceback or an allocation failure a live-check request caused is seen too.
             if not any(c.failed for c in candidate):
                 candidate.append(scan_log(run))
+                figures = run.figures  # with the log scan's count
         step("checks")
         passed = not any(c.failed for c in candidate)
         if passed:
