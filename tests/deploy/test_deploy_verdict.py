@@ -102,3 +102,14 @@ def test_the_page_puts_the_verdict_on_top_and_shows_ledger_rule_and_phases() -> 
     assert page.index("<h2>Checks</h2>") < page.index('id="ledger"') < page.index('id="timing"') < page.index('id="memory-phases"')
     assert "weights load +44.00 s per worker" in page and "A timing difference is called real only" in page
     assert "<b>failed</b> memory: lowest 200 MiB free" in page
+
+
+def test_memory_held_more_in_every_phase_is_worse_and_side_by_side() -> None:
+    base = side(Figures(), memory=(MemoryPoint(0.5, "container", 1277, 24105, "kv pool"),
+                                   MemoryPoint(1.5, "container", 1283, 24105, "parallel")))
+    cand = side(Figures(), memory=(MemoryPoint(0.5, "container", 1663, 24105, "kv pool"),
+                                   MemoryPoint(1.5, "container", 1684, 24105, "parallel")))
+    found = deploy_verdict.verdict(base, cand)
+    assert "memory: kv pool: container peak +386 MiB (1,277 -> 1,663; lowest free 22,442 MiB)" in found.worse
+    assert deploy_verdict.phase_table_rows(base, cand)[1] == ("parallel", "container", "1,283", "1,684", "+401",
+                                                              "22,421", "24,105")

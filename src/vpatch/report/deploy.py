@@ -66,7 +66,8 @@ def tables(result: Report) -> list[Table]:
                  deploy_verdict.ledger_table_rows(base, cand)),
                 ("timings, repeated", ("figure", "baseline", "candidate", "call"),
                  deploy_verdict.timing_table_rows(base, cand)),
-                ("memory per check phase (MiB)", ("side", "check", "device", "peak used", "lowest free", "of"),
+                ("memory per check phase (MiB)", ("check", "device", "baseline peak", "candidate peak", "difference",
+                                                  "lowest free", "of"),
                  deploy_verdict.phase_table_rows(base, cand))):
             if body:
                 table = Table(title=title)

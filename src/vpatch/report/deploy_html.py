@@ -164,7 +164,8 @@ def _comparisons(base: Side | None, cand: Side) -> list[str]:
     phases = deploy_verdict.phase_table_rows(base, cand)
     if phases:
         parts.append('<h2 id="memory-phases">Memory per check phase</h2>')
-        parts.append(_table(("side", "check", "device", "peak used MiB", "lowest free MiB", "of MiB"), phases))
+        parts.append(_table(("check", "device", "baseline peak used MiB", "candidate peak used MiB", "difference",
+                             "candidate lowest free MiB", "of MiB"), phases))
     return parts
 
 

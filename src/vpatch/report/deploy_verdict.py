@@ -109,19 +109,41 @@ def memory_phase_rows(base: Side | None, cand: Side) -> list[PhaseRow]:
     return (memory_phases(base.series, "baseline") if base else []) + memory_phases(cand.series, "candidate")
 
 
+@dataclass(frozen=True)
+class PhaseChange:
+    check: str
+    device: str
+    baseline: PhaseRow | None
+    candidate: PhaseRow | None
+
+    @property
+    def delta_mib(self) -> float | None:
+        if self.baseline is None or self.candidate is None:
+            return None
+        return self.candidate.peak_used_mib - self.baseline.peak_used_mib
+
+    @property
+    def named(self) -> str:
+        """"parallel: gpu0 peak +1,400 MiB (30,000 -> 31,400; lowest free 1,207 MiB)"; "" below 32 MiB: docker's
+        and nvidia-smi's readings move by a few MiB between two readings of an idle server."""
+        delta = self.delta_mib
+        if delta is None or abs(delta) < 32:
+            return ""
+        assert self.baseline is not None and self.candidate is not None
+        return (f"{self.check}: {self.device} peak {delta:+,.0f} MiB ({self.baseline.peak_used_mib:,.0f} -> "
+                f"{self.candidate.peak_used_mib:,.0f}; lowest free {self.candidate.lowest_free_mib:,.0f} MiB)")
+
+
+def phase_changes(base: Side | None, cand: Side) -> list[PhaseChange]:
+    """Per check phase and device, both sides side by side, in the candidate's order (then the baseline's rest)."""
+    before = {(r.check, r.device): r for r in memory_phases(base.series, "baseline")} if base else {}
+    after = {(r.check, r.device): r for r in memory_phases(cand.series, "candidate")}
+    keys = list(after) + [k for k in before if k not in after]
+    return [PhaseChange(k[0], k[1], before.get(k), after.get(k)) for k in keys]
+
+
 def phase_differences(base: Side | None, cand: Side) -> list[str]:
-    """"parallel: container peak +700 MiB" for each phase and device both sides measured (|difference| >= 32 MiB:
-    docker's and nvidia-smi's readings move by a few MiB between two readings of an idle server)."""
-    if base is None:
-        return []
-    before = {(r.check, r.device): r for r in memory_phases(base.series, "baseline")}
-    out = []
-    for r in memory_phases(cand.series, "candidate"):
-        b = before.get((r.check, r.device))
-        if b is not None and abs(r.peak_used_mib - b.peak_used_mib) >= 32:
-            out.append(f"{r.check}: {r.device} peak {r.peak_used_mib - b.peak_used_mib:+,.0f} MiB "
-                       f"({b.peak_used_mib:,.0f} -> {r.peak_used_mib:,.0f}; lowest free {r.lowest_free_mib:,.0f} MiB)")
-    return out
+    return [c.named for c in phase_changes(base, cand) if c.named]
 
 
 def side_ledger_rows(base: Side | None, cand: Side) -> list[LedgerRow]:
@@ -187,6 +209,10 @@ def verdict(base: Side | None, cand: Side) -> Verdict:
         (better if grew == (r.field in _LEDGER_MORE_IS_BETTER) else worse).append(f"start: {r.difference}{one_start}")
         ledger_lines.append(f"start: {r.difference}")
     phases = phase_differences(base, cand)
+    for change in phase_changes(base, cand):
+        if change.named:
+            assert change.delta_mib is not None
+            (worse if change.delta_mib > 0 else better).append(f"memory: {change.named}")
     failed_check = next((c for c in cand.checks if c.failed), None)
     failed = None
     explained: list[str] = []
@@ -240,9 +266,18 @@ def ledger_table_rows(base: Side | None, cand: Side) -> list[tuple[str, str, str
              r.difference) for r in side_ledger_rows(base, cand)]
 
 
-def phase_table_rows(base: Side | None, cand: Side) -> list[tuple[str, str, str, str, str, str]]:
-    return [(p.side, p.check, p.device, f"{p.peak_used_mib:,.0f}", f"{p.lowest_free_mib:,.0f}", f"{p.total_mib:,.0f}")
-            for p in memory_phase_rows(base, cand)]
+def phase_table_rows(base: Side | None, cand: Side) -> list[tuple[str, str, str, str, str, str, str]]:
+    """(check, device, baseline peak used, candidate peak used, difference, candidate lowest free, of) in MiB."""
+    def peak(row: PhaseRow | None) -> str:
+        return "-" if row is None else f"{row.peak_used_mib:,.0f}"
+    rows = []
+    for c in phase_changes(base, cand):
+        either = c.candidate or c.baseline
+        rows.append((c.check, c.device, peak(c.baseline), peak(c.candidate),
+                     "" if c.delta_mib is None else f"{c.delta_mib:+,.0f}",
+                     "-" if c.candidate is None else f"{c.candidate.lowest_free_mib:,.0f}",
+                     f"{either.total_mib:,.0f}" if either is not None else ""))
+    return rows
 
 
 def timing_table_rows(base: Side | None, cand: Side) -> list[tuple[str, str, str, str]]:
