@@ -6,7 +6,9 @@ a second deploy of the same image whose baseline is the first one's record (prod
 request-check request), killed -9 in its checks, with the report rendered from its record. On the bare host beside
 it (`tiny_bare`: nothing runs there), a candidate whose container crosses the memory floor under the parallel check
 (rolled back by the memory check, the curve in its page). The second needs the first's record: it runs after it
-(file order). Three server starts: one per candidate.
+(file order). Last, on production again, a candidate that holds 400 MiB more and starts 40 s later, deployed against
+production measured now and rolled back afterwards: the start ledger and the memory-per-phase table must show both.
+Five server starts: one per candidate, and production's own again after the last one's `--rollback`.
 """
 
 from __future__ import annotations
