@@ -233,6 +233,7 @@ def test_serving_after_reads_the_servers_own_time_stamp() -> None:
     # The container started at 16:56:05.7 (UTC); vLLM stamped "Starting vLLM server on …" 12-04 16:56:41.
     found = ledger.parse_start_log(log, started_at=datetime(2026, 12, 4, 16, 56, 5, 700000, tzinfo=UTC))
     assert found.per_worker("serving_s") == {ledger.SERVER: 36.0}
+    assert found.per_worker("first_line_s") == {ledger.SERVER: 1.0}  # "12-04 16:56:06", the banner
     assert ledger.parse_start_log(log).per_worker("serving_s") == {}  # no start time given: absent
 
 

@@ -108,6 +108,7 @@ FIELDS: tuple[Field, ...] = (
     Field("profile_s", "memory profiling", "s"),
     Field("graph_capture_s", "CUDA graph capture", "s"),
     Field("engine_init_s", "engine init (profile, KV cache, warmup)", "s"),
+    Field("first_line_s", "vLLM's first line after (container start to its first stamped line)", "s"),
     Field("serving_s", "serving after (container start to 'Starting vLLM server')", "s"),
     Field("healthy_s", "time to healthy (the health check)", "s"),
     Field("device_total_gib", "device memory", "GiB"),
@@ -130,7 +131,7 @@ _BY_NAME = {f.name: f for f in FIELDS}
 # Read for the ledger's arithmetic or a label only, never shown as rows of their own.
 _HIDDEN = {"profile_weights_gib", "concurrency_tokens", "version"}
 # Not a line of the log: derived from two (non-torch), a stamp against the container's start, the health check.
-_DERIVED = {"non_torch_gib", "serving_s", "healthy_s"}
+_DERIVED = {"non_torch_gib", "first_line_s", "serving_s", "healthy_s"}
 
 # "(Worker_TP1 pid=42) INFO 09-24 20:01:02 [gpu_worker.py:579] …" / "(EngineCore_DP0 pid=7)" / "(EngineCore pid=7)"
 _WORKER = re.compile(r"^\((?P<who>[A-Za-z][\w-]*) pid=\d+\)")
@@ -208,6 +209,11 @@ def parse_start_log(log: str | Iterable[str], *, started_at: datetime | None = N
     values: dict[tuple[str, str], float] = {}
     version = None
     for line in lines:
+        if started_at is not None and ("first_line_s", SERVER) not in values:
+            # What ran before vLLM (an entrypoint's own work, vLLM's imports) ends at its first stamped line.
+            first = _seconds_since(started_at, line)
+            if first is not None:
+                values[("first_line_s", SERVER)] = first
         if started_at is not None and SERVING in line:
             serving = _seconds_since(started_at, line)
             if serving is not None:
