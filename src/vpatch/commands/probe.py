@@ -7,14 +7,15 @@ from pathlib import Path
 from vpatch import upstream
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, load_series
-from vpatch.probes import ProbeKind, Witness
+from vpatch.probes import ProbeKind, Witness, coverage, regression
 from vpatch.probes import check as core
 from vpatch.report import ProgressView
 from vpatch.report import probe as shown
 from vpatch.series import PROBE
 
 
-def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None) -> ExitCode:
+def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None,
+          hunks: bool = True, upstream_tests: bool = True) -> ExitCode:
     config = load_config(project)
     found = core.target(load_series(config), config.state_dir, patch)
     name, target, patches = found.name, found.patch, found.patches
@@ -36,6 +37,25 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
     if not result_of.ok:
         raise VpatchError(result_of.detail, hint=result_of.hint or None)
     echo(f"ok: {result_of.detail}")
+    # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
+    with ProgressView() as view:
+        covered = coverage.coverage(repo, patches, target, base=base, ref=ref or config.pin.ref,
+                                    use_cache=not no_cache, report=view, jobs=jobs) if hunks else None
+        tested = regression.evidence(repo, patches, target, base=base, ref=ref or config.pin.ref,
+                                     use_cache=not no_cache, report=view, jobs=jobs) if upstream_tests else None
+    if covered is not None:
+        for line in shown.coverage_lines(covered):
+            echo(line)
+    if tested is not None:
+        for line in shown.regression_lines(tested):
+            echo(line)
+        if tested.regressed:
+            raise VpatchError(f"{target.filename} breaks upstream's own tests on {ref or config.pin.ref}: "
+                              f"{', '.join(tested.regressed)}",
+                              hint="they pass without the patch: change the patch so that they pass with it")
+        if not tested.complete:
+            raise VpatchError(f"upstream's tests of {target.filename} could not run: {tested.says()}",
+                              hint="--no-upstream-tests checks the probe alone")
     return ExitCode.OK
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Self
 
 from vpatch import git
-from vpatch.series import FileDiff, Hunk, Patch
+from vpatch.series import FileDiff, Patch, hunk_name
 from vpatch.verdict import applycheck
 from vpatch.verdict.applycheck import Outcome
 
@@ -206,5 +206,3 @@ def with_three_way(tree: Tree, patch: Patch, text: Text) -> Text:
                    three_way_output=output)
 
 
-def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
-    return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"
