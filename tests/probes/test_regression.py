@@ -4,6 +4,7 @@ venv with pytest; a toy upstream in a real git repository for the counting, the 
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,8 @@ ROOT_CONFTEST = "raise RuntimeError('the root conftest needs an accelerator')\n"
 
 def toy_upstream(tmp_path: Path) -> tuple[Path, str]:
     repo = tmp_path / "upstream"
-    files = {"vllm/__init__.py": "", "vllm/calc.py": CALC, "tests/__init__.py": "", "tests/conftest.py": ROOT_CONFTEST,
+    # Results are cached by tree in the user's cache (where the probe venv is): a tree of its own for each run.
+    files = {"README": uuid.uuid4().hex, "vllm/__init__.py": "", "vllm/calc.py": CALC, "tests/__init__.py": "", "tests/conftest.py": ROOT_CONFTEST,
              "tests/calc/__init__.py": "", "tests/calc/test_calc.py": TESTS}
     for name, text in files.items():
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +76,7 @@ def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_p
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
     broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
-    found = regression.evidence(repo, [broken], broken, base=base, ref="v1.0", cache=REAL_CACHE, use_cache=False)
+    found = regression.regression_evidence(repo, [broken], broken, base=base, ref="v1.0", cache=REAL_CACHE, use_cache=False)
     assert found.complete and found.tests == ("tests/calc/test_calc.py",)
     assert found.regressed == ("tests/calc/test_calc.py::test_sub",)
     # failing on both sides is upstream's, not the patch's
@@ -86,7 +88,7 @@ def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_p
 
     # A harmless patch on the same base: no regression, and the unpatched tree's results come from the cache.
     harmless = patch_of(repo, base, patches, 2, "add-comment", CALC.replace("def add", "# adds\ndef add"))
-    again = regression.evidence(repo, [harmless], harmless, base=base, ref="v1.0", cache=REAL_CACHE)
+    again = regression.regression_evidence(repo, [harmless], harmless, base=base, ref="v1.0", cache=REAL_CACHE)
     assert again.regressed == () and again.passed == 3 and "no regression" in again.says()
     assert again.base is not None and again.base.cached and again.patched is not None and not again.patched.cached
 
@@ -95,7 +97,7 @@ def test_a_test_file_that_no_longer_imports_with_the_patch_is_a_regression_of_ea
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
     renamed = patch_of(repo, base, patches, 1, "rename-sub", CALC.replace("def sub", "def subtract"))
-    found = regression.evidence(repo, [renamed], renamed, base=base, ref="v1.0", cache=REAL_CACHE, use_cache=False)
+    found = regression.regression_evidence(repo, [renamed], renamed, base=base, ref="v1.0", cache=REAL_CACHE, use_cache=False)
     # every test that passed is gone with the patch: absence is not a pass
     assert set(found.regressed) == {"tests/calc/test_calc.py::test_add", "tests/calc/test_calc.py::test_sub",
                                     "tests/calc/test_calc.py::TestMore::test_add_zero"}
@@ -112,11 +114,11 @@ def test_upstream_tests_declared_in_the_probe_replace_the_found_ones(tmp_path: P
     path = broken.path
     path.write_text(path.read_text().replace("---\n", "\nProbe: probes/0001-sub-wrong.yaml\n---\n", 1))
     declared = Patch.load(path)
-    found = regression.evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE)
+    found = regression.regression_evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE)
     assert found.tests == ("tests/calc/test_calc.py::test_add",)
     assert found.regressed == () and found.passed == 1
     probe.write_text("kind: files\nfiles:\n  vllm/calc.py:\n    contains: ['b - a']\nupstream_tests: []\n")
-    assert regression.evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE).says() == (
+    assert regression.regression_evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE).says() == (
         "upstream tests: none found for the files it touches")
 
 
@@ -164,7 +166,7 @@ def test_main_s_0003_rebased_onto_v0_33_0_breaks_the_two_upstream_tests_that_nam
     patches = series_dir(tmp_path)
     old = old_0003_on_v0_33_0(release_history, patches)
     base = gitdoor.resolve_commit(release_history, "v0.33.0")
-    found = regression.evidence(release_history, [old], old, base=base, ref="v0.33.0", cache=REAL_CACHE)
+    found = regression.regression_evidence(release_history, [old], old, base=base, ref="v0.33.0", cache=REAL_CACHE)
     assert found.tests == ("tests/parser/engine/test_parser_engine.py", "tests/parser/engine/test_qwen3.py")
     assert found.regressed == (
         "tests/parser/engine/test_qwen3.py::TestNonStreaming::test_tool_call_tag_is_ok_inside_parameter",
@@ -178,6 +180,6 @@ def test_the_shipped_0003_breaks_no_upstream_test_on_the_pin(release_history: Pa
     series = Series.load(SHIPPED)
     patch = next(p for p in series.patches if p.number == 3)
     base = gitdoor.resolve_commit(release_history, "v0.29.0")
-    found = regression.evidence(release_history, list(series.patches), patch, base=base, ref="v0.29.0",
+    found = regression.regression_evidence(release_history, list(series.patches), patch, base=base, ref="v0.29.0",
                                 cache=REAL_CACHE)
     assert found.complete and found.regressed == () and found.passed > 150, found.says()

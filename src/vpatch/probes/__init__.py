@@ -4,12 +4,16 @@ of its answer, cached, validated on both sides of the patch; the venv probes run
 `Witness` is the room's door: what patch P's evidence says on commit C, asked in one place (witness.py).
 Other rooms import these names from here; modules inside the room import each other directly."""
 
+from vpatch.probes.coverage import Coverage, HunkCoverage, hunk_coverage
 from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
+from vpatch.probes.regression import RegressionError, Regressions, TestRun, regression_evidence
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
 
 __all__ = [
+    "Coverage",
+    "HunkCoverage",
     "Place",
     "Probe",
     "ProbeCheck",
@@ -17,11 +21,16 @@ __all__ = [
     "ProbeKind",
     "ProbeOutcome",
     "Ran",
+    "RegressionError",
+    "Regressions",
     "Tally",
+    "TestRun",
     "Validation",
     "Witness",
     "argv",
+    "hunk_coverage",
     "interpret",
     "probe_for",
+    "regression_evidence",
     "stacked_tree",
 ]

@@ -12,9 +12,9 @@ from typing import Any
 from vpatch import git
 from vpatch.base import Reporter, silent
 from vpatch.probes import workspace as probe_runs
-from vpatch.probes.check import stacked_tree
 from vpatch.probes.file import ProbeError, probe_for
 from vpatch.probes.runner import ProbeOutcome, Request, run_ahead, run_probe, says
+from vpatch.probes.witness import stacked_tree
 from vpatch.series import Patch, hunk_name
 
 
@@ -83,7 +83,7 @@ def without(patch: Patch, drop: str) -> bytes:
     return b"".join(out)
 
 
-def coverage(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str, cache: Path | None = None,
+def hunk_coverage(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str, cache: Path | None = None,
              use_cache: bool = True, report: Reporter = silent, jobs: int | None = None) -> Coverage:
     """The probe of `patch` on `base` + the series before it + the patch less one hunk, for each hunk."""
     probe = probe_for(patch)

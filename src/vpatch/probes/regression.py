@@ -24,9 +24,9 @@ from typing import Any
 from vpatch import git
 from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, process, silent
 from vpatch.probes import workspace as probe_runs
-from vpatch.probes.check import stacked_tree
 from vpatch.probes.env import LOCK_NAME, EnvError, Requirements, probe_venv
 from vpatch.probes.file import Probe, probe_for
+from vpatch.probes.witness import stacked_tree
 from vpatch.series import Patch
 
 RESULTS = "upstream-tests"  # the cache folder under $VPATCH_CACHE
@@ -166,7 +166,7 @@ def requirements_for(patch: Patch, probe: Probe | None) -> Requirements:
     return Requirements.from_lock(lock)
 
 
-def evidence(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
+def regression_evidence(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
              cache: Path | None = None, use_cache: bool = True, report: Reporter = silent,
              jobs: int | None = None, session: probe_runs.Session | None = None) -> Regressions:
     """Upstream's tests of `patch` on `base` (without the series) and on `base` + the series up to `patch`: the

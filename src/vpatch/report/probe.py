@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from vpatch.probes import Coverage, Regressions
     from vpatch.probes.check import Checked, Target
-    from vpatch.probes.coverage import Coverage
-    from vpatch.probes.regression import Regressions
 
 
 def tree_lines(found: Target, patches_folder: str) -> list[str]:

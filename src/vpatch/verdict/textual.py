@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Self
 
 from vpatch import git
-from vpatch.series import FileDiff, Patch, hunk_name
+from vpatch.series import FileDiff, Patch
+from vpatch.series import hunk_name as hunk_name  # noqa: PLC0414 - re-exported: judge and the face name it here
 from vpatch.verdict import applycheck
 from vpatch.verdict.applycheck import Outcome
 
