@@ -10,10 +10,17 @@ from conftest import REAL_CACHE, git
 from helpers.calcupstream import CALC, SHIPPED, patch_of, series_dir, toy_upstream
 
 from vpatch import git as gitdoor
-from vpatch.probes import regression
+from vpatch.probes import Witness, regression, stacked_tree
 from vpatch.series.files import Patch, Series
 
 pytestmark = pytest.mark.probe_venv
+
+
+def evidence(repo: Path, patches: list[Patch], patch: Patch, *, base: str, ref: str, use_cache: bool = True,
+             **_: object) -> regression.Regressions:
+    """Upstream's tests of `patch` on `base` and on `base` + the series up to it, as `probe check` runs them."""
+    patched = stacked_tree(repo, patches, base, patch, name=ref)
+    return Witness(repo, cache=REAL_CACHE).regressions(patch, base=base, patched=patched, ref=ref, use_cache=use_cache)
 
 
 def test_tests_for_finds_the_test_files_named_after_the_touched_files(tmp_path: Path) -> None:
@@ -27,7 +34,7 @@ def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_p
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
     broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
-    found = regression.regression_evidence(repo, [broken], broken, base=base, ref="v1.0", cache=REAL_CACHE,
+    found = evidence(repo, [broken], broken, base=base, ref="v1.0", cache=REAL_CACHE,
                                            use_cache=False)
     assert found.complete and found.tests == ("tests/calc/test_calc.py",)
     assert found.regressed == ("tests/calc/test_calc.py::test_sub",)
@@ -40,7 +47,7 @@ def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_p
 
     # A harmless patch on the same base: no regression, and the unpatched tree's results come from the cache.
     harmless = patch_of(repo, base, patches, 2, "add-comment", CALC.replace("def add", "# adds\ndef add"))
-    again = regression.regression_evidence(repo, [harmless], harmless, base=base, ref="v1.0", cache=REAL_CACHE)
+    again = evidence(repo, [harmless], harmless, base=base, ref="v1.0", cache=REAL_CACHE)
     assert again.regressed == () and again.passed == 3 and "no regression" in again.says()
     assert again.base is not None and again.base.cached and again.patched is not None and not again.patched.cached
 
@@ -49,7 +56,7 @@ def test_a_test_file_that_no_longer_imports_with_the_patch_is_a_regression_of_ea
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
     renamed = patch_of(repo, base, patches, 1, "rename-sub", CALC.replace("def sub", "def subtract"))
-    found = regression.regression_evidence(repo, [renamed], renamed, base=base, ref="v1.0", cache=REAL_CACHE,
+    found = evidence(repo, [renamed], renamed, base=base, ref="v1.0", cache=REAL_CACHE,
                                            use_cache=False)
     # every test that passed is gone with the patch: absence is not a pass
     assert set(found.regressed) == {"tests/calc/test_calc.py::test_add", "tests/calc/test_calc.py::test_sub",
@@ -67,11 +74,11 @@ def test_upstream_tests_declared_in_the_probe_replace_the_found_ones(tmp_path: P
     path = broken.path
     path.write_text(path.read_text().replace("---\n", "\nProbe: probes/0001-sub-wrong.yaml\n---\n", 1))
     declared = Patch.load(path)
-    found = regression.regression_evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE)
+    found = evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE)
     assert found.tests == ("tests/calc/test_calc.py::test_add",)
     assert found.regressed == () and found.passed == 1
     probe.write_text("kind: files\nfiles:\n  vllm/calc.py:\n    contains: ['b - a']\nupstream_tests: []\n")
-    assert regression.regression_evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE).says() == (
+    assert evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE).says() == (
         "upstream tests: none found for the files it touches")
 
 
@@ -119,7 +126,7 @@ def test_main_s_0003_rebased_onto_v0_33_0_breaks_the_two_upstream_tests_that_nam
     patches = series_dir(tmp_path)
     old = old_0003_on_v0_33_0(release_history, patches)
     base = gitdoor.resolve_commit(release_history, "v0.33.0")
-    found = regression.regression_evidence(release_history, [old], old, base=base, ref="v0.33.0", cache=REAL_CACHE)
+    found = evidence(release_history, [old], old, base=base, ref="v0.33.0", cache=REAL_CACHE)
     assert found.tests == ("tests/parser/engine/test_parser_engine.py", "tests/parser/engine/test_qwen3.py")
     assert found.regressed == (
         "tests/parser/engine/test_qwen3.py::TestNonStreaming::test_tool_call_tag_is_ok_inside_parameter",
@@ -133,6 +140,6 @@ def test_the_shipped_0003_breaks_no_upstream_test_on_the_pin(release_history: Pa
     series = Series.load(SHIPPED)
     patch = next(p for p in series.patches if p.number == 3)
     base = gitdoor.resolve_commit(release_history, "v0.29.0")
-    found = regression.regression_evidence(release_history, list(series.patches), patch, base=base, ref="v0.29.0",
+    found = evidence(release_history, list(series.patches), patch, base=base, ref="v0.29.0",
                                 cache=REAL_CACHE)
     assert found.complete and found.regressed == () and found.passed > 150, found.says()

@@ -7,7 +7,7 @@ from pathlib import Path
 from vpatch import upstream
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, load_series
-from vpatch.probes import ProbeKind, Witness, hunk_coverage, regression_evidence
+from vpatch.probes import ProbeKind, Witness, hunk_coverage, stacked_tree
 from vpatch.probes import check as core
 from vpatch.report import ProgressView
 from vpatch.report import probe as shown
@@ -38,11 +38,12 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
         raise VpatchError(result_of.detail, hint=result_of.hint or None)
     echo(f"ok: {result_of.detail}")
     # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
-    with ProgressView() as view:
+    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs, zygote=False) as evidence:
         covered = hunk_coverage(repo, patches, target, base=base, ref=ref or config.pin.ref,
                                 use_cache=not no_cache, report=view, jobs=jobs) if hunks else None
-        tested = regression_evidence(repo, patches, target, base=base, ref=ref or config.pin.ref,
-                                     use_cache=not no_cache, report=view, jobs=jobs) if upstream_tests else None
+        patched = stacked_tree(repo, patches, base, target, name=ref or config.pin.ref)
+        tested = evidence.regressions(target, base=base, patched=patched, ref=ref or config.pin.ref,
+                                     use_cache=not no_cache) if upstream_tests else None
     if covered is not None:
         for line in shown.coverage_lines(covered):
             echo(line)

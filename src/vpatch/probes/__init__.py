@@ -7,7 +7,7 @@ Other rooms import these names from here; modules inside the room import each ot
 from vpatch.probes.coverage import Coverage, HunkCoverage, hunk_coverage
 from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
-from vpatch.probes.regression import RegressionError, Regressions, TestRun, regression_evidence
+from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
 
@@ -31,6 +31,5 @@ __all__ = [
     "hunk_coverage",
     "interpret",
     "probe_for",
-    "regression_evidence",
     "stacked_tree",
 ]

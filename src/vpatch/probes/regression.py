@@ -26,7 +26,6 @@ from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes.env import LOCK_NAME, EnvError, Requirements, probe_venv
 from vpatch.probes.file import Probe, probe_for
-from vpatch.probes.witness import stacked_tree
 from vpatch.series import Patch
 
 RESULTS = "upstream-tests"  # the cache folder under $VPATCH_CACHE
@@ -166,30 +165,24 @@ def requirements_for(patch: Patch, probe: Probe | None) -> Requirements:
     return Requirements.from_lock(lock)
 
 
-def regression_evidence(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str,
-             cache: Path | None = None, use_cache: bool = True, report: Reporter = silent,
-             jobs: int | None = None, session: probe_runs.Session | None = None) -> Regressions:
-    """Upstream's tests of `patch` on `base` (without the series) and on `base` + the series up to `patch`: the
-    two trees `probe check` compares. The tests are the probe's `upstream_tests`, else found by `tests_for`."""
+def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, session: probe_runs.Session,
+                use_cache: bool = True, report: Reporter = silent) -> Regressions:
+    """Upstream's tests of `patch` on the trees `base` and `patched` (base + the series up to it), in `session`
+    (its trees are shared with the probes run there)."""
     probe = probe_for(patch)
-    patched = stacked_tree(repo, patches, base, patch, name=ref)
     base_tree = git.tree_of(repo, base)
     tests = probe.upstream_tests if probe is not None and probe.upstream_tests is not None else \
         tests_for(repo, (base_tree, patched), patch.paths)
     if not tests:
         return Regressions(patch.filename, ref, (), None, None)
+    requirements = requirements_for(patch, probe)
     try:
-        python = probe_venv(requirements_for(patch, probe), cache=cache, report=report)
+        python = probe_venv(requirements, cache=session.cache, report=report)
     except EnvError as exc:
         raise RegressionError(f"{patch.filename}: the probe venv for upstream's tests: {exc.message}",
                               hint=exc.hint) from exc
-    key = requirements_for(patch, probe).key()
-    label = patch.name[:4]
-    if session is None:
-        with probe_runs.Session(cache=cache, jobs=jobs, zygote=False) as own:
-            return _both(repo, patch.filename, ref, tests, base_tree, patched, python, key, own, use_cache, report,
-                         label)
-    return _both(repo, patch.filename, ref, tests, base_tree, patched, python, key, session, use_cache, report, label)
+    return _both(repo, patch.filename, ref, tests, base_tree, patched, python, requirements.key(), session,
+                 use_cache, report, patch.name[:4])
 
 
 def _both(repo: Path, patch_file: str, ref: str, tests: tuple[str, ...], base: str, patched: str, python: Path,

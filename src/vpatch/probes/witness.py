@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
 from vpatch.base import Reporter, VpatchError, silent
-from vpatch.probes import runner
+from vpatch.probes import regression, runner
 from vpatch.probes.file import Probe, ProbeError
 from vpatch.probes.outcome import ProbeOutcome
 from vpatch.probes.workspace import Session
@@ -49,6 +49,10 @@ class ProbeCheck:
     detail: str = ""
     ran: bool = True  # False: answered from the result cache
     invalid: bool = False  # the probe does not validate on the pin (see Witness.says): never evidence
+    # On the pin only: upstream's own tests of the files the patch touches, without and with the series up to it
+    # (probes/regression.py). `regressions`: those that pass without and not with it; `tests`: what they said.
+    regressions: tuple[str, ...] = ()
+    tests: str = ""
 
 
 # (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
@@ -190,9 +194,34 @@ class Witness:
 
     def validate(self, patch: Patch, *, base: str, patched: str | None = None) -> runner.Validation:
         """The patch's probe validated on `base` and `patched` (default: `base` + the patch); raises ProbeError
-        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe)."""
-        return runner.validate_probe(self.repo, self.config, patch, base=base, patched=patched, cache=self.cache,
-                                     report=self.report, session=self.session)
+        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe), and when the
+        patch breaks one of upstream's own tests there (a patch carried or resolved by hand: a decision rests on
+        it)."""
+        checked = runner.validate_probe(self.repo, self.config, patch, base=base, patched=patched, cache=self.cache,
+                                        report=self.report, session=self.session)
+        with_patch = patched if patched is not None else git.tree_with_patch(self.repo, base, patch.raw)
+        if with_patch is not None:
+            name = self.names.get(base) or git.tag_at(self.repo, base) or base[:12]
+            found = self.regressions(patch, base=base, patched=with_patch, ref=name)
+            if found.regressed:
+                raise ProbeError(f"{patch.filename} breaks upstream's own tests on {name}: "
+                                 f"{', '.join(found.regressed)} (they pass without the patch and fail with it)",
+                                 hint="change the patch so that they pass with it (they are upstream's evidence of "
+                                      "what must keep working), or drop what breaks them")
+        return checked
+
+    # --- evidence the other way: upstream's own tests of what the patch touches --------------------------------
+
+    def regressions(self, patch: Patch, *, base: str, patched: str, ref: str,
+                    use_cache: bool = True) -> regression.Regressions:
+        """Upstream's tests of the files `patch` touches on `base` and on `patched` (probes/regression.py), in this
+        Witness's session (the trees its probes use), cached per tree."""
+        if self.session is None:
+            with Session(cache=self.cache, jobs=self.jobs, zygote=False) as own:
+                return regression.evidence_on(self.repo, patch, base=base, patched=patched, ref=ref, session=own,
+                                              report=self.report, use_cache=use_cache)
+        return regression.evidence_on(self.repo, patch, base=base, patched=patched, ref=ref, session=self.session,
+                                      report=self.report, use_cache=use_cache)
 
     # --- inside ---------------------------------------------------------------------------------------------
 
@@ -230,7 +259,14 @@ class Witness:
         if with_patch is not None and with_patch.outcome is ProbeOutcome.ERROR:
             return invalid(f"it could not decide with the patch, on {where} plus the series up to it: "
                            f"{with_patch.detail}")
-        return at_pin, None
+        if self._probe is not None:  # answers given in place of runs (tests): nothing runs
+            return at_pin, None
+        # The pin is where a decision rests: upstream's own tests of the touched files, without and with the series.
+        try:
+            found = self.regressions(patch, base=pin, patched=patched, ref=self.names.get(pin, pin[:12]))
+        except VpatchError as exc:
+            return replace(at_pin, tests=f"upstream tests could not run: {exc.message}"), None
+        return replace(at_pin, regressions=found.regressed, tests=found.says()), None
 
     def _moves_from(self) -> str | None:
         if not self._base:
