@@ -197,17 +197,24 @@ class Witness:
         when the patch has no probe or the probe does not tell the two apart (runner.validate_probe), and when the
         patch breaks one of upstream's own tests there (a patch carried or resolved by hand: a decision rests on
         it)."""
-        checked = runner.validate_probe(self.repo, self.config, patch, base=base, patched=patched, cache=self.cache,
-                                        report=self.report, session=self.session)
+        try:
+            checked = runner.validate_probe(self.repo, self.config, patch, base=base, patched=patched,
+                                            cache=self.cache, report=self.report, session=self.session)
+        except ProbeError as exc:
+            checked, refused = None, exc
         with_patch = patched if patched is not None else git.tree_with_patch(self.repo, base, patch.raw)
         if with_patch is not None:
             name = self.names.get(base) or git.tag_at(self.repo, base) or base[:12]
             found = self.regressions(patch, base=base, patched=with_patch, ref=name)
             if found.regressed:
+                # upstream's tests name what the patch breaks, which a probe of the bug alone cannot
                 raise ProbeError(f"{patch.filename} breaks upstream's own tests on {name}: "
-                                 f"{', '.join(found.regressed)} (they pass without the patch and fail with it)",
+                                 f"{', '.join(found.regressed)} (they pass without the patch and fail with it)"
+                                 + ("" if checked is not None else f"; and {refused.message}"),
                                  hint="change the patch so that they pass with it (they are upstream's evidence of "
                                       "what must keep working), or drop what breaks them")
+        if checked is None:
+            raise refused
         return checked
 
     # --- evidence the other way: upstream's own tests of what the patch touches --------------------------------
@@ -231,16 +238,20 @@ class Witness:
         if at_pin is None:
             return None, None
         where = f"the pin {self.names.get(pin, pin[:12])} ({pin[:12]})"
-
-        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
-            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True)
-
         why = ""
         try:
             patched: str | None = stacked_tree(self.repo, series, pin, patch)
             probe = self._load(patch.probe_path) if patch.probe_path is not None else None
         except VpatchError as exc:
             patched, probe, why = None, None, exc.message
+        # The pin is where a decision rests: upstream's own tests of the touched files, without and with the series,
+        # whatever the probe says (a patch that breaks a well-formed case may break its probe too).
+        tests = self._pin_tests(patch, pin, patched)
+        at_pin = replace(at_pin, regressions=tests.regressions, tests=tests.tests)
+
+        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
+            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True,
+                                      regressions=tests.regressions, tests=tests.tests)
         absent = runner.absent_files(self.repo, probe, (pin, patched)) if probe and patched else []
         if absent:
             return invalid(f"files: {absent[0]}: no such file on {where} nor with the patch; a typo in the path, or "
@@ -259,14 +270,17 @@ class Witness:
         if with_patch is not None and with_patch.outcome is ProbeOutcome.ERROR:
             return invalid(f"it could not decide with the patch, on {where} plus the series up to it: "
                            f"{with_patch.detail}")
-        if self._probe is not None:  # answers given in place of runs (tests): nothing runs
-            return at_pin, None
-        # The pin is where a decision rests: upstream's own tests of the touched files, without and with the series.
+        return at_pin, None
+
+    def _pin_tests(self, patch: Patch, pin: str, patched: str | None) -> ProbeCheck:
+        """Upstream's tests on the pin and the pin + the series up to `patch`, as the fields a ProbeCheck carries."""
+        if self._probe is not None or patched is None:  # answers given in place of runs (tests), or no patched tree
+            return ProbeCheck(ProbeOutcome.ERROR)
         try:
             found = self.regressions(patch, base=pin, patched=patched, ref=self.names.get(pin, pin[:12]))
         except VpatchError as exc:
-            return replace(at_pin, tests=f"upstream tests could not run: {exc.message}"), None
-        return replace(at_pin, regressions=found.regressed, tests=found.says()), None
+            return ProbeCheck(ProbeOutcome.ERROR, tests=f"upstream tests could not run: {exc.message}")
+        return ProbeCheck(ProbeOutcome.ERROR, regressions=found.regressed, tests=found.says())
 
     def _moves_from(self) -> str | None:
         if not self._base:

@@ -114,13 +114,14 @@ def decide(verdict: Verdict, *, pin: Verdict | None, pin_ref: str) -> Decision:
         return Decision(Case.CONTRADICTION, verdict.state, f"{verdict.patch} is landed on its own pin {pin_ref} "
                                             f"({pin.decided_by}): a person must look")
     probe = verdict.probe
-    if probe is not None and probe.invalid:
-        return Decision(Case.INVALID_PROBE, verdict.state, f"its probe is INVALID: {probe.detail}")
-    trouble = probe.detail if probe is not None and probe.outcome is ProbeOutcome.ERROR else ""
     # a patch upstream has is dropped with whatever it broke; one still carried must not break upstream's tests
     broken = pin.probe.regressions if pin is not None and pin.probe is not None else ()
     regression = (f"breaks upstream's own tests on the pin {pin_ref}: {', '.join(broken)}"
                   if broken and verdict.state is not State.LANDED else "")
+    if probe is not None and probe.invalid:
+        return Decision(Case.INVALID_PROBE, verdict.state, f"its probe is INVALID: {probe.detail}",
+                        regression=regression)
+    trouble = probe.detail if probe is not None and probe.outcome is ProbeOutcome.ERROR else ""
     return Decision(_case(verdict), verdict.state, str(verdict.decided_by or ""), probe_trouble=trouble,
                     regression=regression)
 
