@@ -54,9 +54,8 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
             raise VpatchError(f"{target.filename} breaks upstream's own tests on {ref or config.pin.ref}: "
                               f"{', '.join(tested.regressed)}",
                               hint="they pass without the patch: change the patch so that they pass with it")
-        if not tested.complete:
-            raise VpatchError(f"upstream's tests of {target.filename} could not run: {tested.says()}",
-                              hint="--no-upstream-tests checks the probe alone")
+        if not tested.complete:  # no evidence either way (e.g. a module the probe venv lacks): said, not refused
+            echo(f"warning: {tested.says()}", err=True)
     return ExitCode.OK
 
 

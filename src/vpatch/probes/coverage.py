@@ -93,7 +93,9 @@ def hunk_coverage(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: s
     before = [p for p in patches if p.number < patch.number]
     start = stacked_tree(repo, before, base, before[-1], name=ref) if before else base
     names = hunks(patch)
-    trees: list[str | None] = [git.tree_with_patch(repo, start, without(patch, name)) for name in names]
+    # a patch of one hunk less may be no diff at all: then the tree is the one before the patch
+    trees: list[str | None] = [git.tree_with_patch(repo, start, rest) if rest else start
+                               for rest in (without(patch, name) for name in names)]
     label = patch.name[:4]
     with probe_runs.Session(cache=cache, jobs=jobs) as session:
         requests = [Request(probe, tree, f"{label} on {ref} without {name}") for name, tree in zip(names, trees)
