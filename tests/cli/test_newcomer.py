@@ -483,7 +483,8 @@ def test_exit_codes_in_the_readme_and_in_status_help_come_from_one_table(project
     text = " ".join(out.replace("│", " ").split())
     assert code == 0 and "exit 3: some patch has landed upstream and can be dropped" in text, text
     assert "exit 4: some patch needs a person: it conflicts, is only partly upstream, is disputed" in text
-    assert "its probe is invalid (passes on the pin)." in text and "furthest" not in text
+    assert "its probe is invalid (passes on the pin), or it breaks one of upstream's own tests on the pin (a " \
+        "regression)." in text and "furthest" not in text
 
 
 def test_probe_new_with_a_wrong_kind_hints_with_the_number_given(project: Project) -> None:

@@ -97,8 +97,13 @@ def test_tool_call_probe_shows_what_upstreams_own_fix_does_on_the_servers_path(r
             "content 'It is sunny.'") in upstream.detail
     assert "ok   function body left open before the next <function=" in upstream.detail
     assert "ok   function body left open before the next <tool_call>" in upstream.detail
-    assert "FAIL: 3 of 5 malformed tool-call streams mishandled on the server's path" in upstream.detail
+    assert ("FAIL: 3 of 5 malformed tool calls mishandled, 0 of 1 well-formed ones broken, on the server's path "
+            "(streamed and not)") in upstream.detail
+    # Upstream keeps a literal <tool_call> inside a parameter value as its text (its own tests require it).
+    assert "ok   a literal <tool_call> inside a parameter value (well-formed)" in upstream.detail
     served = probes.run_probe(release_history, probe, "v0.32.0", cache=REAL_CACHE)
     assert ("FAIL function name left open before </tool_call>: calls [('get_weather\\n</tool_call>\\nIt is sunny.', "
             "{})], content ''") in served.detail
-    assert "FAIL: 5 of 5 malformed tool-call streams mishandled on the server's path" in served.detail
+    assert ("FAIL: 5 of 5 malformed tool calls mishandled, 0 of 1 well-formed ones broken, on the server's path "
+            "(streamed and not)") in served.detail
+    assert "ok   a literal <tool_call> inside a parameter value (well-formed)" in served.detail

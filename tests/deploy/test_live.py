@@ -181,7 +181,7 @@ def test_loop_update_build_verify_deploy_with_the_live_checks(loop: Loop) -> Non
     assert {k: suite.get(k) for k in ("started", "health", "kv pool", "tool call", "log scan")} == dict.fromkeys(
         ("started", "health", "kv pool", "tool call", "log scan"), "pass"), suite
     (outcome,) = live["candidate"]
-    assert outcome["patch"] == P0003 and len(outcome["cases"]) == 7 and not outcome["false_drop"]
+    assert outcome["patch"] == P0003 and len(outcome["cases"]) == 9 and not outcome["false_drop"]
     # The log scan comes last: what a live-check request made the server log is scanned too.
     assert [c["name"] for c in report["candidate"]["checks"]][-2:] == [f"live {P0003} (kept)", "log scan"]
     # The decision follows the live check, and 0003 as on main passes it: the candidate is deployed.
@@ -223,7 +223,7 @@ def test_a_dropped_patch_failing_its_live_check_on_the_candidate_is_a_false_drop
     # the candidate fails case 1. The live-check table's rows: patch, case, baseline, candidate, answered.
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
     cases = {cells[1]: (cells[2], cells[3]) for cells in rows if len(cells) == 5 and cells[0] == f"{P0003} (dropped)"}
-    assert len(cases) == 7 and {base for base, _ in cases.values()} == {"pass"}, cases
+    assert len(cases) == 9 and {base for base, _ in cases.values()} == {"pass"}, cases
     assert cases[CASE_1] == ("pass", "fail"), cases
     loop.restored(before)
     print(out)  # docs/live-checks.md's report comes from here (pytest -s)

@@ -183,7 +183,13 @@ def test_the_shipped_check_of_0003_holds_the_probe_cases_and_the_issue_s_two() -
     control = by_output[regex_for("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                                   "</function>\n</tool_call>\nIt is sunny.")]
     assert [(c.name, dict(c.arguments)) for c in control.expect.tool_calls or ()] == [("get_weather", {"city": "Paris"})]
-    assert len(check.cases) == 7  # the control, the probe's five malformed outputs, case 1 not streamed
+    # the control, the probe's five malformed outputs, case 1 not streamed, and the well-formed call with a
+    # literal <tool_call> in its parameter value, streamed and not
+    assert len(check.cases) == 9
+    literal = by_output[regex_for("<tool_call>\n<function=write_file>\n<parameter=content>\nDocument <tool_call> "
+                                  "usage\n</parameter>\n</function>\n</tool_call>\nWritten.")]
+    assert [(c.name, dict(c.arguments)) for c in literal.expect.tool_calls or ()] == [
+        ("write_file", {"content": "Document <tool_call> usage"})]
     assert yaml.safe_load(SHIPPED.read_text())["defaults"]["temperature"] == 0
 
 

@@ -30,8 +30,8 @@ MEANINGS: dict[ExitCode, tuple[str, ...]] = {
     ExitCode.USAGE: ("bad command line",),
     ExitCode.LANDED: ("`status --exit-code`: some patch has landed upstream and can be dropped",),
     ExitCode.ATTENTION: ("`status --exit-code`: some patch needs a person: it conflicts, is only partly upstream, is "
-                         "*disputed* (identity evidence says landed, the content says not), or its probe is *invalid* "
-                         "(passes on the pin)",
+                         "*disputed* (identity evidence says landed, the content says not), its probe is *invalid* "
+                         "(passes on the pin), or it breaks one of upstream's own tests on the pin (a *regression*)",
                          "`update --furthest`: such a patch blocks the first step toward the target, nothing changed"),
     ExitCode.CONFLICT: ("a patch does not apply (`apply`, `update`): the message names patch, file and hunk",),
     ExitCode.ROLLED_BACK: ("`deploy`: a check failed and vpatch rolled back",

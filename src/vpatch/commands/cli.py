@@ -300,14 +300,21 @@ def probe_check(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Run the probe even where a result is cached.")] = False,
     jobs: Annotated[int | None, typer.Option(
         "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
+    no_hunks: Annotated[bool, typer.Option(
+        "--no-hunks", help="Skip the per-hunk coverage (the probe once without each hunk).")] = False,
+    no_upstream_tests: Annotated[bool, typer.Option(
+        "--no-upstream-tests", help="Skip upstream's own tests of the touched files (regression evidence).")] = False,
 ) -> None:
     """Run the patch's probe on the pin and on the pin + the series up to and including it.
 
-    Exits 0 only when it fails without the patch and passes with it (what `update` and `status` require).
+    Then says which hunks the probe proves (each taken out alone) and runs upstream's own tests of the files
+    the patch touches without and with it. Exits 0 only when the probe fails without the patch and passes with
+    it (what `update` and `status` require) and no upstream test that passes without the patch fails with it.
     """
     from vpatch.commands import probe  # lazy: a command's module loads only when it runs, so --help stays light
 
-    _exit(probe.check(project=state.project, patch=patch, ref=ref, no_cache=no_cache, jobs=jobs))
+    _exit(probe.check(project=state.project, patch=patch, ref=ref, no_cache=no_cache, jobs=jobs,
+                      hunks=not no_hunks, upstream_tests=not no_upstream_tests))
 
 
 @probe_app.command(name="new")

@@ -7,12 +7,23 @@ from pathlib import Path
 from vpatch import upstream
 from vpatch.base import ExitCode, VpatchError
 from vpatch.commands import echo, load_config, load_series, warn_stopped_update
-from vpatch.probes import ProbeKind, Witness, check_probe, find_patch, probe_name, probe_target, write_probe_template
-from vpatch.report import ProgressView, checked_lines, dirty_warning, tree_lines, written_lines
+from vpatch.probes import (
+    ProbeKind,
+    Witness,
+    check_probe,
+    find_patch,
+    hunk_coverage,
+    probe_name,
+    probe_target,
+    stacked_tree,
+    write_probe_template,
+)
+from vpatch.report import ProgressView, checked_lines, coverage_lines, dirty_warning, regression_lines, tree_lines, written_lines
 from vpatch.series import PROBE
 
 
-def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None) -> ExitCode:
+def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: int | None = None,
+          hunks: bool = True, upstream_tests: bool = True) -> ExitCode:
     config = load_config(project)
     warn_stopped_update(config)
     found = probe_target(load_series(config), config.state_dir, patch)
@@ -35,6 +46,25 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
     if not result_of.ok:
         raise VpatchError(result_of.detail, hint=result_of.hint or None)
     echo(f"ok: {result_of.detail}")
+    # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
+    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs, zygote=False) as evidence:
+        covered = hunk_coverage(repo, patches, target, base=base, ref=ref or config.pin.ref,
+                                use_cache=not no_cache, report=view, jobs=jobs) if hunks else None
+        patched = stacked_tree(repo, patches, base, target, name=ref or config.pin.ref)
+        tested = evidence.regressions(target, base=base, patched=patched, ref=ref or config.pin.ref,
+                                     use_cache=not no_cache) if upstream_tests else None
+    if covered is not None:
+        for line in coverage_lines(covered):
+            echo(line)
+    if tested is not None:
+        for line in regression_lines(tested):
+            echo(line)
+        if tested.regressed:
+            raise VpatchError(f"{target.filename} breaks upstream's own tests on {ref or config.pin.ref}: "
+                              f"{', '.join(tested.regressed)}",
+                              hint="they pass without the patch: change the patch so that they pass with it")
+        if not tested.complete:  # no evidence either way (e.g. a module the probe venv lacks): said, not refused
+            echo(f"warning: {tested.says()}", err=True)
     return ExitCode.OK
 
 

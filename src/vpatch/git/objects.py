@@ -85,6 +85,12 @@ def ls_tree(repo: Path, treeish: str, paths: Sequence[str]) -> list[tuple[str, s
     return entries
 
 
+def files_under(repo: Path, treeish: str, folder: str) -> list[str]:
+    """Every file path under `folder` in `treeish` (recursively); [] when the folder is not there."""
+    out = run(repo, ["ls-tree", "-r", "-z", "--name-only", "--full-tree", treeish, "--", folder]).stdout
+    return [record.decode("utf-8", "surrogateescape") for record in out.split(b"\0") if record]
+
+
 def hash_object(repo: Path, data: bytes) -> str:
     """Store `data` as a blob in `repo`'s object database; returns its id."""
     return run(repo, ["hash-object", "-w", "--stdin"], input=data).out.strip()

@@ -5,15 +5,19 @@ of its answer, cached, validated on both sides of the patch; the venv probes run
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.probes.check import Checked, ProbeTarget, check_probe, find_patch, probe_name, probe_target, write_probe_template
+from vpatch.probes.coverage import Coverage, HunkCoverage, hunk_coverage
 from vpatch.probes.env import LOCK_NAME, LockChange, refresh_lock
 from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
+from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
 
 __all__ = [
     "LOCK_NAME",
     "Checked",
+    "Coverage",
+    "HunkCoverage",
     "LockChange",
     "Place",
     "Probe",
@@ -23,12 +27,16 @@ __all__ = [
     "ProbeOutcome",
     "ProbeTarget",
     "Ran",
+    "RegressionError",
+    "Regressions",
     "Tally",
+    "TestRun",
     "Validation",
     "Witness",
     "argv",
     "check_probe",
     "find_patch",
+    "hunk_coverage",
     "interpret",
     "probe_for",
     "probe_name",

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 900.0
 _PLACEHOLDERS = ("python", "probe_dir", "tree")
-_KEYS = {"files": {"kind", "files"}, "command": {"kind", "run", "requirements", "lock", "timeout",
-                                                    "fresh_process"}}
+_KEYS = {"files": {"kind", "files", "upstream_tests"},
+         "command": {"kind", "run", "requirements", "lock", "timeout", "fresh_process", "upstream_tests"}}
 _FILE_KEYS = {"contains", "not_contains", "absent_is_fix"}
 
 
@@ -72,6 +72,9 @@ class Probe:
     lock: Path | None = None  # a lock file of exact pins (next to the probe) instead of `requirements`
     timeout: float = DEFAULT_TIMEOUT
     fresh_process: bool = False  # never in a warm interpreter (probes/zygote.py): a fresh `python` every run
+    # upstream's tests run as regression evidence (probes/regression.py): test files or node ids of the tree;
+    # None: found from the files the patch touches; (): none, on purpose
+    upstream_tests: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -105,10 +108,12 @@ class Probe:
         if unknown:
             raise ProbeError(f"{path}: {unknown[0]}: not a key of a '{kind.value}' probe",
                              hint=f"a '{kind.value}' probe has the keys: {', '.join(sorted(_KEYS[kind.value]))}")
+        tests = _parse_tests(path, data["upstream_tests"]) if "upstream_tests" in data else None
         if kind is ProbeKind.FILES:
-            return cls(path=path, kind=kind, raw=raw, files=_parse_files(path, data.get("files")))
+            return cls(path=path, kind=kind, raw=raw, files=_parse_files(path, data.get("files")),
+                       upstream_tests=tests)
         return cls(
-            path=path, kind=kind, raw=raw,
+            path=path, kind=kind, raw=raw, upstream_tests=tests,
             run=_parse_run(path, data.get("run")),
             requirements=_strings(path, "requirements", data.get("requirements", []), allow_empty=True),
             lock=_parse_lock(path, data),
@@ -184,6 +189,17 @@ def _parse_files(path: Path, value: object) -> tuple[FileCheck, ...]:
                              hint="give contains and/or not_contains strings, or absent_is_fix: true")
         checks.append(check)
     return tuple(checks)
+
+
+def _parse_tests(path: Path, value: object) -> tuple[str, ...]:
+    tests = _strings(path, "upstream_tests", value, allow_empty=True)
+    for test in tests:
+        file = test.split("::", 1)[0]
+        if not file.startswith("tests/") or not file.endswith(".py") or ".." in file.split("/"):
+            raise ProbeError(f"{path}: upstream_tests: {test!r} is not a test file of the tree",
+                             hint="name upstream's test files (or node ids) under tests/, e.g. "
+                                  "tests/parser/engine/test_qwen3.py; [] runs none")
+    return tests
 
 
 def _parse_run(path: Path, value: object) -> tuple[str, ...]:

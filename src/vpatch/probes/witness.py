@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
 from vpatch.base import Reporter, VpatchError, silent
-from vpatch.probes import runner
+from vpatch.probes import regression, runner
 from vpatch.probes.file import Probe, ProbeError
 from vpatch.probes.outcome import ProbeOutcome
 from vpatch.probes.workspace import Session
@@ -49,6 +49,10 @@ class ProbeCheck:
     detail: str = ""
     ran: bool = True  # False: answered from the result cache
     invalid: bool = False  # the probe does not validate on the pin (see Witness.says): never evidence
+    # On the pin only: upstream's own tests of the files the patch touches, without and with the series up to it
+    # (probes/regression.py). `regressions`: those that pass without and not with it; `tests`: what they said.
+    regressions: tuple[str, ...] = ()
+    tests: str = ""
 
 
 # (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
@@ -191,10 +195,44 @@ class Witness:
     def validate(self, patch: Patch, *, base: str, patched: str | None = None,
                  repo: Path | None = None) -> runner.Validation:
         """The patch's probe validated on `base` and `patched` (default: `base` + the patch); raises ProbeError
-        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe). `repo`: where
-        the two trees are, when not this Witness's (an update resumed from its recorded upstream)."""
-        return runner.validate_probe(repo or self.repo, self.config, patch, base=base, patched=patched,
-                                     cache=self.cache, report=self.report, session=self.session)
+        when the patch has no probe or the probe does not tell the two apart (runner.validate_probe), and when the
+        patch breaks one of upstream's own tests there (a patch carried or resolved by hand: a decision rests on
+        it). `repo`: where the two trees are, when not this Witness's (an update resumed from its recorded
+        upstream)."""
+        where = repo or self.repo
+        try:
+            checked = runner.validate_probe(where, self.config, patch, base=base, patched=patched,
+                                            cache=self.cache, report=self.report, session=self.session)
+        except ProbeError as exc:
+            checked, refused = None, exc
+        with_patch = patched if patched is not None else git.tree_with_patch(where, base, patch.raw)
+        if with_patch is not None:
+            name = self.names.get(base) or git.tag_at(where, base) or base[:12]
+            found = self.regressions(patch, base=base, patched=with_patch, ref=name, repo=where)
+            if found.regressed:
+                # upstream's tests name what the patch breaks, which a probe of the bug alone cannot
+                raise ProbeError(f"{patch.filename} breaks upstream's own tests on {name}: "
+                                 f"{', '.join(found.regressed)} (they pass without the patch and fail with it)"
+                                 + ("" if checked is not None else f"; and {refused.message}"),
+                                 hint="change the patch so that they pass with it (they are upstream's evidence of "
+                                      "what must keep working), or drop what breaks them")
+        if checked is None:
+            raise refused
+        return checked
+
+    # --- evidence the other way: upstream's own tests of what the patch touches --------------------------------
+
+    def regressions(self, patch: Patch, *, base: str, patched: str, ref: str, use_cache: bool = True,
+                    repo: Path | None = None) -> regression.Regressions:
+        """Upstream's tests of the files `patch` touches on `base` and on `patched` (probes/regression.py), in this
+        Witness's session (the trees its probes use), cached per tree; `repo` as for validate."""
+        where = repo or self.repo
+        if self.session is None:
+            with Session(cache=self.cache, jobs=self.jobs, zygote=False) as own:
+                return regression.evidence_on(where, patch, base=base, patched=patched, ref=ref, session=own,
+                                              report=self.report, use_cache=use_cache)
+        return regression.evidence_on(where, patch, base=base, patched=patched, ref=ref, session=self.session,
+                                      report=self.report, use_cache=use_cache)
 
     # --- inside ---------------------------------------------------------------------------------------------
 
@@ -204,16 +242,20 @@ class Witness:
         if at_pin is None:
             return None, None
         where = f"the pin {self.names.get(pin, pin[:12])} ({pin[:12]})"
-
-        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
-            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True)
-
         why = ""
         try:
             patched: str | None = stacked_tree(self.repo, series, pin, patch)
             probe = self._load(patch.probe_path) if patch.probe_path is not None else None
         except VpatchError as exc:
             patched, probe, why = None, None, exc.message
+        # The pin is where a decision rests: upstream's own tests of the touched files, without and with the series,
+        # whatever the probe says (a patch that breaks a well-formed case may break its probe too).
+        tests = self._pin_tests(patch, pin, patched)
+        at_pin = replace(at_pin, regressions=tests.regressions, tests=tests.tests)
+
+        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
+            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True,
+                                      regressions=tests.regressions, tests=tests.tests)
         absent = runner.absent_files(self.repo, probe, (pin, patched)) if probe and patched else []
         if absent:
             return invalid(f"files: {absent[0]}: no such file on {where} nor with the patch; a typo in the path, or "
@@ -233,6 +275,16 @@ class Witness:
             return invalid(f"it could not decide with the patch, on {where} plus the series up to it: "
                            f"{with_patch.detail}")
         return at_pin, None
+
+    def _pin_tests(self, patch: Patch, pin: str, patched: str | None) -> ProbeCheck:
+        """Upstream's tests on the pin and the pin + the series up to `patch`, as the fields a ProbeCheck carries."""
+        if self._probe is not None or patched is None:  # answers given in place of runs (tests), or no patched tree
+            return ProbeCheck(ProbeOutcome.ERROR)
+        try:
+            found = self.regressions(patch, base=pin, patched=patched, ref=self.names.get(pin, pin[:12]))
+        except VpatchError as exc:
+            return ProbeCheck(ProbeOutcome.ERROR, tests=f"upstream tests could not run: {exc.message}")
+        return ProbeCheck(ProbeOutcome.ERROR, regressions=found.regressed, tests=found.says())
 
     def _moves_from(self) -> str | None:
         if not self._base:

@@ -8,7 +8,7 @@ from vpatch.report.console import ProgressView
 from vpatch.report.export import export_lines
 from vpatch.report.lock_probes import change_lines
 from vpatch.report.new import started_lines
-from vpatch.report.probe import checked_lines, dirty_warning, tree_lines, written_lines
+from vpatch.report.probe import checked_lines, coverage_lines, dirty_warning, regression_lines, tree_lines, written_lines
 from vpatch.report.releases import release_lines
 from vpatch.report.serve import container_check_line, drift_json, drift_lines, served_lines
 from vpatch.report.verify import check_lines, live_lines, live_summary, matched_line
@@ -21,6 +21,7 @@ __all__ = [
     "check_lines",
     "checked_lines",
     "container_check_line",
+    "coverage_lines",
     "dirty_warning",
     "drift_json",
     "drift_lines",
@@ -29,6 +30,7 @@ __all__ = [
     "live_summary",
     "matched_line",
     "moved_pin_warning",
+    "regression_lines",
     "release_lines",
     "served_lines",
     "started_lines",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.probes import Checked, ProbeTarget
+    from vpatch.probes import Checked, Coverage, ProbeTarget, Regressions
 
 
 def tree_lines(found: ProbeTarget, patches_folder: str) -> list[str]:
@@ -39,6 +39,27 @@ def checked_lines(checked: Checked, target: str) -> list[str]:
         lines.append(f"{checked.probe} {side}: {result.outcome.value.upper()}"
                      + (" (from the cache)" if result.cached else f" in {result.seconds:.1f}s"))
         lines += [f"    {line}" for line in (result.detail or "(no output)").splitlines()]
+    return lines
+
+
+def coverage_lines(found: Coverage) -> list[str]:
+    """Which hunks the probe proves: each hunk taken out alone, and what the probe then said."""
+    lines = [f"coverage: {found.says()}"]
+    for hunk in found.hunks:
+        mark = {True: "covered", False: "NOT covered", None: "unknown"}[hunk.covered]
+        lines.append(f"    {mark:<11} {hunk.hunk}: {hunk.detail}")
+    return lines
+
+
+def regression_lines(found: Regressions) -> list[str]:
+    """Upstream's tests of the touched files without and with the patch, and what counts against it."""
+    lines = [f"regressions: {found.says()}"]
+    for side, run in (("without the patch", found.base), ("with the patch", found.patched)):
+        if run is not None:
+            lines.append(f"    {side}: {run.detail or 'no output'}" + (" (from the cache)" if run.cached else
+                                                                       f" in {run.seconds:.1f}s"))
+    lines += [f"    REGRESSION {test}" for test in found.regressed]
+    lines += [f"    fails on both sides (upstream's): {test}" for test in found.upstreams]
     return lines
 
 

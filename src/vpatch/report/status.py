@@ -47,7 +47,7 @@ def status_json(status: Status) -> dict[str, Any]:
 
 def _decision_json(made: Decision) -> dict[str, Any]:
     """What an update to that target does with the patch (decision.py): the case and the action."""
-    return {"case": made.case.value, "action": made.action.value}
+    return {"case": made.case.value, "action": made.action.value, "regression": made.regression or None}
 
 
 def _verdict_json(v: Verdict) -> dict[str, Any]:
@@ -61,6 +61,9 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
         "hunks": {"landed": list(v.landed_hunks), "needed": list(v.needed_hunks), "conflict": list(v.conflict_hunks)},
         "moves": [m.to_json() for m in v.moved],  # where the files it reads went since the pin (docs/moves.md)
         "hunk_moves": [m.to_json() for m in v.hunk_moves],  # where hunks' code went when not with its file
+        # on the pin: upstream's own tests without and with the series (probes/regression.py)
+        "upstream_tests": None if v.probe is None or not v.probe.tests else {
+            "says": v.probe.tests, "regressions": list(v.probe.regressions)},
     }
 
 
@@ -92,6 +95,9 @@ def cell_summary(v: Verdict) -> str:
         forward = next((ev for ev in v.evidence if ev.kind is Kind.FORWARD), None)
         if forward is not None:
             parts.append(_short(forward, v))
+    if v.probe is not None and v.probe.regressions:
+        parts.append(f"REGRESSION: breaks {len(v.probe.regressions)} upstream test"
+                     + ("s" if len(v.probe.regressions) != 1 else ""))
     probe = next((ev for ev in v.evidence if ev.kind is Kind.PROBE), None)
     if probe is not None and probe is not decided:
         parts.append(_probe_short(v) if probe.says is Says.UNAVAILABLE else
@@ -244,6 +250,7 @@ def status_table(status: Status) -> RenderableType:
     lines += [Text(f"{file}: its probe is INVALID: {why} (no evidence either way)" if file in invalid else
                    f"{file}: its probe could not decide {why}", style="bold red")
               for file, why in status.probe_problems()]
+    lines += [Text(f"{file}: {why}", style="bold red") for file, why in status.regressions()]
     footer = f"probes: {status.probes_run} run, {status.probes_cached} from the cache"
     if status.probe_errors:
         footer += f", {status.probe_errors} could not decide"

@@ -38,6 +38,11 @@ class FileDiff:
         return self.header + b"".join(h.text for h in self.hunks)
 
 
+def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
+    """How every message names a hunk: 'vllm/x.py hunk 2 (@@ -20,8 +21,7 @@)' (n counts from 1 in its file)."""
+    return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"
+
+
 def check_path(path: str, where: str) -> None:
     """Refuse paths that would write outside the tree or into git's own folder."""
     try:

@@ -119,6 +119,11 @@ class Status:
                     out[p.file] = v.probe.detail if v.probe.invalid else f"on {t.ref}: {v.probe.detail}"
         return list(out.items())
 
+    def regressions(self) -> list[tuple[str, str]]:
+        """(patch file, why) for each patch that breaks upstream's own tests on the pin: a person must look."""
+        return list({p.file: made.regression for p in self.patches for v in p.results
+                     for made in (self.decision(p, v),) if made.regression}.items())
+
     def _invalid(self, file: str) -> bool:
         return any(v.probe is not None and v.probe.invalid for p in self.patches if p.file == file for v in p.results)
 

@@ -93,6 +93,9 @@ class Decision:
     reason: str  # the evidence that decided it, in words
     # status asks a person to look although the action stands: the probe could not decide here (the text did)
     probe_trouble: str = ""
+    # the patch breaks upstream's own tests on the pin (probes/regression.py): a person looks; an update re-runs
+    # them on its target and refuses to carry it while they break (Witness.validate)
+    regression: str = ""
 
     @property
     def action(self) -> Action:
@@ -100,8 +103,9 @@ class Decision:
 
     @property
     def exit_code(self) -> ExitCode:
-        """The case's exit code; ATTENTION when its probe could not decide here (a person looks at the probe)."""
-        return ExitCode.ATTENTION if self.probe_trouble else self.case.exit_code
+        """The case's exit code; ATTENTION when its probe could not decide here (a person looks at the probe) or the
+        patch breaks upstream's own tests on the pin."""
+        return ExitCode.ATTENTION if self.probe_trouble or self.regression else self.case.exit_code
 
 
 def decide(verdict: Verdict, *, pin: Verdict | None, pin_ref: str) -> Decision:
@@ -110,10 +114,16 @@ def decide(verdict: Verdict, *, pin: Verdict | None, pin_ref: str) -> Decision:
         return Decision(Case.CONTRADICTION, verdict.state, f"{verdict.patch} is landed on its own pin {pin_ref} "
                                             f"({pin.decided_by}): a person must look")
     probe = verdict.probe
+    # a patch upstream has is dropped with whatever it broke; one still carried must not break upstream's tests
+    broken = pin.probe.regressions if pin is not None and pin.probe is not None else ()
+    regression = (f"breaks upstream's own tests on the pin {pin_ref}: {', '.join(broken)}"
+                  if broken and verdict.state is not State.LANDED else "")
     if probe is not None and probe.invalid:
-        return Decision(Case.INVALID_PROBE, verdict.state, f"its probe is INVALID: {probe.detail}")
+        return Decision(Case.INVALID_PROBE, verdict.state, f"its probe is INVALID: {probe.detail}",
+                        regression=regression)
     trouble = probe.detail if probe is not None and probe.outcome is ProbeOutcome.ERROR else ""
-    return Decision(_case(verdict), verdict.state, str(verdict.decided_by or ""), probe_trouble=trouble)
+    return Decision(_case(verdict), verdict.state, str(verdict.decided_by or ""), probe_trouble=trouble,
+                    regression=regression)
 
 
 def _case(verdict: Verdict) -> Case:

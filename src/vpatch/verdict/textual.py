@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Self
 
 from vpatch import git
-from vpatch.series import FileDiff, Hunk, Patch
+from vpatch.series import FileDiff, Patch
+from vpatch.series import hunk_name as hunk_name  # noqa: PLC0414 - re-exported: judge and the face name it here
 from vpatch.verdict import applycheck
 from vpatch.verdict.applycheck import ApplyOutcome
 
@@ -206,5 +207,3 @@ def with_three_way(tree: Tree, patch: Patch, text: Text) -> Text:
                    three_way_output=output)
 
 
-def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
-    return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"

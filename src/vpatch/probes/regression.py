@@ -1,0 +1,308 @@
+"""Regression evidence: upstream's own tests of the files a patch touches, run on a tree without the patch and
+with it, in the probe venv, counted as Ubuntu's migration gate counts a package's tests: a test that passes
+without the patch and does not pass with it is a **regression**; one that fails on both sides is upstream's.
+
+The tests run as they are, with pytest, from the tree root, under ``--confcutdir tests/<folder>``: the
+conftest files of the tests' own folder down are loaded, vLLM's root ``tests/conftest.py`` is not (it imports
+the whole engine and model runners, and frees the accelerator after every test). A test that needs a root
+fixture then errors on both sides: counted as upstream's, never as the patch's. Results are cached per tree,
+so an unpatched tree's results serve every patch checked on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from vpatch import git
+from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, process, silent
+from vpatch.probes import workspace as probe_runs
+from vpatch.probes.env import LOCK_NAME, EnvError, Requirements, probe_venv
+from vpatch.probes.file import Probe, probe_for
+from vpatch.series import Patch
+
+RESULTS = "upstream-tests"  # the cache folder under $VPATCH_CACHE
+TIMEOUT = 900.0  # seconds for one pytest run on one tree
+PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+# The runner's version: part of every cache key, so a change in how tests run or are read runs them again.
+_RUNNER = b"vpatch-upstream-tests-1"
+
+
+class RegressionError(VpatchError):
+    """Upstream's tests cannot be run for a patch (no venv to run them in)."""
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """Upstream's tests on one tree: each test's outcome by node id."""
+
+    __test__ = False  # not a test class, whatever pytest thinks of the name
+
+    tree: str
+    tests: tuple[str, ...]  # the test files (or node ids) asked for
+    results: tuple[tuple[str, str], ...]  # (node id, passed | failed | error | skipped), sorted
+    seconds: float = 0.0
+    detail: str = ""  # pytest's last line, or why nothing ran
+    ran: bool = True  # False: pytest could not run at all (the evidence is then missing, never "no regression")
+    cached: bool = False
+
+    def outcomes(self) -> dict[str, str]:
+        return dict(self.results)
+
+    def count(self, status: str) -> int:
+        return sum(1 for _, s in self.results if s == status)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tree": self.tree, "tests": list(self.tests), "results": [list(r) for r in self.results],
+                "seconds": self.seconds, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TestRun:
+        return cls(str(data["tree"]), tuple(data["tests"]), tuple((str(n), str(s)) for n, s in data["results"]),
+                   float(data["seconds"]), str(data["detail"]), cached=True)
+
+
+@dataclass(frozen=True)
+class Regressions:
+    """A patch's regression evidence on one base: its tests without the patch and with it."""
+
+    patch: str  # the patch file
+    ref: str  # what the base is called
+    tests: tuple[str, ...]
+    base: TestRun | None  # None: no tests to run
+    patched: TestRun | None
+
+    @property
+    def complete(self) -> bool:
+        """Both sides ran (or there was nothing to run): the evidence says something either way."""
+        return not self.tests or (self.base is not None and self.patched is not None
+                                  and self.base.ran and self.patched.ran)
+
+    @property
+    def regressed(self) -> tuple[str, ...]:
+        """Tests that pass without the patch and do not pass with it (fail, error, skip or vanish)."""
+        if self.base is None or self.patched is None or not self.complete:
+            return ()
+        after = self.patched.outcomes()
+        return tuple(n for n, s in self.base.results if s == PASSED and after.get(n) != PASSED)
+
+    @property
+    def upstreams(self) -> tuple[str, ...]:
+        """Tests that fail or error on both sides: upstream's, not the patch's."""
+        if self.base is None or self.patched is None:
+            return ()
+        after = self.patched.outcomes()
+        return tuple(n for n, s in self.base.results if s in (FAILED, ERROR) and after.get(n) in (FAILED, ERROR))
+
+    @property
+    def passed(self) -> int:
+        """Tests that pass on both sides."""
+        if self.base is None or self.patched is None:
+            return 0
+        after = self.patched.outcomes()
+        return sum(1 for n, s in self.base.results if s == PASSED and after.get(n) == PASSED)
+
+    def says(self) -> str:
+        """One line: what upstream's tests said about the patch."""
+        if not self.tests:
+            return "upstream tests: none found for the files it touches"
+        if not self.complete:
+            broken = next(r for r in (self.base, self.patched) if r is not None and not r.ran)
+            side = "without" if broken is self.base else "with"
+            return f"upstream tests could not run {side} the patch: {broken.detail}"
+        files = len({t.split("::", 1)[0] for t in self.tests})
+        text = f"upstream tests ({files} file{'s' if files != 1 else ''}) on {self.ref}: {self.passed} passed on both"
+        if self.regressed:
+            shown = ", ".join(self.regressed[:3]) + (f" and {len(self.regressed) - 3} more" if len(self.regressed) > 3
+                                                    else "")
+            text += f"; {len(self.regressed)} REGRESSION{'S' if len(self.regressed) != 1 else ''}: {shown}"
+        else:
+            text += "; no regression"
+        if self.upstreams:
+            text += f"; {len(self.upstreams)} failing on both sides (upstream's)"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {"patch": self.patch, "ref": self.ref, "tests": list(self.tests), "complete": self.complete,
+                "regressions": list(self.regressed), "upstream_failures": list(self.upstreams),
+                "passed": self.passed, "says": self.says()}
+
+
+def tests_for(repo: Path, trees: Sequence[str], paths: Sequence[str]) -> tuple[str, ...]:
+    """Upstream's test files of the touched `paths`: for ``vllm/<package>/.../<name>.py``, every
+    ``tests/<package>/**/test_<name>.py`` in any of `trees` (vllm/parser/qwen3.py:
+    tests/parser/engine/test_qwen3.py)."""
+    found: dict[str, None] = {}
+    for tree in trees:
+        files = [f for f in git.files_under(repo, tree, "tests") if PurePosixPath(f).name.startswith("test_")
+                 and f.endswith(".py")]
+        for path in paths:
+            parts = PurePosixPath(path).parts
+            if len(parts) < 2 or parts[0] != "vllm" or not path.endswith(".py"):
+                continue
+            under = f"tests/{parts[1]}/" if len(parts) > 2 else "tests/"
+            name = f"test_{PurePosixPath(path).stem}.py"
+            found.update((f, None) for f in files if f.startswith(under) and PurePosixPath(f).name == name)
+    return tuple(found)
+
+
+def requirements_for(patch: Patch, probe: Probe | None) -> Requirements:
+    """The probe venv upstream's tests run in: the probe's own lock, else the series' (probes/requirements.lock)."""
+    if probe is not None and probe.lock is not None:
+        return Requirements.from_lock(probe.lock)
+    lock = patch.path.parent / "probes" / LOCK_NAME
+    if not lock.is_file():
+        raise RegressionError(f"{patch.filename}: no probe venv to run upstream's tests in: {lock.name} is missing",
+                              hint=f"add patches/probes/{LOCK_NAME} (with pytest), or `upstream_tests: []` to the "
+                                   "patch's probe to run none")
+    return Requirements.from_lock(lock)
+
+
+def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, session: probe_runs.Session,
+                use_cache: bool = True, report: Reporter = silent) -> Regressions:
+    """Upstream's tests of `patch` on the trees `base` and `patched` (base + the series up to it), in `session`
+    (its trees are shared with the probes run there)."""
+    probe = probe_for(patch)
+    base_tree = git.tree_of(repo, base)
+    tests = probe.upstream_tests if probe is not None and probe.upstream_tests is not None else \
+        tests_for(repo, (base_tree, patched), patch.paths)
+    if not tests:
+        return Regressions(patch.filename, ref, (), None, None)
+    requirements = requirements_for(patch, probe)
+    try:
+        python = probe_venv(requirements, cache=session.cache, report=report)
+    except EnvError as exc:
+        raise RegressionError(f"{patch.filename}: the probe venv for upstream's tests: {exc.message}",
+                              hint=exc.hint) from exc
+    return _both(repo, patch.filename, ref, tests, base_tree, patched, python, requirements.key(), session,
+                 use_cache, report, patch.name[:4])
+
+
+def _both(repo: Path, patch_file: str, ref: str, tests: tuple[str, ...], base: str, patched: str, python: Path,
+          key: str, session: probe_runs.Session, use_cache: bool, report: Reporter, label: str) -> Regressions:
+    sides = [(base, f"upstream tests of {label} on {ref}"), (patched, f"upstream tests of {label} on {ref} with it")]
+    runs = session.map(lambda side, cancel: run_tests(repo, side[0], tests, python=python, venv_key=key,
+                                                      session=session, use_cache=use_cache, report=report,
+                                                      subject=side[1]), sides)
+    before, after = runs
+    return Regressions(patch_file, ref, tests, before, after)
+
+
+def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv_key: str,
+              session: probe_runs.Session, use_cache: bool = True, report: Reporter = silent,
+              subject: str = "upstream tests", timeout: float = TIMEOUT) -> TestRun:
+    """`tests` with pytest on `tree`, one run per top folder of tests/ (its own --confcutdir), or the cache's
+    answer. A run that could not start or ended without a report is not cached (the next command tries again)."""
+    entry = _entry(session.cache, venv_key, tree, tests)
+    if use_cache:
+        try:
+            return TestRun.from_json(json.loads(entry.read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    started = time.monotonic()
+    report(Event(subject, "running", f"{len(tests)} test file(s)"))
+    root = session.tree(repo, tree)
+    results: dict[str, str] = {}
+    details: list[str] = []
+    ran = True
+    for folder, group in _by_folder(tests, root).items():
+        found, detail, ok = _pytest(root, folder, group, python, timeout, session)
+        results.update(found)
+        details.append(detail)
+        ran = ran and ok
+    missing = [t for t in tests if not (root / t.split("::", 1)[0]).is_file()]
+    if missing:
+        details.append(f"not in this tree: {', '.join(missing)}")
+    run = TestRun(tree, tuple(tests), tuple(sorted(results.items())), round(time.monotonic() - started, 3),
+                  "; ".join(d for d in details if d), ran)
+    report(Event(subject, summary(run) if ran else "could not run", final=True, seconds=run.seconds))
+    if ran:
+        atomic_write(entry, json.dumps(run.to_json(), indent=1).encode() + b"\n")
+    return run
+
+
+def summary(run: TestRun) -> str:
+    """'214 passed, 2 failed': the counts of one run."""
+    counts = [(run.count(s), s) for s in (PASSED, FAILED, ERROR, SKIPPED)]
+    return ", ".join(f"{n} {s}" for n, s in counts if n) or "no tests"
+
+
+def _entry(cache: Path | None, venv_key: str, tree: str, tests: Sequence[str]) -> Path:
+    digest = hashlib.sha256(_RUNNER + b"\0" + "\0".join(tests).encode()).hexdigest()[:16]
+    return (cache_dir() if cache is None else cache) / RESULTS / venv_key / f"{tree}-{digest}.json"
+
+
+def _by_folder(tests: Sequence[str], root: Path) -> dict[str, list[str]]:
+    """The tests present in the tree, grouped by their folder right under tests/ (each group its --confcutdir)."""
+    groups: dict[str, list[str]] = {}
+    for test in tests:
+        file = test.split("::", 1)[0]
+        if not (root / file).is_file():
+            continue
+        parts = PurePosixPath(file).parts
+        folder = "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+        groups.setdefault(folder, []).append(test)
+    return groups
+
+
+def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: float,
+            session: probe_runs.Session) -> tuple[dict[str, str], str, bool]:
+    """One pytest run: each test's outcome, pytest's last line, and whether it ran to its report."""
+    with tempfile.TemporaryDirectory(prefix="vpatch-upstream-tests-") as scratch:
+        report_file = Path(scratch) / "junit.xml"
+        # -p no:cacheprovider and PYTHONDONTWRITEBYTECODE: nothing is written into the tree, which probes share.
+        # --continue-on-collection-errors: a test file that no longer imports is its own error, not the run's.
+        argv = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                "--rootdir", str(root), "--confcutdir", str(root / folder), "--continue-on-collection-errors",
+                "--junitxml", str(report_file), *tests]
+        env = {"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch}
+        try:
+            proc = process.run(argv, cwd=root, env=env, check=False, merge_output=True,
+                               timeout=timeout, own_group=True, cancel=session.cancel)
+        except ProcessError as exc:
+            return {}, exc.message, False
+        output = proc.stdout.decode("utf-8", "replace").strip()
+        last = output.splitlines()[-1] if output else f"pytest exited {proc.returncode} without output"
+        if proc.returncode not in (0, 1) or not report_file.is_file():
+            # 2 interrupted, 3 internal error, 4 usage error, 5 no tests collected: no evidence either way
+            return {}, f"pytest exited {proc.returncode}: {last}", False
+        return _read_junit(report_file, tests), last, True
+
+
+def _read_junit(path: Path, tests: Sequence[str]) -> dict[str, str]:
+    """Node id -> outcome from pytest's JUnit XML (a collection error is its file's own entry)."""
+    modules = {t.split("::", 1)[0][:-3].replace("/", "."): t.split("::", 1)[0] for t in tests}
+    found: dict[str, str] = {}
+    for case in ElementTree.parse(path).iter("testcase"):  # pytest's own report, written just now
+        classname, name = case.get("classname", ""), case.get("name", "")
+        node = _node_id(classname, name, modules)
+        status = PASSED
+        for child in case:
+            if child.tag in ("failure", "error"):
+                status = FAILED if child.tag == "failure" else ERROR
+                break
+            if child.tag == "skipped":
+                status = SKIPPED
+        # a test that passed and then errored in its teardown has two entries: the worse one stands
+        if found.get(node) in (FAILED, ERROR) and status in (PASSED, SKIPPED):
+            continue
+        found[node] = status
+    return found
+
+
+def _node_id(classname: str, name: str, modules: dict[str, str]) -> str:
+    """pytest's node id from JUnit's dotted classname: tests.a.test_b.TestC + name -> tests/a/test_b.py::TestC::name."""
+    if not classname:  # a collection error: its name is the module
+        return modules.get(name, name.replace(".", "/") + ".py")
+    for module, file in sorted(modules.items(), key=lambda m: -len(m[0])):
+        if classname == module or classname.startswith(module + "."):
+            inner = classname[len(module) + 1:].replace(".", "::")
+            return f"{file}::{inner}::{name}" if inner else f"{file}::{name}"
+    return f"{classname}::{name}"

@@ -1,0 +1,145 @@
+"""Regression evidence (probes/regression.py): upstream's own tests run without and with a patch, in the real probe
+venv with pytest; a toy upstream in a real git repository for the counting, the real release history for 0003."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REAL_CACHE, git
+from helpers.calcupstream import CALC, SHIPPED, patch_of, series_dir, toy_upstream
+
+from vpatch import git as gitdoor
+from vpatch.probes import Witness, regression, stacked_tree
+from vpatch.series.files import Patch, Series
+
+pytestmark = pytest.mark.probe_venv
+
+
+def evidence(repo: Path, patches: list[Patch], patch: Patch, *, base: str, ref: str, use_cache: bool = True,
+             **_: object) -> regression.Regressions:
+    """Upstream's tests of `patch` on `base` and on `base` + the series up to it, as `probe check` runs them."""
+    patched = stacked_tree(repo, patches, base, patch, name=ref)
+    return Witness(repo, cache=REAL_CACHE).regressions(patch, base=base, patched=patched, ref=ref, use_cache=use_cache)
+
+
+def test_tests_for_finds_the_test_files_named_after_the_touched_files(tmp_path: Path) -> None:
+    repo, base = toy_upstream(tmp_path)
+    tree = gitdoor.tree_of(repo, base)
+    assert regression.tests_for(repo, [tree], ["vllm/calc.py"]) == ("tests/calc/test_calc.py",)
+    assert regression.tests_for(repo, [tree], ["vllm/other.py", "README.md"]) == ()
+
+
+def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_path: Path) -> None:
+    repo, base = toy_upstream(tmp_path)
+    patches = series_dir(tmp_path)
+    broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
+    found = evidence(repo, [broken], broken, base=base, ref="v1.0", cache=REAL_CACHE,
+                                           use_cache=False)
+    assert found.complete and found.tests == ("tests/calc/test_calc.py",)
+    assert found.regressed == ("tests/calc/test_calc.py::test_sub",)
+    # failing on both sides is upstream's, not the patch's
+    assert found.upstreams == ("tests/calc/test_calc.py::test_known_broken_upstream",)
+    assert found.passed == 2  # test_add and the class's test, whose node id keeps its class
+    assert "tests/calc/test_calc.py::TestMore::test_add_zero" in found.base.outcomes()  # type: ignore[union-attr]
+    assert "1 REGRESSION: tests/calc/test_calc.py::test_sub" in found.says()
+    assert not found.base.cached and not found.patched.cached  # type: ignore[union-attr]
+
+    # A harmless patch on the same base: no regression, and the unpatched tree's results come from the cache.
+    harmless = patch_of(repo, base, patches, 2, "add-comment", CALC.replace("def add", "# adds\ndef add"))
+    again = evidence(repo, [harmless], harmless, base=base, ref="v1.0", cache=REAL_CACHE)
+    assert again.regressed == () and again.passed == 3 and "no regression" in again.says()
+    assert again.base is not None and again.base.cached and again.patched is not None and not again.patched.cached
+
+
+def test_a_test_file_that_no_longer_imports_with_the_patch_is_a_regression_of_each_test(tmp_path: Path) -> None:
+    repo, base = toy_upstream(tmp_path)
+    patches = series_dir(tmp_path)
+    renamed = patch_of(repo, base, patches, 1, "rename-sub", CALC.replace("def sub", "def subtract"))
+    found = evidence(repo, [renamed], renamed, base=base, ref="v1.0", cache=REAL_CACHE,
+                                           use_cache=False)
+    # every test that passed is gone with the patch: absence is not a pass
+    assert set(found.regressed) == {"tests/calc/test_calc.py::test_add", "tests/calc/test_calc.py::test_sub",
+                                    "tests/calc/test_calc.py::TestMore::test_add_zero"}
+    assert found.patched is not None and found.patched.outcomes() == {"tests/calc/test_calc.py": regression.ERROR}
+
+
+def test_upstream_tests_declared_in_the_probe_replace_the_found_ones(tmp_path: Path) -> None:
+    repo, base = toy_upstream(tmp_path)
+    patches = series_dir(tmp_path)
+    broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
+    probe = patches / "probes" / "0001-sub-wrong.yaml"
+    probe.write_text("kind: files\nfiles:\n  vllm/calc.py:\n    contains: ['b - a']\n"
+                     "upstream_tests: ['tests/calc/test_calc.py::test_add']\n")
+    path = broken.path
+    path.write_text(path.read_text().replace("---\n", "\nProbe: probes/0001-sub-wrong.yaml\n---\n", 1))
+    declared = Patch.load(path)
+    found = evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE)
+    assert found.tests == ("tests/calc/test_calc.py::test_add",)
+    assert found.regressed == () and found.passed == 1
+    probe.write_text("kind: files\nfiles:\n  vllm/calc.py:\n    contains: ['b - a']\nupstream_tests: []\n")
+    assert evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE).says() == (
+        "upstream tests: none found for the files it touches")
+
+
+# --- the real release history: 0003 ------------------------------------------------------------------------------
+
+
+def old_0003_on_v0_33_0(repo: Path, patches: Path) -> Patch:
+    """Main's 0003 (with the transition (TOOL_ARGS, TOOL_START)) rebased by hand onto v0.33.0: upstream's four
+    transitions kept, the fifth added, and the streamed name's strip, as a person resolving the conflict did."""
+    qwen3 = gitdoor.read_blobs(repo, "v0.33.0", ["vllm/parser/qwen3.py"])["vllm/parser/qwen3.py"]
+    engine = gitdoor.read_blobs(repo, "v0.33.0", ["vllm/parser/engine/parser_engine.py"])[
+        "vllm/parser/engine/parser_engine.py"]
+    assert qwen3 is not None and engine is not None
+    anchor = (b'            (ParserState.TOOL_ARGS, "FUNC_PREFIX"): Transition(\n'
+              b"                ParserState.TOOL_NAME,\n"
+              b"                (EventType.TOOL_CALL_END, EventType.TOOL_CALL_START),\n"
+              b"            ),\n")
+    fifth = (b'            (ParserState.TOOL_ARGS, "TOOL_START"): Transition(\n'
+             b"                ParserState.TOOL_PREAMBLE,\n"
+             b"                (EventType.TOOL_CALL_END, EventType.TOOL_CALL_START),\n"
+             b"            ),\n")
+    assert qwen3.count(anchor) == 1
+    strip = b'            name = slot.name or self._try_extract_name(idx) or ""\n'
+    assert engine.count(strip) == 1
+    work = patches.parent / "work"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    for rel, text in (("vllm/parser/qwen3.py", qwen3), ("vllm/parser/engine/parser_engine.py", engine)):
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_bytes(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "v0.33.0's two files")
+    (work / "vllm/parser/qwen3.py").write_bytes(qwen3.replace(anchor, anchor + fifth))
+    (work / "vllm/parser/engine/parser_engine.py").write_bytes(engine.replace(strip, strip.replace(
+        b"slot.name or", b"slot.name.strip() or")))
+    git(work, "commit", "-q", "-am", "qwen3 parser: close a tool call whose <function= is left open")
+    path = patches / "0003-qwen3-tool-call-unclosed-function.patch"
+    path.write_text(git(work, "format-patch", "-1", "--stdout", "--full-index"))
+    return Patch.load(path)
+
+
+@pytest.mark.releases
+def test_main_s_0003_rebased_onto_v0_33_0_breaks_the_two_upstream_tests_that_name_the_case(
+        release_history: Path, tmp_path: Path) -> None:
+    patches = series_dir(tmp_path)
+    old = old_0003_on_v0_33_0(release_history, patches)
+    base = gitdoor.resolve_commit(release_history, "v0.33.0")
+    found = evidence(release_history, [old], old, base=base, ref="v0.33.0", cache=REAL_CACHE)
+    assert found.tests == ("tests/parser/engine/test_parser_engine.py", "tests/parser/engine/test_qwen3.py")
+    assert found.regressed == (
+        "tests/parser/engine/test_qwen3.py::TestNonStreaming::test_tool_call_tag_is_ok_inside_parameter",
+        "tests/parser/engine/test_qwen3.py::TestStreaming::test_streaming_tool_call_tag_is_ok_inside_parameter",
+    ), found.says()
+    assert found.passed > 150, found.says()
+
+
+@pytest.mark.releases
+def test_the_shipped_0003_breaks_no_upstream_test_on_the_pin(release_history: Path) -> None:
+    series = Series.load(SHIPPED)
+    patch = next(p for p in series.patches if p.number == 3)
+    base = gitdoor.resolve_commit(release_history, "v0.29.0")
+    found = evidence(release_history, list(series.patches), patch, base=base, ref="v0.29.0",
+                                cache=REAL_CACHE)
+    assert found.complete and found.regressed == () and found.passed > 150, found.says()
