@@ -36,7 +36,7 @@ def shipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Pa
     return root
 
 
-def test_stepwise_updates_drop_0002_and_0001_and_stop_at_0003_on_v0_33_0(shipped: Path) -> None:
+def test_stepwise_updates_drop_0002_and_0001_and_narrow_0003_on_v0_33_0(shipped: Path) -> None:
     started = time.monotonic()
     code, out = vpatch(shipped, "update", "--to", "v0.30.0")
     assert code == 0, out
@@ -55,30 +55,30 @@ def test_stepwise_updates_drop_0002_and_0001_and_stop_at_0003_on_v0_33_0(shipped
     assert patch_names(shipped) == ["0003"]
     assert "drop 0001" in last_message(shipped)
 
-    # v0.33.0 has upstream's own transitions for 0003's cases, at the place 0003 adds its own, but not the
-    # streamed-name strip: 0003 is still needed there (its probe fails on v0.33.0, see test_shipped_series)
-    # and its qwen3.py hunk conflicts, so the update stops for a person and changes nothing.
+    # v0.33.0 has upstream's own transitions for 0003's cases, where 0003 adds its own (its qwen3.py hunk no
+    # longer applies), but not the streamed-name strip: 0003 is narrowed through upstream's rewrite to its
+    # parser_engine.py hunk, with proof (test_narrow_rewrite_releases.py holds the proof's details).
     code, out = vpatch(shipped, "update", "--to", "v0.33.0")
-    assert code == 5, out
-    assert ("0003-qwen3-tool-call-unclosed-function.patch is conflict on v0.33.0: hunks: still needed: "
-            "vllm/parser/engine/parser_engine.py hunk 1") in out
-    assert "do not apply: vllm/parser/qwen3.py hunk 1" in out and "conflicts in: vllm/parser/qwen3.py" in out
-    assert vpatch(shipped, "update", "--abort")[0] == 0
-    assert patch_names(shipped) == ["0003"] and Config.load(shipped).pin.ref == "v0.31.0"
-    assert git(shipped, "rev-list", "--count", "HEAD").strip() == "3"
-    print(f"two stepwise updates and a stop on the real history: {time.monotonic() - started:.1f}s")
+    assert code == 0, out
+    assert patch_names(shipped) == ["0003"] and Config.load(shipped).pin.ref == "v0.33.0"
+    assert "narrow 0003" in last_message(shipped)
+    narrowed = next((shipped / "patches").glob("0003-*.patch")).read_text()
+    assert "diff --git a/vllm/parser/qwen3.py" not in narrowed
+    assert "diff --git a/vllm/parser/engine/parser_engine.py" in narrowed
+    assert git(shipped, "rev-list", "--count", "HEAD").strip() == "4"
+    print(f"three stepwise updates on the real history: {time.monotonic() - started:.1f}s")
 
 
-def test_direct_update_drops_0001_and_0002_and_stops_at_0003(shipped: Path) -> None:
+def test_direct_update_drops_0001_and_0002_and_narrows_0003(shipped: Path) -> None:
     started = time.monotonic()
     code, out = vpatch(shipped, "update", "--to", "v0.33.0")
-    assert code == 5, out
+    assert code == 0, out
     assert "0001-qsa-fp8-kv.patch  [landed]" in out and "0002-mamba-null-gap-free.patch  [landed]" in out
-    assert "stopped at 0003-qwen3-tool-call-unclosed-function.patch" in out
-    assert vpatch(shipped, "update", "--abort")[0] == 0
-    assert patch_names(shipped) == ["0001", "0002", "0003"] and Config.load(shipped).pin.ref == "v0.29.0"
-    assert git(shipped, "rev-list", "--count", "HEAD").strip() == "1"
-    print(f"direct update v0.29.0 -> v0.33.0 (stopped, aborted): {time.monotonic() - started:.1f}s")
+    assert "narrow         0003-qwen3-tool-call-unclosed-function.patch  [conflict]" in out
+    assert patch_names(shipped) == ["0003"] and Config.load(shipped).pin.ref == "v0.33.0"
+    assert last_message(shipped).startswith("Update upstream pin v0.29.0 -> v0.33.0: drop 0001, 0002, narrow 0003")
+    assert git(shipped, "rev-list", "--count", "HEAD").strip() == "2"
+    print(f"direct update v0.29.0 -> v0.33.0 (0003 narrowed): {time.monotonic() - started:.1f}s")
 
 
 def test_update_to_v0_32_0_refreshes_0003_and_its_probe_validates_there(shipped: Path) -> None:

@@ -243,7 +243,7 @@ def update(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (verdicts and actions); change nothing.")] = False,
     no_commit: Annotated[bool, typer.Option("--no-commit", help="Stage the change in the project; do not commit it.")] = False,
     allow_downgrade: Annotated[bool, typer.Option("--allow-downgrade", help="Allow a REF that does not descend from the pin.")] = False,
-    no_narrow: Annotated[bool, typer.Option("--no-narrow", help="Stop at a partly-landed patch instead of narrowing it.")] = False,
+    no_narrow: Annotated[bool, typer.Option("--no-narrow", help="Stop at a partial or conflicting patch, never narrow.")] = False,
     furthest: Annotated[bool, typer.Option(
         "--furthest", help="With --to: go only as far as the series allows without a person (the newest release, or "
                            "first-parent commit, at or before it where the update succeeds); name what blocks the "

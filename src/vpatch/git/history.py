@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from vpatch.base import GitError
 from vpatch.git.core import Identity, is_object_id, run
-from vpatch.git.objects import cat_objects
+from vpatch.git.objects import cat_objects, read_blobs
 
 
 def commits_between(worktree: Path, base: str, tip: str = "HEAD") -> list[str]:
@@ -286,3 +287,38 @@ def line_log(repo: Path, base: str, tip: str, ranges: Sequence[tuple[str, int, i
             commit, subject, _ = line[1:].split("\x1f", 2)
             found.append(LogRecord(commit, subject, ""))
     return found
+
+
+_U0_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@", re.MULTILINE)
+
+
+def line_span_at(repo: Path, base: str, tip: str, path: str, first: int, last: int, *,
+                 context: int = 0) -> tuple[int, int] | None:
+    """Lines `first`..`last` of `path` at `base`, in the numbering of `path` at `tip`: mapped through the diff
+    of base..tip, widened to every changed region they overlap and by `context` lines each side (None: no such
+    file at `tip`)."""
+    data = read_blobs(repo, tip, [path]).get(path)
+    if data is None:
+        return None
+    size = max(data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1), 1)
+    out = run(repo, ["diff", "-U0", "--no-color", "--no-ext-diff", base, tip, "--", path]).out
+    lo: int | None = None
+    hi: int | None = None
+    shift_first = shift_last = 0
+    for m in _U0_HUNK.finditer(out):
+        a, b = int(m[1]), int(m[2] if m[2] is not None else 1)
+        c, d = int(m[3]), int(m[4] if m[4] is not None else 1)
+        end = a + b - 1 if b else a  # a pure insertion goes after line a
+        if end < first or (not b and a < first):
+            shift_first += d - b
+        if end < last or (not b and a < last):
+            shift_last += d - b
+        if (b and a <= last and end >= first) or (not b and first <= a < last):
+            new_end = c + d - 1 if d else c
+            lo = c if lo is None else min(lo, c)
+            hi = new_end if hi is None else max(hi, new_end)
+    start, stop = first + shift_first, last + shift_last
+    if lo is not None:
+        start, stop = min(start, lo), max(stop, hi if hi is not None else stop)
+    start = min(max(start - context, 1), size)
+    return start, min(max(stop + context, start), size)

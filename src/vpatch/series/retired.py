@@ -103,8 +103,9 @@ def retired_entries(patches_dir: Path) -> dict[int, RetiredEntry]:
 @dataclass(frozen=True)
 class DroppedHunkRecord:
     name: str  # "path hunk N (@@ -a,b +c,d @@)" as numbered in the patch before narrowing
-    applied_upstream: str  # where it first is upstream
+    applied_upstream: str  # where it first is upstream (or, Rewritten-Upstream, the commits that rewrote it)
     evidence: str
+    label: str = "Applied-Upstream"  # "Rewritten-Upstream": narrowed through upstream's rewrite (update/narrow.py)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class NarrowedPatch:
         lines = [f"## {self.number:04d}-{self.slug} {NARROWED}", "", f"- Subject: {self.subject}",
                  f"- Narrowed: {self.summary}; the patch stays with the rest"]
         for hunk in self.dropped:
-            lines += [f"- Dropped hunk: {hunk.name}", f"  - Applied-Upstream: {hunk.applied_upstream}",
+            lines += [f"- Dropped hunk: {hunk.name}", f"  - {hunk.label}: {hunk.applied_upstream}",
                       f"  - Evidence: {hunk.evidence}"]
         lines += [f"- Kept hunk: {name}" for name in self.kept]
         lines += [f"- Proof: {self.proof}", f"- Probe: {self.probe}", f"- Narrowed-By: {self.retired_by}",

@@ -9,6 +9,15 @@ the old pin's blobs for that merge, the fallback proof is that the whole old dif
 result: every post-image of the old patch is there. A patch with a probe must also re-validate it on the
 new pin: fail there, pass with the narrowed patch. Otherwise the patch is not narrowed and the reason,
 with the hunks upstream already has, goes to the person who resolves it.
+
+A CONFLICT patch (hunks that neither apply nor are upstream verbatim: upstream rewrote those lines) is
+narrowed through upstream's rewrite only with proof of behaviour instead of text: the other hunks apply,
+the probe covers every hunk left out (on the old pin it fails without each of them: probes/coverage.py),
+and on the new pin it fails unpatched and passes with the rest, with no regression in upstream's own tests
+(Witness.validate). The probe then proves that what the dropped hunks did is upstream's behaviour now.
+The narrowed patch's header and RETIRED.md name each dropped hunk, that proof, and the upstream commits
+that changed its lines since the pin. A hunk the probe does not cover, or a rest the probe fails with,
+stops for a person.
 """
 
 from __future__ import annotations
@@ -34,6 +43,10 @@ _TRAILER = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: ?.*$")
 # (narrowed patch, the tree of the new pin with the patches before it and the narrowed patch) -> None
 # when its probe fails without it and passes with it; raises VpatchError (or returns the reason) otherwise.
 ProbeValidator = Callable[[Patch, str], "str | None"]
+# a patch (as on the old pin) -> per hunk, in its order, whether its probe covers it there (coverage.py):
+# True: the probe fails without the hunk; False: it passes without it; None: unknown.
+CoverageCheck = Callable[[Patch], "Sequence[bool | None]"]
+REWRITTEN_UPSTREAM = "Rewritten-Upstream"
 
 
 @dataclass(frozen=True)
@@ -41,6 +54,7 @@ class DroppedHunk:
     name: str  # "path hunk N (@@ -a,b +c,d @@)", numbered as in the old patch
     evidence: str  # why it is upstream
     landed_in: str  # where it first is: "v1.1 (first commit 1a2b3c4d5e6f "subject", release v1.1; ...)"
+    rewritten: bool = False  # upstream rewrote its lines (landed_in names the commits): the probe proves it
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,8 @@ class Narrowing:
 
     def patch(self, old: Patch) -> Patch:
         """The narrowed patch itself, rebuilt from the old one (deterministic: state files keep only this record)."""
-        return narrowed_patch(old, {d.name for d in self.dropped}, self.last_update)
+        return narrowed_patch(old, {d.name for d in self.dropped}, self.last_update,
+                              note=header_note(self.dropped, self.proof))
 
 
 class _NotNarrowed(Exception):
@@ -89,6 +104,9 @@ def narrow_series(
     today: str,
     branch: str | None = None,
     validate: ProbeValidator | None = None,
+    covered: CoverageCheck | None = None,
+    pin_ref: str | None = None,
+    originals: Mapping[str, Patch] | None = None,
 ) -> dict[str, Narrowing | str]:
     """For each PARTIAL patch in `verdicts`: its Narrowing, or (a str) why it is not narrowed.
 
@@ -96,6 +114,9 @@ def narrow_series(
     later ones (with the narrowed ones) for the proof, as the update tree will hold them.
     `branch`: upstream's main branch when it has release branches (a git upstream), for the first release.
     `validate`: re-validates a narrowed patch's probe; None skips it (a dry run), which the record says.
+    `covered`: each hunk's coverage by the patch's probe on the old pin, for a CONFLICT patch narrowed through
+    upstream's rewrite (None, with `validate` None: a dry run, which the record says; else such a patch stops).
+    `originals`: the patches as on the old pin (before following upstream's moves), for `covered`.
     """
     out: dict[str, Narrowing | str] = {}
     below: list[Patch] = []
@@ -107,6 +128,17 @@ def narrow_series(
                                                   to_ref=to_ref, today=today, branch=branch, validate=validate)
             except _NotNarrowed as exc:
                 out[patch.filename] = f"not narrowed: {exc}. " + upstream_note(verdict)
+                continue
+            out[patch.filename] = narrowing
+            below.append(narrowed)
+        elif verdict is not None and verdict.state is State.CONFLICT and verdict.conflict_hunks:
+            try:
+                narrowing, narrowed = _narrow_rewritten(
+                    repo, patch, (originals or {}).get(patch.filename, patch), verdict, below, pin=pin,
+                    pin_ref=pin_ref or pin[:12], target=target, to_ref=to_ref, today=today, validate=validate,
+                    covered=covered)
+            except _NotNarrowed as exc:
+                out[patch.filename] = f"not narrowed through upstream's rewrite: {exc}"
                 continue
             out[patch.filename] = narrowing
             below.append(narrowed)
@@ -160,6 +192,107 @@ def _narrow_one(repo: Path, patch: Patch, verdict: Verdict, below: Sequence[Patc
     return Narrowing(patch.filename, len(names), dropped, kept, applies, proof, probe, today), narrowed
 
 
+def _narrow_rewritten(repo: Path, patch: Patch, original: Patch, verdict: Verdict, below: Sequence[Patch], *,
+                      pin: str, pin_ref: str, target: str, to_ref: str, today: str,
+                      validate: ProbeValidator | None, covered: CoverageCheck | None) -> tuple[Narrowing, Patch]:
+    """A CONFLICT patch without the hunks that no longer apply (and those upstream has verbatim), when the probe
+    proves the behaviour of every hunk left out is upstream's now (module docstring)."""
+    conflicting = set(verdict.conflict_hunks)
+    landed = set(verdict.landed_hunks)
+    drop = conflicting | landed
+    names = [hunk_name(fd, n, h) for fd in patch.files for n, h in enumerate(fd.hunks, 1)]
+    if not drop <= set(names):
+        raise _NotNarrowed("the verdict's hunks do not match the patch's")
+    if drop == set(names):
+        raise _NotNarrowed("no hunk of it applies on " + to_ref)
+    if any(fd.binary or not fd.hunks for fd in patch.files):
+        raise _NotNarrowed("it has a binary or hunk-less file change, which narrowing does not split")
+    if patch.probe_path is None:
+        raise _NotNarrowed("it names no probe, so nothing proves that upstream's rewrite does what "
+                           + ", ".join(sorted(conflicting)) + " did")
+    narrowed = narrowed_patch(patch, drop, today)
+    work = _Index(repo, target, sorted({p for x in (*below, patch) for p in x.paths}))
+    base = work.stack(below)
+    if landed and not work.applies(base, _diff_of(patch, keep=landed), reverse=True):
+        raise _NotNarrowed(f"the hunks upstream has do not reverse-apply together on {to_ref}")
+    applies, result = work.apply(base, narrowed.diff)
+    if result is None:
+        raise _NotNarrowed("the other hunks do not apply without them either: " + "; ".join(verdict.needed_hunks))
+    probe_name = narrowed.trailer("Probe")
+    if validate is None or covered is None:
+        proof = f"not proven (dry run): {probe_name} is neither run on {pin_ref} without each dropped hunk nor on {to_ref}"
+        probe = f"{probe_name}: not re-validated (dry run)"
+    else:
+        coverage = list(covered(original))
+        if len(coverage) != len(names):
+            raise _NotNarrowed(f"its probe's coverage on {pin_ref} does not name its {len(names)} hunks")
+        blind = [n for n, c in zip(names, coverage) if n in conflicting and c is not True]
+        if blind:
+            raise _NotNarrowed(f"its probe does not cover {'; '.join(blind)} on {pin_ref} (it does not fail without "
+                               "it there), so it cannot prove that upstream's rewrite does what the hunk did")
+        full = _full_tree(repo, target, [*below, narrowed])
+        failure = _probe_failure(validate, narrowed, full)
+        if failure:
+            raise _NotNarrowed(f"its probe does not validate the rest on {to_ref}: {failure}")
+        proof = (f"{probe_name} covers each dropped hunk on {pin_ref} (fails without it there), fails on {to_ref} "
+                 f"unpatched and passes with the rest, and upstream's own tests of the touched files show no "
+                 f"regression: what the dropped hunks did is upstream's behaviour on {to_ref}")
+        probe = f"{probe_name} re-validated on {to_ref}: fails without the narrowed patch, passes with it"
+    dropped = []
+    for name in names:
+        if name in conflicting:
+            commits = rewritten_by(repo, original, names.index(name), pin=pin, target=target)
+            dropped.append(DroppedHunk(
+                name, f"does not apply on {to_ref}: upstream rewrote its lines; " + (
+                    f"{probe_name} covers it on {pin_ref} and passes on {to_ref} without it"
+                    if validate is not None and covered is not None else "not proven (dry run)"),
+                f"{to_ref}, rewritten since {pin_ref} by: " + ("; ".join(commits) if commits else
+                                                             "(no commit found by git log -L)"),
+                rewritten=True))
+        elif name in landed:
+            dropped.append(DroppedHunk(name, f"reverse-applies on {to_ref}: upstream has its post-image verbatim",
+                                       f"{to_ref} (at or before commit {target[:12]})"))
+    kept = tuple(n for n in names if n not in drop)
+    narrowing = Narrowing(patch.filename, len(names), tuple(dropped), kept, applies, proof, probe, today)
+    return narrowing, narrowing.patch(patch)
+
+
+_PR = re.compile(r"\(#(\d+)\)")
+# an issue or pull request a line of upstream's code cites: "issue 58227", "PR #123", "(#4567)", "pull/4567"
+_CITED = re.compile(r"(?i)\b(issue|pr|pull request|pull|fixes|see)[ /]*#?(\d{3,})\b|\(#(\d{3,})\)")
+
+
+def rewritten_by(repo: Path, patch: Patch, index: int, *, pin: str, target: str, context: int = 3) -> list[str]:
+    """The upstream commits of pin..target that changed the old lines of the patch's hunk number `index` (counted
+    over the whole patch), newest first: `12-digit id "subject" (PR #N)`; then the issues and pull requests the
+    lines there cite (a release history of one commit per release has no PR in its subjects). The hunk's lines
+    at the pin are mapped to the target's numbering through upstream's diff of the file (with `context` lines
+    each side), then followed back with `git log -L`."""
+    fd, hunk = [(fd, h) for fd in patch.files for h in fd.hunks][index]
+    m = _HUNK_HEAD.match(hunk.header)
+    assert m is not None
+    first = int(m[1])
+    last = first + max(int(m[2] if m[2] is not None else 1), 1) - 1
+    span = git.line_span_at(repo, pin, target, fd.path, first, last, context=context)
+    if span is None:
+        return []
+    records = git.line_log(repo, pin, target, [(fd.path, *span)])
+    out = []
+    for rec in records:
+        pr = _PR.search(rec.subject)
+        out.append(f"{rec.commit[:12]} \"{rec.subject}\"" + (f" (PR #{pr[1]})" if pr else ""))
+    text = (git.read_blobs(repo, target, [fd.path]).get(fd.path) or b"").decode("utf-8", "replace").splitlines()
+    cited: list[str] = []
+    for line in text[span[0] - 1:span[1]]:
+        for c in _CITED.finditer(line):
+            word = f"issue/PR #{c[3]}" if c[3] else f"{'issue' if c[1].lower() == 'issue' else 'PR'} #{c[2]}"
+            if word not in cited:
+                cited.append(word)
+    if cited:
+        out.append(f"its lines on {git.tag_at(repo, target) or target[:12]} cite {', '.join(cited)}")
+    return out
+
+
 def _probe_failure(validate: ProbeValidator, patch: Patch, tree: str) -> str | None:
     try:
         return validate(patch, tree)
@@ -170,10 +303,13 @@ def _probe_failure(validate: ProbeValidator, patch: Patch, tree: str) -> str | N
 # --- the narrowed patch: same header and trailers, Last-Update moved, only the kept hunks -------------
 
 
-def narrowed_patch(patch: Patch, drop: Collection[str], last_update: str) -> Patch:
-    """`patch` without the hunks named in `drop`; later hunks' new-side line numbers follow."""
+def narrowed_patch(patch: Patch, drop: Collection[str], last_update: str, *, note: str = "") -> Patch:
+    """`patch` without the hunks named in `drop`; later hunks' new-side line numbers follow. `note`: a paragraph
+    for the message, above its trailers (header_note)."""
     start = len(patch.raw) - len(patch.diff)
     head = with_last_update(patch.raw[:start].decode("utf-8", "surrogateescape"), last_update)
+    if note:
+        head = with_paragraph(head, note)
     raw = head.encode("utf-8", "surrogateescape") + _diff_of(patch, drop=drop)
     return Patch.parse(raw, number=patch.number, slug=patch.slug, path=patch.path)
 
@@ -212,6 +348,33 @@ def _shifted(hunk: Hunk, shift: int) -> bytes:
     old = f"-{m[1]}" + (f",{m[2]}" if m[2] is not None else "")
     _, _, rest = hunk.text.partition(b"\n")
     return f"@@ {old} {new} @@{m[5]}".encode() + b"\n" + rest
+
+
+def header_note(dropped: Sequence[DroppedHunk], proof: str) -> str:
+    """The paragraph a patch narrowed through upstream's rewrite carries in its message: each hunk dropped, the
+    upstream commits that rewrote it, and the proof (empty when no hunk was rewritten)."""
+    rewritten = [d for d in dropped if d.rewritten]
+    if not rewritten:
+        return ""
+    lines = ["Narrowed through upstream's rewrite: left out, as upstream now does it itself:"]
+    for d in rewritten:
+        lines += [f"- {d.name}", f"  {REWRITTEN_UPSTREAM}: {d.landed_in}", f"  Evidence: {d.evidence}"]
+    lines.append(f"Proof: {proof}")
+    return "\n".join(lines)
+
+
+def with_paragraph(head: str, paragraph: str) -> str:
+    """The mail head with `paragraph` in its message, just above the trailers (or at its end)."""
+    headers, sep, body = head.partition("\n\n")
+    cut = body.rfind("\n---\n")
+    message, tail = (body[:cut + 1], body[cut + 1:]) if cut >= 0 else (body, "")
+    message = message.rstrip("\n")
+    before, gap, last = message.rpartition("\n\n")
+    if gap and all(_TRAILER.match(line) for line in last.splitlines()):
+        message = before + "\n\n" + paragraph + "\n\n" + last
+    else:
+        message = message + "\n\n" + paragraph
+    return headers + (sep or "\n\n") + message + "\n" + ("\n" + tail if tail else "")
 
 
 def with_last_update(head: str, date: str) -> str:
@@ -361,7 +524,8 @@ def message_lines(subject: str, narrowing: Narrowing) -> list[str]:
     """The commit message's lines for one narrowed patch."""
     lines = [f"- {narrowing.file}: {subject}: {narrowing.summary}, keeps {len(narrowing.kept)}"]
     for hunk in narrowing.dropped:
-        lines += [f"  Dropped: {hunk.name}", f"    Applied-Upstream: {hunk.landed_in}", f"    Evidence: {hunk.evidence}"]
+        label = REWRITTEN_UPSTREAM if hunk.rewritten else "Applied-Upstream"
+        lines += [f"  Dropped: {hunk.name}", f"    {label}: {hunk.landed_in}", f"    Evidence: {hunk.evidence}"]
     lines += [f"  Kept: {name}" for name in narrowing.kept]
     lines += [f"  Applies {narrowing.applies}; Last-Update: {narrowing.last_update}", f"  Proof: {narrowing.proof}",
               f"  Probe: {narrowing.probe}"]
@@ -370,6 +534,8 @@ def message_lines(subject: str, narrowing: Narrowing) -> list[str]:
 
 def record(patch: Patch, narrowing: Narrowing, *, retired_by: str, last_version: str) -> NarrowedPatch:
     """The patches/RETIRED.md entry of a narrowing."""
-    dropped = tuple(DroppedHunkRecord(h.name, h.landed_in, h.evidence) for h in narrowing.dropped)
+    dropped = tuple(DroppedHunkRecord(h.name, h.landed_in, h.evidence,
+                                      label=REWRITTEN_UPSTREAM if h.rewritten else "Applied-Upstream")
+                    for h in narrowing.dropped)
     return NarrowedPatch(patch.number, patch.slug, patch.subject, narrowing.summary, dropped, narrowing.kept,
                          narrowing.proof, narrowing.probe, retired_by, last_version)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch import status
 from vpatch.base import silent
-from vpatch.probes import Witness
+from vpatch.probes import Witness, hunk_coverage
 from vpatch.series import RETIRED_FILE, Patch, Series
 from vpatch.update import narrow
 from vpatch.update.narrow import Narrowing, message_lines
@@ -70,6 +70,8 @@ class PatchPlan:
     def verb(self, *, planned: bool) -> str:
         """What the update does (or, `planned`, would do) with it, in the decision's words."""
         done = self.case.action
+        if self.narrowing is not None:
+            done = Action.NARROW  # a conflict narrowed through upstream's rewrite too
         if done is Action.NARROW and self.narrowing is None:
             done = Action.STOP  # not narrowed (or --no-narrow): a person resolves it
         if done is Action.STOP and self.action in (FileAction.REFRESH, FileAction.KEEP):
@@ -240,11 +242,15 @@ def narrow_rows(
     repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: Status | None, current: str, to: str,
     target: str, validate: Callable[[Patch, str], Revalidation] | None,
 ) -> list[PatchPlan]:
-    """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14).
-    `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that."""
+    """Partial patches narrowed where narrow.py proves it (then kept), else a note for the person (issue 14);
+    conflicting ones narrowed through upstream's rewrite where their probe proves it (issue 43).
+    `validate(patch, patched tree)` re-validates a narrowed patch's probe; None (a dry run) skips that, and the
+    per-hunk coverage on the pin with it."""
 
+    def narrowable(row: PatchPlan) -> bool:
+        return row.case.action is Action.NARROW or (row.case is Case.CONFLICT and row.action is FileAction.STOP)
 
-    if not any(r.case.action is Action.NARROW for r in rows):
+    if not any(narrowable(r) for r in rows):
         return rows
     verdicts = narrow.verdicts_of(report) or {
         v.patch: v for v in judge_series(repo, series.patches, target, pin=current, history=False,
@@ -255,6 +261,10 @@ def narrow_rows(
         check = validate(patch, tree)
         return None if check.ok else check.detail or "it does not fail without the patch and pass with it"
 
+    def covered(patch: Patch) -> list[bool | None]:
+        # on the old pin, with the series before it: does the probe fail without each hunk? (cached probe runs)
+        found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref)
+        return [h.covered for h in found.hunks]
 
     # the verdicts followed upstream's moves: narrowing splits the patch as they judged it, at the new paths
     by_file = {r.file: r for r in rows}
@@ -263,12 +273,13 @@ def narrow_rows(
         repo, patches, verdicts, [r.file for r in rows if r.action is FileAction.KEEP], pin=current,
         target=target, to_ref=to, today=datetime.datetime.now(datetime.UTC).date().isoformat(),
         branch=config.upstream.branch if config.upstream.source == "git" else None,
-        validate=probe if validate is not None else None)
+        validate=probe if validate is not None else None, covered=covered if validate is not None else None,
+        pin_ref=config.pin.ref, originals={p.filename: p for p in series.patches})
     out = []
     for row in rows:
-        result = found.get(row.file) if row.case.action is Action.NARROW else None
+        result = found.get(row.file) if narrowable(row) else None
         if isinstance(result, str):
-            row = replace(row, note=result)
+            row = replace(row, note="\n".join(n for n in (row.note, result) if n))
         elif result is not None:
             row = replace(row, action=FileAction.KEEP, narrowing=result)
         out.append(row)
@@ -316,7 +327,7 @@ def commit_message(plan: UpdatePlan, probes: Sequence[Revalidation] = ()) -> str
     rows = {p.file: p for p in plan.patches}
     if narrowed:
 
-        lines += ["", f"Narrowed, the hunks upstream already has dropped (recorded in {RETIRED_FILE}):"]
+        lines += ["", f"Narrowed, the hunks upstream already has (or rewrote, with proof) dropped (recorded in {RETIRED_FILE}):"]
         for row in narrowed:
             assert row.narrowing is not None
             lines += message_lines(row.subject, row.narrowing)
