@@ -69,8 +69,9 @@ def test_update_carries_0003_narrowed_to_its_parser_engine_hunk_with_proof(tmp_p
     assert len(re.findall(r"^@@ ", text, re.MULTILINE)) == 1
     # the header names the dropped hunk, the upstream change, and the proof
     head = text.split("\ndiff --git ")[0]
-    assert f"- {QWEN3}\n  Rewritten-Upstream: v0.33.0, rewritten since v0.29.0 by: " in head
-    assert '"vllm 0.33.0 (from PyPI sdist' in head  # the one commit of the release history that changed them
+    assert f"- {QWEN3}\n  Rewritten-Upstream: since v0.29.0 by: " in head
+    # the one commit of the release history that changed them, and the release it is
+    assert '"vllm 0.33.0 (from PyPI sdist vllm-0.33.0.tar.gz)" (release v0.33.0)' in head
     assert "cite issue #58227" in head  # upstream's comments there cite the issue it fixed
     assert ("Proof: probes/0003-qwen3-tool-call-unclosed-function.yaml covers each dropped hunk on v0.29.0 (fails "
             "without it there), fails on v0.33.0 unpatched and passes with the rest") in head
@@ -79,7 +80,7 @@ def test_update_carries_0003_narrowed_to_its_parser_engine_hunk_with_proof(tmp_p
     assert head.rstrip().splitlines()[-1].startswith("Last-Update: ")
     retired = (root / "patches" / "RETIRED.md").read_text()
     section = retired.split("## 0003-qwen3-tool-call-unclosed-function (narrowed)\n")[1]
-    assert f"- Dropped hunk: {QWEN3}\n  - Rewritten-Upstream: v0.33.0, rewritten since v0.29.0 by: " in section
+    assert f"- Dropped hunk: {QWEN3}\n  - Rewritten-Upstream: since v0.29.0 by: " in section
     assert f"- Kept hunk: {ENGINE}" in section
     message = git(root, "log", "-1", "--format=%B")
     assert message.startswith("Update upstream pin v0.29.0 -> v0.33.0: drop 0001, 0002, narrow 0003")

@@ -246,8 +246,7 @@ def _narrow_rewritten(repo: Path, patch: Patch, original: Patch, verdict: Verdic
                 name, f"does not apply on {to_ref}: upstream rewrote its lines; " + (
                     f"{probe_name} covers it on {pin_ref} and passes on {to_ref} without it"
                     if validate is not None and covered is not None else "not proven (dry run)"),
-                f"{to_ref}, rewritten since {pin_ref} by: " + ("; ".join(commits) if commits else
-                                                             "(no commit found by git log -L)"),
+                f"since {pin_ref} by: " + ("; ".join(commits) if commits else "(no commit found by git log -L)"),
                 rewritten=True))
         elif name in landed:
             dropped.append(DroppedHunk(name, f"reverse-applies on {to_ref}: upstream has its post-image verbatim",
@@ -280,7 +279,9 @@ def rewritten_by(repo: Path, patch: Patch, index: int, *, pin: str, target: str,
     out = []
     for rec in records:
         pr = _PR.search(rec.subject)
-        out.append(f"{rec.commit[:12]} \"{rec.subject}\"" + (f" (PR #{pr[1]})" if pr else ""))
+        tag = git.tag_at(repo, rec.commit)
+        out.append(f"{rec.commit[:12]} \"{rec.subject}\"" + (f" (PR #{pr[1]})" if pr else "")
+                   + (f" (release {tag})" if tag else ""))
     text = (git.read_blobs(repo, target, [fd.path]).get(fd.path) or b"").decode("utf-8", "replace").splitlines()
     cited: list[str] = []
     for line in text[span[0] - 1:span[1]]:

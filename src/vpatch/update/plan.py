@@ -172,6 +172,8 @@ class Result:
             "dropped": self.plan.files(FileAction.DROP),
             "refreshed": self.plan.files(FileAction.REFRESH),
             "kept": self.plan.files(FileAction.KEEP),
+            # kept or refreshed without the hunks upstream has or rewrote (narrow.py); also in refreshed/kept
+            "narrowed": [p.file for p in self.plan.patches if p.narrowing is not None],
             "probes": [asdict(p) for p in self.probes],
             "commit": self.commit,
             "message": self.message or None,
