@@ -48,7 +48,8 @@ def update_lines(result: Result) -> list[str]:
             lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
         if row.narrowing is not None:
             lines.append(f"  {'':<14} {row.narrowing.summary}: "
-                         + "; ".join(f"{h.name} upstream in {h.landed_in}" for h in row.narrowing.dropped))
+                         + "; ".join(f"{h.name} rewritten upstream {h.landed_in}" if h.rewritten
+                                   else f"{h.name} upstream in {h.landed_in}" for h in row.narrowing.dropped))
             lines.append(f"  {'':<14} proof: {row.narrowing.proof}")
             if row.narrowing.probe != "no probe":
                 lines.append(f"  {'':<14} probe: {row.narrowing.probe}")
