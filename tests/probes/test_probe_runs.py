@@ -231,7 +231,7 @@ def _zygotes_of(pid: int) -> list[int]:
             parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if proc.name.isdigit() and parent == pid and any(a.startswith(f"vpatch-zygote-{pid}-".encode()) for a in argv):
+        if proc.name.isdigit() and parent == pid and any(f"/vpatch-zygote-{pid}-".encode() in a for a in argv):
             found.append(int(proc.name))
     return found
 

@@ -26,6 +26,8 @@ from vpatch.base.errors import ProcessError
 
 # How much of a failed command's output its error carries.
 TAIL_CHARS = 4000
+# How long a group asked to end (SIGTERM) has before it is killed.
+GROUP_GRACE_S = 2.0
 
 # Inherited GIT_* variables that survive the scrub: identity and config location (the user's, or a
 # test's hermetic one), and how git reaches remotes. None of them can point git at another repository.
@@ -134,10 +136,7 @@ def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | Non
         try:
             stdout, stderr = _communicate(proc, input, timeout, cancel)
         except BaseException:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _end_group(proc)
             stdout, stderr = proc.communicate()
             if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
                 raise subprocess.TimeoutExpired(command, timeout or 0, stdout, stderr) from None
@@ -150,6 +149,20 @@ def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | Non
         except (ProcessLookupError, PermissionError):
             pass
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """End a child's group: SIGTERM first, so that a supervisor among them can end what left the group (a daemon
+    in a session of its own), then SIGKILL to whatever is left of it."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=GROUP_GRACE_S)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _communicate(proc: subprocess.Popen[bytes], input: bytes | None, timeout: float | None,

@@ -9,6 +9,7 @@ Venvs live in ``$VPATCH_CACHE/probe-venvs/<key>``, built in a ``.``-folder and r
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -240,12 +241,45 @@ def refresh_lock(path: Path) -> LockChange:
     )
 
 
+OWNER = ".owner"  # a run folder's lock file: its command holds an flock on it while the folder is in use
+
+
 def remove_stale_runs(root: Path) -> None:
-    """Delete probe run folders whose process is gone (a killed run leaves its extracted tree)."""
+    """Delete probe run folders no command owns any more (a killed run leaves its extracted tree).
+
+    A folder's owner holds the flock of its `.owner` file: the kernel drops it when the owner ends, however it
+    ends, and a vpatch in another PID namespace (a container sharing the cache) holds it as well as one of ours.
+    A folder without one (an older vpatch's) goes when its pid is gone."""
     for folder in root.glob("run-*-*") if root.is_dir() else []:
-        pid = folder.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        try:
+            fd = os.open(folder / OWNER, os.O_RDONLY)
+        except FileNotFoundError:
+            pid = folder.name.split("-")[1]
+            if pid.isdigit() and not _alive(int(pid)) and not (folder / OWNER).exists():
+                shutil.rmtree(folder, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its command runs
+        else:
             shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
+def own_run_folder(runs: Path, prefix: str) -> tuple[Path, int]:
+    """A new run folder under `runs` and the descriptor whose flock owns it (close it once the folder is gone).
+    Made under a dot-name and renamed once locked, so that no one sees it unowned."""
+    runs.mkdir(parents=True, exist_ok=True)
+    making = Path(tempfile.mkdtemp(prefix=f".{prefix}", dir=runs))
+    fd = os.open(making / OWNER, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    folder = runs / making.name[1:]
+    making.rename(folder)
+    return folder, fd
 
 
 def _alive(pid: int) -> bool:

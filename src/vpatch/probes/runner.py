@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from vpatch.probes.file import Probe, ProbeError, probe_for
 from vpatch.probes.outcome import Place, Ran, argv, interpret
 from vpatch.probes.outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
+from vpatch.probes.zygote import REAPER
 from vpatch.upstream import mirror, moves
 
 if TYPE_CHECKING:
@@ -103,8 +104,6 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
         return _store(entry, ProbeResult(outcome, tree, detail, round(time.monotonic() - started, 3)))
     subject = f"probe {label or probe.name}"
     python = _venv(probe, cache, report, subject)
-    if isinstance(python, ProbeResult):
-        return replace(python, tree=tree)
     # a partial mirror: the tree's files in one request, where extracting it would fetch them one at a time
     mirror.prefetch_tree(repo, tree, report=report)
     if session is not None:
@@ -142,9 +141,6 @@ def run_ahead(repo: Path, requests: Sequence[ProbeRequest], session: probe_runs.
         if result is None and entry not in todo:
             subject = f"probe {request.label or request.probe.name}"
             python = _venv(request.probe, session.cache, report, subject)
-            if isinstance(python, ProbeResult):  # the venv could not be built: every run of it says so
-                session.ahead[entry] = replace(python, tree=tree)
-                continue
             todo[entry] = (request.probe, tree, subject, python)
     # The git side stays on this thread (a partial mirror fetches what the trees hold); the runs go in parallel.
     for _, tree, _, _ in todo.values():
@@ -208,15 +204,14 @@ def _run_files(repo: Path, probe: Probe, tree: str, moves_from: str | None) -> t
     return interpret(probe, tree_place(repo, tree, moves_from))
 
 
-def _venv(probe: Probe, cache: Path, report: Reporter, subject: str) -> Path | ProbeResult:
-    """The probe venv's python, or the ERROR result that says it could not be built (the venv is built once,
-    and reported on its own)."""
+def _venv(probe: Probe, cache: Path, report: Reporter, subject: str) -> Path:
+    """The probe venv's python (built once, and reported on its own). One that cannot be built is an error of
+    the environment, raised: never a probe's ERROR, which would read as an invalid probe."""
     try:
         return probe_venv(probe.environment(), cache=cache, report=report)
-    except EnvError as exc:
-        report(Event(subject, ProbeOutcome.ERROR.value, "the probe venv could not be built", final=True))
-        # its last line and what to do: the end of a probe's detail is what status shows
-        return ProbeResult(ProbeOutcome.ERROR, "", f"{exc.message}\n{exc.hint}" if exc.hint else exc.message)
+    except EnvError:
+        report(Event(subject, "not run", "the probe venv could not be built", final=True))
+        raise
 
 
 def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: probe_runs.Session,
@@ -258,6 +253,12 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
 
     outcome, detail = interpret(probe, tree_place(repo, tree, None, run))
     seconds = time.monotonic() - started
+    if not cancel.is_set() and not session.intact(tree):
+        # the tree went while the probe ran (another process removed the workspace): whatever it said, it did
+        # not say it about this tree
+        raise VpatchError(f"{subject}: the tree {tree[:12]} it ran on was removed while it ran, so its result is "
+                          "no evidence", hint="another process removed vpatch's probe workspace "
+                          "($VPATCH_CACHE/probe-runs); run the command again")
     if cancel.is_set() and outcome is ProbeOutcome.ERROR:
         report(Event(subject, "cancelled", final=True, seconds=seconds))
         return None
@@ -266,13 +267,16 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
 
 
 # The parent of a probe's process: it asks the kernel for SIGTERM when vpatch's thread that started it ends
-# (PR_SET_PDEATHSIG), and then kills its whole group - the probe and what the probe started - so that a
-# vpatch killed by SIGKILL leaves no probe running in a tree it can no longer remove. The probe itself is
+# (PR_SET_PDEATHSIG), is the subreaper of what the probe starts, and when the probe ends, or at SIGTERM (a timeout, a
+# cancel, vpatch's end), kills everything below it - what the probe started, in its group or in sessions of its
+# own - so that no probe or daemon outlives its run, even when vpatch is killed by SIGKILL. The probe itself is
 # exec'd unchanged (its argv, cwd, environment); its exit status, or the signal that ended it, is passed on.
-_SUPERVISOR = """
+_SUPERVISOR = REAPER + """
 import ctypes, os, signal, sys
-signal.signal(signal.SIGTERM, lambda *_: os.killpg(0, signal.SIGKILL))
-ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+signal.signal(signal.SIGTERM, lambda *_: (end_all(), os.killpg(0, signal.SIGKILL)))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+libc.prctl(1, signal.SIGTERM)
 if os.getppid() != int(sys.argv[1]):
     sys.exit(-signal.SIGKILL)
 pid = os.fork()
@@ -289,6 +293,7 @@ while True:
         break
     except InterruptedError:
         continue
+end_all()
 if os.WIFSIGNALED(status):
     signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
     os.kill(os.getpid(), os.WTERMSIG(status))
@@ -403,7 +408,9 @@ def says(result: ProbeResult) -> str:
 def _validation_hint(before: ProbeResult | None, after: ProbeResult | None) -> str:
     broken = next((r for r in (before, after) if r is not None and r.outcome is ProbeOutcome.ERROR), None)
     if broken is not None:
-        return "the probe could not decide: " + (broken.detail.splitlines() or ["no output"])[-1]
+        lines = broken.detail.splitlines() or ["no output"]
+        # a timeout is the reason, not the last line the probe printed before it
+        return "the probe could not decide: " + (lines[0] if lines[0].startswith("timed out after") else lines[-1])
     assert before is not None and after is not None
     if before.outcome is ProbeOutcome.PASS:
         return "a probe that passes without the patch would drop a needed patch: make it test the bug itself"

@@ -1,16 +1,16 @@
 """One command's probe workspace: each tree extracted once and shared by every probe run on it, runs in
 parallel up to `jobs`, and the results of runs made ahead of the order that reads them.
 
-The workspace is one folder ``$VPATCH_CACHE/probe-runs/run-<pid>-*``, removed when the command ends; a
-command killed (even by SIGKILL) leaves it, and the next one removes every such folder whose pid is dead.
-A probe must not write into its tree: the next probe on that tree reads the same files.
+The workspace is one folder ``$VPATCH_CACHE/probe-runs/run-<pid>-*``, owned through an flock for as long as the
+command runs and removed when it ends; a command killed (even by SIGKILL) leaves it, and the next one removes
+every such folder no one owns. A probe must not write into its tree: the next probe on that tree reads the same
+files, and a tree found gone or incomplete after a run makes that run an error, never a verdict.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
 from vpatch.base import Event, Reporter, cache_dir, process, silent
-from vpatch.probes.env import remove_stale_runs
+from vpatch.probes.env import own_run_folder, remove_stale_runs
 from vpatch.probes.zygote import Zygote
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from vpatch.probes.runner import ProbeResult
 
+_EXTRACTED = "extracted"  # beside a tree's folder, written once the tree is whole
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -71,6 +72,7 @@ class Session:
         self.cancel = threading.Event()  # set when the command ends: running probes end with it
         self.ahead: dict[Path, ProbeResult] = {}  # result-cache entry -> a result run ahead, not yet read
         self._root: Path | None = None
+        self._owner: int | None = None  # the flock that owns the workspace folder
         self._open = False
         self._trees: dict[str, Path] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -96,6 +98,9 @@ class Session:
             if self._root is not None:
                 shutil.rmtree(self._root, ignore_errors=True)
                 self._root = None
+            if self._owner is not None:
+                os.close(self._owner)
+                self._owner = None
             self._trees.clear()
 
     def zygote_for(self, python: Path, report: Reporter = silent) -> Zygote | None:
@@ -124,19 +129,25 @@ class Session:
         with self._guard:
             assert self._open, "a Session is used inside its with block"
             if self._root is None:  # made on the first tree: a status without command probes makes none
-                runs = self.cache / "probe-runs"
-                runs.mkdir(parents=True, exist_ok=True)
-                self._root = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=runs))
+                self._root, self._owner = own_run_folder(self.cache / "probe-runs", f"run-{os.getpid()}-")
             root = self._root
             lock = self._locks.setdefault(tree, threading.Lock())
         with lock:
-            if tree not in self._trees:
+            if tree not in self._trees or not self.intact(tree):
                 dest = root / tree / "tree"
+                (root / tree / _EXTRACTED).unlink(missing_ok=True)
                 if dest.exists():  # an extraction that failed half-way
                     shutil.rmtree(dest)
                 git.extract_tree(repo, tree, dest)
+                (root / tree / _EXTRACTED).touch()
                 self._trees[tree] = dest
             return self._trees[tree]
+
+    def intact(self, tree: str) -> bool:
+        """Whether `tree`, extracted here, is still whole: its folder and the mark written after its extraction
+        are there (another process that removed the workspace took them; a probe's result there is no evidence)."""
+        found = self._trees.get(tree)
+        return found is not None and found.is_dir() and (found.parent / _EXTRACTED).is_file()
 
     def map(self, fn: Callable[[T, threading.Event], R], items: Sequence[T],
             stop: Callable[[int, R], bool] | None = None) -> list[R | None]:

@@ -1,22 +1,28 @@
 """A warm interpreter per probe venv (the zygote): one process imports what the probes of that venv import, once,
 and forks a child per probe run, so a run no longer pays ~5-10 s of third-party imports (torch, transformers).
 
-The child runs the probe as a fresh ``python probe.py`` would: its argv, ``__main__``, cwd, environment (the
-variables the run was started with, PYTHONPATH to the tree), stdout and stderr merged into one pipe, its exit
-code or signal, its own process group (a timeout kills the group), stdin /dev/null. It never inherits anything of
-``vllm`` or of a tree: the zygote's sys.path holds no tree, and it preloads only modules whose files lie in the
-venv or the interpreter's own library; any other module makes it refuse to go on.
+Only its own vpatch talks to it: its socket lies in a 0700 folder, and it checks each client's credentials
+(SO_PEERCRED: vpatch's uid and pid); any other client is refused, named on its report stream, and nothing it sent
+is read. The child runs the probe as a fresh ``python probe.py`` would: its argv, ``__main__``, cwd, environment
+(the variables the run was started with, PYTHONPATH to the tree), stdout and stderr merged into one pipe, its exit
+code or signal, stdin /dev/null, random/numpy/torch generators seeded anew. Like the runner's supervisor for a fresh
+run, a keeper process between the zygote and the probe leads a session of its own and is the subreaper of what
+the probe starts: the probe itself is no group leader (setsid works), and the end of the run - its exit, a
+timeout, the zygote's end - kills everything the run started, daemons and new sessions included.
 
-What to preload is measured, not listed: each child reports the modules it imported (in order) from those places,
-the zygote imports them before its next fork, and the list is kept beside the venv (``vpatch-preload.json``) for
-the next command. Threads do not survive fork: the zygote starts with OPENBLAS/OMP/MKL thread counts of 1, checks
-before every fork that it runs one thread, and a module whose import starts one is recorded as refused (never
-preloaded again) and ends that zygote.
+What to preload is measured, not listed: each child reports the modules it imported from the venv or the
+interpreter's library (never ``vllm`` nor a tree's), and the zygote preloads them only after trying them apart,
+in a child of its own: each package after the packages it imports, and only when its import leaves no trace -
+no thread, no module from elsewhere, no rebound or added name in builtins or in a venv package, no process-wide
+setting changed (environment, cwd, umask, signal handlers, sys.path and import hooks, logging's root, warnings
+made errors, torch's default dtype, grad mode, seed or threads, numpy's error and print options ...). What
+passed is kept, in the order it was imported, beside the venv (``vpatch-preload.json``), and imported by the next
+command's zygote with the same check; a list that does not hold (or is malformed) is measured again.
 
 Anything else falls back to a fresh process: a command that is not ``{python} script.py ...``, a probe that says
 ``fresh_process: true``, a run whose environment differs from the zygote's in more than PYTHONPATH (a module
-preloaded under other variables would not see them), and a zygote that cannot start, refuses, or dies (the run
-it was doing is run again, fresh; the session says so once).
+preloaded under other variables would not see them), and a zygote that cannot start, refuses, dies or stops
+answering (the run it was doing is run again, fresh; the session says so once).
 """
 
 from __future__ import annotations
@@ -24,8 +30,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -42,7 +50,9 @@ PRELOAD_FILE = "vpatch-preload.json"
 # Set in the zygote (not in what a probe sees): a BLAS or OpenMP pool started at import would not survive fork.
 THREAD_VARS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _SUBJECT = "probe zygote"
-WEDGED_S = 600.0  # a zygote that takes longer to import, or to answer a run, is wedged: the runs go fresh
+WEDGED_S = 600.0  # a zygote that takes longer to import is wedged: the runs go fresh
+ANSWER_S = 30.0  # a zygote forks a run, and passes on its status, in milliseconds: one that takes this long is stopped
+DRAIN_S = 10.0  # after a run is ended, how long its output may take to close
 
 
 @dataclass(frozen=True)
@@ -62,34 +72,58 @@ class Zygote:
         self.python = python
         self.env = dict(env)  # what a run must be started with (PYTHONPATH aside) to run here
         self.report = report
-        self.address = f"vpatch-zygote-{os.getpid()}-{id(self):x}-{time.monotonic_ns()}"
+        self._folder: Path | None = None
+        self.address = ""  # its socket
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
+        self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
         self._file = python.parent.parent / PRELOAD_FILE
         self._lock = threading.Lock()  # held while the zygote imports: runs wait for it
         self._closed = False
         self._guard = threading.Lock()  # the modules runs reported, not yet preloaded
         self._pending: list[str] = []
         self._learning = False
+        self._preloaded: set[str] = set()
+        self._refused: set[str] = set()
+        self._known: list[str] = []  # what was preloaded, in the order it was checked and imported
+        recorded = self._recorded()
+        self._refused = set(recorded.get("refused", []))
+        known = [m for m in recorded.get("preload", []) if m not in self._refused]
+        if not self._start():
+            return
+        if known and not self._preload(known, apart=False):
+            # a list not in the order it was checked in (an older vpatch's), or one that no longer holds: a new
+            # zygote learns it as it learns what runs import, each package tried apart
+            self._child.close()
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+            self.broken = None
+            if self._start():
+                self._preload([m for m in known if m not in self._refused], apart=True)
+
+    def _start(self) -> bool:
+        """Start the zygote process (False: it did not start, and `broken` says why)."""
         started = {**self.env, **{k: v for k, v in THREAD_VARS.items() if k not in self.env}}
+        self._preloaded, self._known = set(), []
         try:
+            # a folder only we may enter: the socket in it is reached by no other user, and the zygote serves only
+            # us; the zygote removes it when it ends
+            self._folder = Path(tempfile.mkdtemp(prefix=f"vpatch-zygote-{os.getpid()}-"))
+            self.address = str(self._folder / "socket")
             # cwd: a folder with no probe code in it (sys.path's first entry is dropped anyway)
-            self._child = process.Child([str(python), "-c", _SERVER, self.address], cwd=python.parent.parent,
-                                        env=started, shown=[str(python), "<probe zygote>"])
-            ready = self._child.stdout.readline()
+            self._child = process.Child([str(self.python), "-c", _SERVER, self.address, str(os.getpid())],
+                                        cwd=self.python.parent.parent, env=started,
+                                        shown=[str(self.python), "<probe zygote>"])
+            ready = _line(self._child.stdout, ANSWER_S)
         except (ProcessError, OSError) as exc:
             self.broken = f"it did not start: {exc}"
-            return
+            return False
         if not ready.startswith(b"ready"):
             self.broken = f"it did not start: {self._child.failed('no ready line').message}"
-            return
+            return False
         self.pid = int(ready.split()[1])
-        recorded = self._recorded()
-        self._preloaded: set[str] = set()
-        self._refused: set[str] = set(recorded.get("refused", []))
-        self._known: list[str] = list(recorded.get("preload", []))
-        if self._known:
-            self._preload(self._known)
+        threading.Thread(target=self._watch, args=(self._child,), name="zygote-report", daemon=True).start()
+        return True
 
     # -- the vpatch side of one run ---------------------------------------------------------------------------
 
@@ -118,7 +152,7 @@ class Zygote:
         read, write = os.pipe()
         try:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            conn.connect("\0" + self.address)
+            conn.connect(self.address)
             request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env)}
             socket.send_fds(conn, [json.dumps(request).encode()], [write])
         except OSError as exc:
@@ -135,18 +169,19 @@ class Zygote:
 
     def _follow(self, conn: socket.socket, read: int, timeout: float | None,
                 cancel: threading.Event | None) -> ZygoteRan | None:
-        reply = _message(conn, wait=WEDGED_S)
+        reply = _message(conn, wait=ANSWER_S)
         early: list[str] = []
         while reply is not None and "modules" in reply:  # a child quicker than its zygote's reply
-            early += [str(m) for m in reply["modules"]]
-            reply = _message(conn, wait=WEDGED_S)
-        if reply is None or "pid" not in reply:
-            self._break(str(reply.get("refused", "it refused the run")) if reply else "it ended")
+            early += _names(reply["modules"])
+            reply = _message(conn, wait=ANSWER_S)
+        if not reply or "pid" not in reply:
+            self._break(str(reply.get("refused", "it refused the run")) if reply else "it did not answer")
             return None
         pid = int(str(reply["pid"]))
         deadline = None if timeout is None else time.monotonic() + timeout
         chunks: list[bytes] = []
         timed_out = cancelled = False
+        ended: float | None = None  # when the run was ended: its output closes soon after, or is given up
         while True:
             wait = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
             ready, _, _ = select.select([read], [], [], wait)
@@ -156,45 +191,73 @@ class Zygote:
                     break
                 chunks.append(data)
                 continue
-            if not timed_out and not cancelled:
+            if ended is None:
                 if deadline is not None and time.monotonic() >= deadline:
                     timed_out = True
                 elif cancel is not None and cancel.is_set():
                     cancelled = True
                 if timed_out or cancelled:
-                    _kill_group(pid)
-        _kill_group(pid)  # the child may be gone while what it started lives on in its group
+                    _end_run(pid)
+                    ended = time.monotonic()
+            elif time.monotonic() - ended > DRAIN_S:
+                _kill_group(pid)
+                self._break(f"a run's output stayed open {DRAIN_S:g}s after it was ended")
+                break
         status = None
         learned = early
+        waited = 0.0
         while True:
-            message = _message(conn)
-            if message is None:
+            message = _message(conn, wait=ANSWER_S)
+            if message is _WAITED and self._lock.locked() and waited < WEDGED_S:
+                waited += ANSWER_S  # the zygote imports (what another run taught it) before it reaps
+                continue
+            if message is None or message is _WAITED:
                 break
             if "modules" in message:
-                learned += [str(m) for m in message["modules"]]
+                learned += _names(message["modules"])
             if "status" in message:
                 status = int(str(message["status"]))
                 break
-        if learned:
-            self._learn_later(learned)
+        _kill_group(pid)  # the keeper is gone: nothing of its session may stay
+        if learned and status is not None and not (timed_out or cancelled):
+            self._learn_later(learned)  # only what a run that ended on its own imported
         if status is None:
             if timed_out or cancelled:
                 return ZygoteRan(124, b"".join(chunks), timed_out=timed_out, cancelled=cancelled)
-            self._break("it ended during a run")
+            self._break("it did not pass on a run's status")
             return None
         self.runs += 1
         return ZygoteRan(os.waitstatus_to_exitcode(status), b"".join(chunks), timed_out=timed_out,
                          cancelled=cancelled)
 
+    def settled(self, wait: float = WEDGED_S) -> bool:
+        """Wait for the imports in flight (what runs taught it) to end, as the next run does; False: still going."""
+        if not self._lock.acquire(timeout=wait):
+            return False
+        self._lock.release()
+        return True
+
     # -- what to preload ----------------------------------------------------------------------------------------
 
     def _recorded(self) -> dict[str, list[str]]:
+        """The recorded preload list; a malformed one is ignored, with a warning naming it."""
         try:
-            data = json.loads(self._file.read_bytes())
-        except (OSError, ValueError):
+            raw = self._file.read_bytes()
+        except OSError:
             return {}
-        return {key: [str(n) for n in data.get(key, [])] for key in ("preload", "refused")} \
-            if isinstance(data, dict) else {}
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            data, why = None, f"not JSON ({exc})"
+        else:
+            why = "not an object of two lists of module names"
+        if isinstance(data, dict) and all(isinstance(data.get(key, []), list)
+                                          and all(isinstance(n, str) for n in data.get(key, []))
+                                          for key in ("preload", "refused")):
+            return {key: list(data.get(key, [])) for key in ("preload", "refused")}
+        self.report(Event(_SUBJECT, "warning", f"{self._file}: {why}; ignored (the list is measured again)",
+                          final=True))
+        return {}
 
     def _learn_later(self, modules: list[str]) -> None:
         """Preload what a run imported, on a thread of its own while the run's result goes on; the runs after it
@@ -217,52 +280,61 @@ class Zygote:
                         return
                 new = [m for m in dict.fromkeys(batch) if m not in self._preloaded and m not in self._refused]
                 if new and self.broken is None and not self._closed:
-                    known = set(self._known)
-                    self._known += [m for m in new if m not in known]
-                    self._preload(new)
+                    self._preload(new, apart=True)
         finally:
             self._lock.release()
 
-    def _preload(self, names: list[str]) -> None:
+    def _preload(self, names: list[str], *, apart: bool) -> bool:
         """Ask the zygote to import `names` (before its next fork) and record what it said (under self._lock, or
-        before any run)."""
+        before any run). `apart`: names measured from runs, each tried in a child of the zygote first; else the
+        recorded list, checked as it is imported. Only what the zygote imported clean is recorded. False: the zygote
+        is broken, or unsafe (the recorded list did not hold)."""
         started = time.monotonic()
         self.report(Event(_SUBJECT, "importing", f"{len(names)} modules the probes import"))
-        answer: dict[str, Any] = {"loaded": [], "refused": []}
+        loaded: list[str] = []
+        refused: dict[str, str] = {}
+        unsafe = ""
         for first in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
             try:
                 conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                conn.connect("\0" + self.address)
-                conn.send(json.dumps({"preload": names[first:first + 500]}).encode())
-                part = _message(conn, wait=WEDGED_S)
+                conn.connect(self.address)
+                conn.send(json.dumps({"preload": names[first:first + 500], "apart": apart}).encode())
+                part = _message(conn, wait=WEDGED_S) or None
                 conn.close()
             except OSError as exc:
                 part, reason = None, str(exc)
             else:
                 reason = "it ended, or took too long, while importing"
             if part is None:
-                self._break(reason)
-                return
-            answer["loaded"] += part.get("loaded", [])
-            answer["refused"] += part.get("refused", [])
-            if part.get("threads") or part.get("foreign"):
-                answer.update({k: part[k] for k in ("threads", "foreign") if part.get(k)})
+                self._break(reason)  # nothing of this batch is recorded: an interrupted import teaches nothing
+                return False
+            loaded += _names(part.get("loaded"))
+            found = part.get("refused")
+            refused.update({str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {})
+            if part.get("unsafe"):
+                unsafe = str(part["unsafe"])
+                if part.get("traced"):  # it left a trace: never again; a failure or an order is measured again
+                    refused.update((n, unsafe) for n in _names(part.get("at")))
                 break
-        self._preloaded.update(answer.get("loaded", []))
-        self._refused.update(answer.get("refused", []))
-        if answer.get("threads"):  # that module started a thread: never again, and this zygote cannot fork
-            self._refused.add(str(answer["threads"]))
-            self._save()
-            self._break(f"importing {answer['threads']} started a thread")
-            return
-        if answer.get("foreign"):
-            self._refused.add(str(answer["foreign"]))
-            self._save()
-            self._break(f"importing {answer['foreign']} loaded a module from outside the venv")
-            return
+        self._preloaded.update(loaded)
+        known = set(self._known)
+        self._known += [m for m in loaded if m not in known]
+        self._refused.update(refused)
+        if refused:
+            first_refused = next(iter(refused.items()))
+            self.report(Event(_SUBJECT, "not preloaded", f"{len(refused)} modules, e.g. {first_refused[0]}: "
+                              f"{first_refused[1]}", final=True))
         self._save()
+        if unsafe and apart:
+            self._break(f"its imports are not safe ({unsafe})")
+            return False
+        if unsafe:  # the caller starts a new zygote
+            self.report(Event(_SUBJECT, "the recorded preload list does not hold", f"{unsafe}; measured again",
+                              final=True))
+            return False
         self.report(Event(_SUBJECT, "warm", f"{len(self._preloaded)} modules preloaded", final=True,
                           seconds=time.monotonic() - started))
+        return True
 
     def _save(self) -> None:
         data = {"preload": [m for m in self._known if m not in self._refused], "refused": sorted(self._refused)}
@@ -271,30 +343,71 @@ class Zygote:
         except OSError:
             pass  # a read-only venv: the next command measures again
 
+    def _watch(self, child: process.Child) -> None:
+        """Read the zygote's report stream: each client it refused."""
+        try:
+            for line in child.stdout:
+                words = line.split()
+                if len(words) == 3 and words[0] == b"refused":
+                    pid, uid = int(words[1]), int(words[2])
+                    self.refusals.append((pid, uid))
+                    self.report(Event(_SUBJECT, "refused a client", f"pid {pid}, uid {uid}: not this vpatch",
+                                      final=True))
+        except (OSError, ValueError):
+            pass
+
     def _break(self, why: str) -> None:
         if self.broken is None and not self._closed:
             self.broken = why
             self.report(Event(_SUBJECT, "fresh processes from now on", why, final=True))
 
     def close(self) -> None:
-        """The zygote sees the end of its input, kills what it still runs and exits."""
+        """The zygote sees the end of its input, ends what it still runs and exits."""
         self._closed = True
         child = getattr(self, "_child", None)
         if child is not None:
             child.close()
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _line(stream: Any, wait: float) -> bytes:
+    """The next line of a child's stdout, or b"" when none comes within `wait` seconds."""
+    ready, _, _ = select.select([stream], [], [], wait)
+    return stream.readline() if ready else b""
+
+
+def _names(value: object) -> list[str]:
+    return [n for n in value if isinstance(n, str)] if isinstance(value, list) else []
+
+
+_WAITED: dict[str, Any] = {}  # what `_message` answers when nothing came within its wait
 
 
 def _message(conn: socket.socket, wait: float | None = None) -> dict[str, Any] | None:
-    """The next message on `conn` (None: it closed)."""
+    """The next message on `conn` (None: it closed or said no JSON object; _WAITED: nothing came within `wait`)."""
     conn.settimeout(wait)
     try:
         data = conn.recv(1 << 20)
+    except TimeoutError:
+        return _WAITED
     except OSError:
         return None
     if not data:
         return None
-    value = json.loads(data)
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
     return value if isinstance(value, dict) else None
+
+
+def _end_run(pid: int) -> None:
+    """Ask a run's keeper to end the run with everything it started (its own session and any other)."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _kill_group(pid: int) -> None:
@@ -304,21 +417,89 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-# The zygote, run by the probe venv's python with `-c` (so no folder of vpatch's is on its sys.path). It speaks on
-# an abstract Unix socket: {"preload": [names]} -> {"loaded", "refused", "threads", "foreign"}; {"argv", "cwd",
-# "env"} with the run's output pipe -> {"pid"}, then the child's {"modules"} and the zygote's {"status"}. It ends,
-# killing its children's groups, when its stdin (vpatch) closes: vpatch ended, even by SIGKILL.
-_SERVER = r'''
-import ctypes, importlib, json, os, runpy, select, signal, socket, sys, traceback
+# The zygote, run by the probe venv's python with `-c` (so no folder of vpatch's is on its sys.path). It listens on a
+# socket in a 0700 folder of vpatch's and serves only vpatch (SO_PEERCRED: our uid and vpatch's pid); anything
+# else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool} ->
+# {"loaded", "refused": {name: why}, "failed", "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe ->
+# {"pid"}, then the child's {"modules"} and the zygote's {"status"}. It ends, ending its runs, when the pipe it
+# got as stdin (vpatch) closes: vpatch ended, even by SIGKILL. Its own stdin and stdout are /dev/null and stderr:
+# a module that reads stdin at import reads nothing, one that prints cannot garble the report stream.
+# What started a run ends it whole: every process below this one, reparented here (a subreaper) when their parents
+# ended, daemons in sessions of their own included. Shared by the zygote's keepers and the runner's supervisor.
+REAPER = r"""
+import os, signal, time
 
-ADDRESS = sys.argv[1]
+
+def descendants():
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def end_all():
+    # Kill everything this keeper's run started, daemons and new sessions included (they were reparented here).
+    for _ in range(200):
+        found = descendants()
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.005)
+"""
+
+_SERVER = REAPER + r"""
+import ctypes, gc, importlib, json, os, random, runpy, select, signal, socket, struct, sys, time, types
+
+ADDRESS, VPATCH = sys.argv[1], int(sys.argv[2])
 sys.path[:] = [p for p in sys.path[1:]]
 AMBIENT = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 BASE = [p for p in sys.path if p not in AMBIENT]
 ROOTS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                              sys.base_exec_prefix)}))
 ZYGOTE = os.getpid()
+DUMPS, LOADS = json.dumps, json.loads  # a probe may replace json's functions in its child, never ours
+LIFE = os.dup(0)  # vpatch's end of this pipe closes when vpatch ends
+REPORT = os.dup(1)
+_null = os.open(os.devnull, os.O_RDWR)
+os.dup2(_null, 0)
+os.dup2(2, 1)
+os.close(_null)
+sys.stdin = open(0, closefd=False)
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends vpatch, and so this zygote; a child restores it
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def leave():
+    # vpatch ended (maybe killed): end here, and take the socket and its folder along
+    for remove in (os.unlink, os.rmdir):
+        try:
+            remove(ADDRESS if remove is os.unlink else os.path.dirname(ADDRESS))
+        except OSError:
+            pass
+    os._exit(0)
+
+
+def say(line):
+    os.write(REPORT, (line + "\n").encode())
 
 
 def threads():
@@ -326,7 +507,7 @@ def threads():
 
 
 def inside(module):
-    """Whether a module comes from the venv or the interpreter's library (or from no file at all)."""
+    # Whether a module comes from the venv or the interpreter's library (or from no file at all).
     paths = [module.__file__] if getattr(module, "__file__", None) else list(getattr(module, "__path__", None) or [])
     return all(os.path.realpath(p).startswith(ROOTS) for p in paths if isinstance(p, str))
 
@@ -335,81 +516,293 @@ def foreign(name, module):
     return name == "vllm" or name.startswith("vllm.") or not inside(module)
 
 
-def preload(names):
-    loaded, refused = [], []
-    for name in names:
-        if name in sys.modules:
-            loaded.append(name)
-            continue
-        if name == "vllm" or name.startswith("vllm.") or name.startswith("__"):
-            refused.append(name)
-            continue
-        before = set(sys.modules)
-        try:
-            importlib.import_module(name)
-        except BaseException:
-            refused.append(name)
-            continue
-        if threads() > 1:
-            return {"loaded": loaded, "refused": refused, "threads": name}
-        if any(foreign(m, sys.modules[m]) for m in set(sys.modules) - before if m in sys.modules):
-            return {"loaded": loaded, "refused": refused, "foreign": name}
-        loaded.append(name)
-    return {"loaded": loaded, "refused": refused}
+# -- the leak check: what an import may not change in what was there before it ------------------------------------
+
+# Process-wide settings a module holds outside its own bindings, read when that module is loaded.
+SETTINGS = {
+    "torch": ("get_default_dtype", "is_grad_enabled", "are_deterministic_algorithms_enabled", "get_num_threads",
+              "get_default_device", "initial_seed"),  # a seed set at import is one a probe could rely on
+    "numpy": ("geterr", "get_printoptions"),
+    "socket": ("getdefaulttimeout",),
+    "sys": ("getrecursionlimit", "getswitchinterval", "gettrace", "getprofile", "get_int_max_str_digits"),
+    "gc": ("isenabled", "get_threshold"),
+}
 
 
-def kill_all(children):
-    for pid in children:
+def settings():
+    seen = {"cwd": os.getcwd(), "environ": dict(os.environ), "path": list(sys.path),
+            "meta_path": [id(f) for f in sys.meta_path], "path_hooks": [id(h) for h in sys.path_hooks],
+            "signals": [signal.getsignal(s) for s in sorted(signal.valid_signals())
+                        if s not in (signal.SIGKILL, signal.SIGSTOP)]}
+    with open("/proc/self/status") as status:
+        seen["umask"] = [line for line in status if line.startswith("Umask")]
+    warnings = sys.modules.get("warnings")
+    # a warning filter changes what stderr shows, no exit code, unless it turns warnings into errors
+    seen["warnings"] = [f for f in warnings.filters if f[0] == "error"] if warnings is not None else []
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        seen["logging"] = (logging.root.level, list(logging.root.handlers), logging.root.disabled)
+    decimal = sys.modules.get("decimal")
+    if decimal is not None:  # its flags aside: they say what arithmetic ran, not how the next one runs
+        context = decimal.getcontext()
+        seen["decimal"] = (context.prec, context.rounding, context.Emin, context.Emax, context.capitals,
+                           context.clamp, repr(context.traps))
+    for owner, getters in SETTINGS.items():
+        module = sys.modules.get(owner)
+        for getter in getters if module is not None else ():
+            try:
+                seen[f"{owner}.{getter}()"] = repr(getattr(module, getter)())
+            except Exception:
+                pass
+    return seen
+
+
+VENV = os.path.realpath(sys.prefix) + os.sep
+
+
+def watched(name, module):
+    # Whose bindings an import may not change: builtins and the venv's packages. The interpreter's own library is
+    # not watched: torch rebinds inspect.getfile, typing_extensions typing's helpers, and a probe imports them.
+    if name == "builtins":
+        return True
+    where = getattr(module, "__file__", None)
+    return isinstance(where, str) and os.path.realpath(where).startswith(VENV) and isinstance(
+        getattr(module, "__dict__", None), dict)
+
+
+def bindings(names=None):
+    return {name: dict(vars(module)) for name, module in list(sys.modules.items())
+            if (names is None or name in names) and watched(name, module)}
+
+
+def _private(key):
+    # a module's private names (a cache, a backport patching a helper) are no API a probe relies on; dunders are
+    return key.startswith("_") and not key.startswith("__")
+
+
+def traces(before, settled):
+    # What changed since `before` (bindings) and `settled` (settings): a rebound or new name in a module that was
+    # loaded (a submodule bound into its package and a lazy module's cache aside), or a process-wide setting.
+    for name, old in before.items():
+        module = sys.modules.get(name)
+        if module is None:
+            return f"{name} was unloaded"
+        now = vars(module)
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
+            if now == old:
+                continue
+        except Exception:
             pass
+        lazy = "__getattr__" in old or type(module) is not types.ModuleType
+        for key, value in now.items():
+            if isinstance(value, types.ModuleType) or key == "__warningregistry__" or _private(key):
+                continue
+            if key in old and old[key] is not value:
+                return f"it rebinds {name}.{key}"
+            if key not in old and not lazy:
+                return f"it adds {name}.{key}"
+    now = settings()
+    for key in settled:  # a setting of a module loaded by this import is that module's own start
+        if settled[key] != now.get(key):
+            return f"it changes {key}"
+    return None
+
+
+def groups(names):
+    # The names by top-level package, in the order of each package's first name.
+    found = {}
+    for name in names:
+        found.setdefault(name.split(".")[0], []).append(name)
+    return list(found.items())
+
+
+def check(todo, out):
+    # Import the groups of `todo` in turn, each checked against what was there before it; stop at the first that
+    # imports another package first (its "deps"), leaves a trace, starts a thread, loads a foreign module, or fails.
+    # `out(done, stop)` gets the names imported clean, in order, and why it stopped (None: it did not).
+    done = []
+    before, settled = bindings(), settings()
+    for top, names in todo:
+        loaded = set(sys.modules)
+        try:
+            for name in names:
+                if name.startswith("vllm.") or name == "vllm" or name.startswith("__"):
+                    raise ImportError(f"{name} is never preloaded")
+                importlib.import_module(name)
+        except BaseException as exc:
+            return out(done, {"top": top, "names": names, "failed": f"{type(exc).__name__}: {exc}"})
+        new = [m for m in sys.modules if m not in loaded]
+        own = {top, *(n.split(".")[0] for n in names)}
+        deps = [m for m in new if m.split(".")[0] not in own and not m.startswith("__")]
+        why = None
+        if threads() > 1:
+            why = "its import started a thread"
+        elif any(foreign(m, sys.modules[m]) for m in new if m in sys.modules):
+            why = "its import loaded a module from outside the venv"
+        elif deps:
+            return out(done, {"top": top, "names": names, "deps": deps})
+        else:
+            why = traces(before, settled)
+        if why is not None:
+            return out(done, {"top": top, "names": names, "refused": why})
+        done += [n for n in names if n in sys.modules]
+        before.update(bindings(set(new)))
+        settled = settings()
+    return out(done, None)
+
+
+def apart(todo):
+    # `check` in a child of this zygote, so that whatever an import does stays there: its answer, or a failure.
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        libc.prctl(1, signal.SIGKILL)
+        try:
+            check(todo, lambda done, stop: os.write(write, DUMPS({"done": done, "stop": stop}).encode()))
+        finally:
+            os._exit(0)
+    os.close(write)
+    data = b""
+    while True:
+        ready, _, _ = select.select([read, LIFE], [], [], 0.05)
+        reap()  # the runs that end meanwhile (never the trial: it is waited for below)
+        if read in ready:
+            chunk = os.read(read, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        elif LIFE in ready and not os.read(LIFE, 1 << 16):
+            os.kill(pid, signal.SIGKILL)
+            leave()
+    os.close(read)
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # reaped with the runs
+    try:
+        return LOADS(data)
+    except ValueError:
+        return {"done": [], "stop": {"top": todo[0][0], "names": todo[0][1], "failed": "the check ended"}}
+
+
+def preload(names, tried_apart):
+    # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, after
+    # the packages it imports, and only what left no trace is imported here. A recorded list (not apart) was
+    # checked when it was learned: it is checked again as it is imported, and any trace makes this zygote unsafe.
+    answer = {"loaded": [], "refused": {}, "failed": []}
+    names = [n for n in names if n not in sys.modules]
+    todo, moved = groups(names), {}
+    while todo:
+        if tried_apart:
+            result = apart(todo)
+            for name in result["done"]:
+                importlib.import_module(name)  # what the child imported clean, in its order
+        else:
+            result = {}
+            check(todo, lambda done, stop: result.update(done=done, stop=stop))
+        answer["loaded"] += result["done"]
+        stop = result["stop"]
+        if threads() > 1:
+            return {**answer, "unsafe": "an import started a thread"}
+        if stop is None:
+            break
+        if not tried_apart:
+            why = stop.get("refused") or stop.get("failed") or "a package imports others listed after it"
+            return {**answer, "unsafe": f"{stop['top']}: {why}", "at": stop["names"],
+                    "traced": bool(stop.get("refused"))}
+        rest = [(top, group) for top, group in todo if top != stop["top"]]
+        if "deps" in stop and moved.get(stop["top"], 0) < 3:
+            # what it imports of other packages goes first, each with its own names; packages that import each
+            # other (asyncio and _asyncio) go together, as one
+            moved[stop["top"]] = moved.get(stop["top"], 0) + 1
+            first = [(top, list(dict.fromkeys(group + [n for t, g in rest if t == top for n in g])))
+                     for top, group in groups(stop["deps"])]
+            ahead = {top for top, _ in first}
+            if moved[stop["top"]] == 1:
+                todo = first + [(stop["top"], stop["names"])]
+            else:
+                todo = [(stop["top"], [n for _, g in first for n in g] + stop["names"])]
+            todo += [(t, g) for t, g in rest if t not in ahead]
+            continue
+        if "failed" in stop:
+            answer["failed"] += stop["names"]
+        else:
+            why = stop.get("refused") or "it imports other packages whichever comes first"
+            answer["refused"].update((name, why) for name in stop["names"])
+        todo = rest
+    answer["loaded"] = [n for n in answer["loaded"] if n in sys.modules]
+    return answer
+
+
+# -- the runs ----------------------------------------------------------------------------------------------------
+
+CHILDREN = {}  # the runs' keepers -> the connection their status goes to
+
+
+def reap():
+    # pass on the status of each run that ended
+    while CHILDREN:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        conn = CHILDREN.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.send(DUMPS({"status": status}).encode())
+            except OSError:
+                pass
+            conn.close()
+
+
+def peer(conn):
+    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
 
 
 def serve():
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind("\0" + ADDRESS)
+    listener.bind(ADDRESS)
     listener.listen(64)
-    sys.stdout.write(f"ready {os.getpid()}\n")
-    sys.stdout.flush()
-    children = {}
+    say(f"ready {os.getpid()}")
+    children = CHILDREN
     while True:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = children.pop(pid, None)
-            if conn is not None:
+        reap()
+        ready, _, _ = select.select([listener, LIFE], [], [], 0.05 if children else 1.0)
+        if LIFE in ready and not os.read(LIFE, 1 << 16):
+            for pid in children:
                 try:
-                    conn.send(json.dumps({"status": status}).encode())
+                    os.kill(pid, signal.SIGTERM)  # the keeper ends what its run started
                 except OSError:
                     pass
-                conn.close()
-        ready, _, _ = select.select([listener, sys.stdin], [], [], 0.05 if children else 1.0)
-        if sys.stdin in ready and not os.read(0, 1 << 16):
-            kill_all(children)
-            os._exit(0)
+            leave()
         if listener not in ready:
             continue
         conn, _ = listener.accept()
+        pid, uid = peer(conn)
+        if uid != os.getuid() or pid != VPATCH:
+            say(f"refused {pid} {uid}")  # nothing read from it, nothing run
+            conn.close()
+            continue
         try:
             data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
-            request = json.loads(data)
+            request = LOADS(data)
         except (OSError, ValueError):
             conn.close()
             continue
         if "preload" in request:
-            conn.send(json.dumps(preload(request["preload"])).encode())
+            conn.send(DUMPS(preload([str(n) for n in request["preload"]], bool(request.get("apart")))).encode())
             conn.close()
             continue
         if not fds:
             conn.close()
             continue
         if threads() > 1:
-            conn.send(json.dumps({"refused": "the zygote runs more than one thread"}).encode())
+            conn.send(DUMPS({"refused": "the zygote runs more than one thread"}).encode())
             conn.close()
             os.close(fds[0])
             continue
@@ -422,25 +815,59 @@ def serve():
             for other in children.values():
                 other.close()
             return request, fds[0], conn, known
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass  # the child did it first
         os.close(fds[0])
-        conn.send(json.dumps({"pid": pid}).encode())
+        conn.send(DUMPS({"pid": pid}).encode())
         children[pid] = conn
 
 
-def become(request, out, conn, known):
-    """Turn this child into `python script args` as started fresh."""
-    try:
-        os.setpgid(0, 0)
-    except OSError:
-        pass
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the zygote's end is ours
+def keep(request, out, conn, known):
+    # The keeper, as the runner's supervisor is for a fresh run: a session of its own, the subreaper of what the
+    # run starts, ended (with all of it) by SIGTERM or by the zygote's end; the probe is its child, no group or
+    # session leader, so that setsid works as in a fresh run. Its exit status is the probe's.
+    os.setsid()
+    libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    signal.signal(signal.SIGTERM, lambda *_: (end_all(), os._exit(128 + signal.SIGTERM)))
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: the zygote's end is ours
     if os.getppid() != ZYGOTE:
         os._exit(137)
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        become(request, out, conn, known)
+        return
+    os.close(out)
+    conn.close()
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    end_all()
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def reseed():
+    # A fresh interpreter seeds random, numpy's global generator and torch's default generator from the OS when
+    # they are imported: a child of the zygote, which imported them once, draws new seeds the same way.
+    random.seed()
+    for name, reseed in (("numpy.random", "seed"), ("torch", "seed")):
+        module = sys.modules.get(name)
+        if module is not None:
+            try:
+                getattr(module, reseed)()
+            except Exception:
+                pass
+
+
+def become(request, out, conn, known):
+    # Turn this child into `python script args` as started fresh.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.close(LIFE)
+    os.close(REPORT)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -464,6 +891,7 @@ def become(request, out, conn, known):
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    reseed()
     places = tuple(os.path.realpath(p) + os.sep for p in [*tree, first, os.getcwd()])
 
     def report():
@@ -473,8 +901,8 @@ def become(request, out, conn, known):
                              for p in places)]
         try:
             for start in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
-                conn.send(json.dumps({"modules": names[start:start + 500]}).encode())
-        except OSError:
+                conn.send(DUMPS({"modules": names[start:start + 500]}).encode())
+        except Exception:
             pass
 
     import atexit
@@ -499,5 +927,5 @@ def become(request, out, conn, known):
         raise SystemExit(1) from None
 
 
-become(*serve())
-'''
+keep(*serve())
+"""
