@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from vpatch import git as vgit
 from vpatch.base.paths import cache_dir
 from vpatch.docker import Docker
 
@@ -175,7 +176,7 @@ def make_flash_series(history: Path, workdir: Path, *, flash_module: str = FLASH
     def g(cwd: Path, *args: str) -> bytes:
         return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True).stdout
 
-    g(history, "worktree", "add", "--detach", "-q", str(scratch), PIN)
+    vgit.add_worktree(history, scratch, PIN)  # through the git door: under its lock, no prune of another process takes it
     try:
         sampling = (scratch / "vllm/sampling_params.py").read_text() + SAMPLING_ADDITION
         steps = [
@@ -203,8 +204,7 @@ def make_flash_series(history: Path, workdir: Path, *, flash_module: str = FLASH
         }
         return SeriesFiles(patches, expected)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(scratch)], cwd=history, env=env,
-                       check=False, capture_output=True)
+        vgit.remove_worktree(history, scratch)
 
 
 def write_project(root: Path, series: SeriesFiles, repo_root: Path) -> Path:

@@ -500,7 +500,7 @@ def test_shipped_series_builds_and_verifies_on_the_test_base(bases: dict[str, st
 
     # The image's files are what plain `git apply` of the series onto v0.29.0 gives.
     tree = tmp_path / "tree"
-    vgit.run(release_history, ["worktree", "add", "--detach", "--quiet", str(tree), PIN])
+    vgit.add_worktree(release_history, tree, PIN)
     try:
         for p in series:
             vgit.run(tree, ["apply", "--index"], input=p.diff)
@@ -524,7 +524,7 @@ def test_a_folder_the_series_empties_is_gone_from_the_image(image_project: Path,
     """Deleting every file of a subpackage must not leave an importable (namespace) package behind."""
     folder = "vllm/v1/kv_offload/tiering/example"
     tree = tmp_path / "tree"
-    vgit.run(release_history, ["worktree", "add", "--detach", "--quiet", str(tree), PIN])
+    vgit.add_worktree(release_history, tree, PIN)
     try:
         vgit.run(tree, ["rm", "-r", "-q", folder])
         vgit.run(tree, ["commit", "-q", "-m", "Drop the tiering example\n\nNot shipped."])

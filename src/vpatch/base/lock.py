@@ -27,8 +27,9 @@ class LockFolderError(VpatchError):
 
 
 @contextmanager
-def exclusive(path: Path, *, what: str, holder: str | None = None) -> Iterator[None]:
-    """Hold the lock file `path` for the block; LockedError when another process holds it.
+def exclusive(path: Path, *, what: str, holder: str | None = None, wait: bool = False) -> Iterator[None]:
+    """Hold the lock file `path` for the block; LockedError when another process holds it, or, with `wait`,
+    wait until it lets go (for locks held a moment, around one step, never around a whole command).
 
     `what` names the work in the message: "another {what} is running (pid N)". `holder`, when given, is
     recorded with the pid, and a process refused by this lock later names that instead of its own `what`.
@@ -43,7 +44,7 @@ def exclusive(path: Path, *, what: str, holder: str | None = None) -> Iterator[N
                               "folder elsewhere") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             recorded = os.pread(fd, 200, 0).decode("utf-8", "replace").split(maxsplit=1)
             pid = recorded[0] if recorded else "unknown"

@@ -3,23 +3,52 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from vpatch.base import GitError, process
+from vpatch.base import GitError, exclusive, process
 from vpatch.git.core import Identity, Result, run
 from vpatch.git.index import temp_index
 from vpatch.git.moves import MERGE_RENAME_LIMIT
 from vpatch.git.refs import head
 
+# Every change to a repository's work tree registrations (add, move, remove, prune) is made under this lock, beside
+# git's own state: the release history and the mirrors are shared by every vpatch process of the machine. `git
+# worktree add` makes worktrees/<id>/ first and marks it locked ("initializing") only after; a `git worktree prune`
+# of another process that looks in between finds no gitdir file there and deletes the folder, under the new tree's
+# check-out: "fatal: Could not write new index file." (a cold CI run at load 5-7), "not a git repository", or
+# "could not open 'worktrees/<id>/locked'" (tests/git/test_worktree.py). The check-out, the long part, runs outside
+# the lock: once registered, a tree whose folder exists is never pruned.
+REGISTRATIONS_LOCK = "vpatch-worktrees.lock"
+
+
+@contextmanager
+def _registrations(repo: Path) -> Iterator[None]:
+    found = run(repo, ["rev-parse", "--path-format=absolute", "--git-common-dir"], check=False)
+    if found.returncode != 0:  # no repository (gone, or never made): no registration to guard, git says the rest
+        yield
+        return
+    with exclusive(Path(found.out.strip()) / REGISTRATIONS_LOCK, what=f"change to the work trees of {repo}", wait=True):
+        yield
+
 
 def add_worktree(repo: Path, dest: Path, commit: str) -> None:
-    run(repo, ["worktree", "add", "--detach", "--quiet", str(dest), commit])
+    """A work tree of `repo` at `dest`, HEAD detached at `commit`, its files checked out."""
+    with _registrations(repo):
+        run(repo, ["worktree", "add", "--detach", "--no-checkout", "--quiet", str(dest), commit])
+    try:
+        # what `git worktree add` runs to check out, here outside the lock
+        run(dest, ["reset", "--hard", "--quiet", "--no-recurse-submodules"])
+    except BaseException:
+        remove_worktree(repo, dest)
+        raise
 
 
 def remove_worktree(repo: Path, dest: Path) -> None:
-    run(repo, ["worktree", "remove", "--force", "--force", str(dest)], check=False)
-    run(repo, ["worktree", "prune"], check=False)
+    with _registrations(repo):
+        run(repo, ["worktree", "remove", "--force", "--force", str(dest)], check=False)
+        run(repo, ["worktree", "prune"], check=False)
 
 
 def forget_worktrees(repo: Path, *under: Path) -> None:
@@ -28,6 +57,11 @@ def forget_worktrees(repo: Path, *under: Path) -> None:
     A `git worktree add` killed mid-checkout leaves its registration locked ("initializing"); `prune`
     skips locked entries and the next `add` at that path then fails, so vpatch unlocks its own first.
     """
+    with _registrations(repo):
+        _forget_worktrees(repo, under)
+
+
+def _forget_worktrees(repo: Path, under: Sequence[Path]) -> None:
     out = run(repo, ["worktree", "list", "--porcelain", "-z"], check=False).stdout
     roots = [os.path.realpath(u) for u in under]
     for record in out.split(b"\0\0"):
@@ -45,7 +79,9 @@ def forget_worktrees(repo: Path, *under: Path) -> None:
 
 
 def move_worktree(repo: Path, src: Path, dest: Path) -> None:
-    run(repo, ["worktree", "move", str(src), str(dest)])
+    # git renames the folder before it writes the new path into the registration: a prune in between takes it
+    with _registrations(repo):
+        run(repo, ["worktree", "move", str(src), str(dest)])
 
 
 def clone_local(source: Path, dest: Path) -> None:
