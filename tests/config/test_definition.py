@@ -255,3 +255,21 @@ def test_the_shipped_definition_validates() -> None:
     root = Path(__file__).resolve().parents[2]
     definition = ImageDefinition.load(root, "flash-next").validate()
     assert definition.serve is not None and definition.deploy.questions is not None
+
+
+@pytest.mark.parametrize(("body", "key", "says"), [
+    ("deploy:\n  checks:\n    timing: {repeats: 2}\n", "deploy.checks.timing.repeats", "fewer than 3 a side"),
+    ("deploy:\n  checks:\n    timing: {min_change: 1.5}\n", "deploy.checks.timing.min_change", "below 1"),
+    ("deploy:\n  checks:\n    timing: {repetitions: 5}\n", "deploy.checks.timing", "repetitions"),
+])
+def test_the_timing_check_refuses_repeats_no_rule_can_judge(tmp_path: Path, body: str, key: str, says: str) -> None:
+    error = refused(tmp_path, body)
+    assert key in error.message and says in error.message, error.message
+
+
+def test_the_timing_check_has_defaults_that_are_cheap() -> None:
+    from vpatch.config.deploy import Suite
+
+    suite = Suite.parse({"checks": {"timing": {}}}, root=Path("."), source="images/x.yaml")
+    assert suite.timing is not None and suite.timing.repeats == 5 and suite.timing.long_prompt_tokens is None
+    assert [s.key for s in suite.request_sizes()] == ["deploy.checks.timing"]

@@ -241,9 +241,10 @@ class _StarvedFrontend(Server):
     CPU server's /metrics with two numbers scripted: the gauge stays at 0 for the first `missed` requests, and
     the engine's stepped tokens count each request's prompt and tokens as vLLM counts them."""
 
-    def __init__(self, missed: int) -> None:
+    def __init__(self, missed: int, others: int = 0) -> None:
         super().__init__("http://127.0.0.1:9")  # never opened: every answer below is scripted
         self.missed = missed
+        self.others = others  # tokens of other requests (the container's health checks) stepped per token
         self.kv, self.stepped = 0.0, 0.0
         self.requests: list[int] = []  # max_tokens of each completion, in order
         self._text = (DATA / "cpu-metrics.txt").read_text()
@@ -267,11 +268,12 @@ class _StarvedFrontend(Server):
         seen = len(self.requests) > self.missed
         self.stepped += 800  # the prefill
         for n in range(1, max_tokens + 1):
-            self.stepped += 1
+            self.stepped += 1 + self.others
             if seen:
                 self.kv = -(-(800 + n) // 128) / 64  # the blocks of 800 + n tokens, of 64
             if on_token is not None:
                 on_token()
+            time.sleep(0.005)  # a token takes a while: the check's own sampling thread reads meanwhile
         self.kv = 0.0  # the request ended: its blocks are free
         return Timing(0.1, 0.5, 800, max_tokens, "length")
 
@@ -299,6 +301,15 @@ def test_a_missed_block_cost_request_is_retried_longer_and_judged_by_its_own_tok
     assert max(p.predicted for p in points if p.predicted is not None) == 8
 
 
+def test_the_prediction_counts_the_requests_own_tokens_not_the_health_checks_stepped_beside_it(tmp_path: Path) -> None:
+    """The engine's stepped-token counter also counts the container's own 1-token health checks: 5 more per
+    token here. The prediction follows the request's own prompt and streamed tokens: 832 tokens, 7 blocks."""
+    server = _StarvedFrontend(missed=0, others=5)
+    points = _block_cost_run(server, tmp_path).series.block_cost
+    predicted = [p.predicted for p in points if p.predicted is not None]
+    assert predicted and max(predicted) == 7 == max(p.held for p in points), points
+
+
 def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pauses: list[float] = []  # the check's own pauses (the watchdog's quarter seconds still sleep)
@@ -309,3 +320,28 @@ def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tm
     assert server.requests == [32] + [208] * 7
     assert pauses == [1, 2, 2, 2, 2, 2]  # from the third request on: a burst of load can pass, 11 s at most
     assert result.status is Status.ERROR and "measurement error" in result.detail and result.failed
+
+
+class _Burst(_StarvedFrontend):
+    """A server whose whole answer reaches the client in one read: every token event at the same instant."""
+
+    def complete(self, prompt: str | list[int], *, max_tokens: int, extra: Mapping[str, Any] | None = None,
+                 on_token: Callable[[], None] | None = None) -> Timing:
+        for _ in range(max_tokens):
+            if on_token is not None:
+                on_token()
+        return Timing(0.1, 0.1001, 800, max_tokens, "length")
+
+
+def test_the_timing_check_repeats_and_keeps_decode_rates_only_from_spaced_tokens(tmp_path: Path) -> None:
+    suite = Suite.parse({"checks": {"timing": {"repeats": 3, "prompt_tokens": 64, "max_tokens": 32, "parallel": 2,
+                                               "long_prompt_tokens": 600}}}, root=tmp_path, source="images/x.yaml")
+    for server, decoded in ((_StarvedFrontend(missed=0), 3), (_Burst(missed=0), 0)):
+        run = Run(server, suite, read_log=lambda: "", progress=lambda _: None)
+        run_checks(run, fail_fast=True, log_scan=False)
+        (timing,) = [r for r in run.results if r.name == "timing"]
+        assert timing.status is Status.PASS and "(3 repeats)" in timing.figure, timing
+        f = run.figures
+        assert len(f.ttft_samples or ()) == 3 == len(f.prefill_samples or ()) == len(f.makespan_samples or ())
+        assert len(f.decode_samples or ()) == decoded  # a burst (310,000 tok/s) is no decode rate
+        assert f.timing_load is not None and f.timing_min_change == 0.1

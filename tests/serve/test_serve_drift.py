@@ -97,6 +97,22 @@ def test_every_kind_of_drift_is_named(image: str, container: str, tmp_path: Path
     }
 
 
+def test_the_containers_memory_limit_is_compared(image: str, container: str, tmp_path: Path) -> None:
+    """The deploy's memory check measures free memory against the container's limit: a container started by
+    hand without the yaml's --memory, or with another, is drift."""
+    serve = tiny_serve(8000, container)
+    create(image, tmp_path, serve, options=("--memory", "300m"))  # started by hand with a limit of its own
+    limited = {**serve, "container": {**serve["container"], "memory": "512m"}}
+    report = drift.diff(Docker.connect(), definition(tmp_path, image, limited))
+    found = {d.what: (d.yaml, d.running) for d in report.drifts}
+    assert found == {"memory limit": ("536,870,912 bytes (512 MiB)", "314,572,800 bytes (300 MiB)")}
+    assert not [d for d in drift.diff(Docker.connect(), definition(tmp_path, image, serve)).drifts
+                if d.what != "memory limit"]
+    same = drift.diff(Docker.connect(), definition(tmp_path, image, {**serve, "container": {**serve["container"],
+                                                                                            "memory": "300m"}}))
+    assert same.drifts == ()
+
+
 def wait_for(docker: Docker, name: str, what: str, test: Any, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not test(docker.container(name)):

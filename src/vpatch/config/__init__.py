@@ -4,7 +4,7 @@ one document reader and one YAML loader, and the rules between their sections.
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.config.definition import Base, ImageDefinition, Strategy, definition_name_ok, image_reference_ok
-from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite, TimingCheck
 from vpatch.config.project import CONFIG_NAME, Config, Pin, find_root, repin_text
 from vpatch.config.serve import ServeConfig
 
@@ -23,6 +23,7 @@ __all__ = [
     "ServeConfig",
     "Strategy",
     "Suite",
+    "TimingCheck",
     "definition_name_ok",
     "find_root",
     "image_reference_ok",

@@ -92,6 +92,20 @@ class MemoryCheck:
 
 
 @dataclass(frozen=True)
+class TimingCheck:
+    """The timing figures measured `repeats` times each, so that a difference can be told from noise: a short
+    request (time to first token, decode rate), a long one (its prefill), and `parallel` requests at once (the
+    makespan). A measurement: it fails only when a request fails."""
+
+    repeats: int = 5  # 5 a side: two equal builds separate completely by chance 1 time in 126
+    prompt_tokens: int = 128
+    max_tokens: int = 32
+    long_prompt_tokens: int | None = None  # the long prefill; None: not measured
+    parallel: int = 0  # requests at once of prompt_tokens each for the makespan; 0: not measured
+    min_change: float = 0.10  # a difference smaller than this fraction of the baseline's median is noise anyway
+
+
+@dataclass(frozen=True)
 class Hooks:
     before_switch: tuple[tuple[str, ...], ...] = ()  # argv lists, run before the production container is parked
     after_switch: tuple[tuple[str, ...], ...] = ()  # run after the decision (deployed or rolled back)
@@ -113,6 +127,7 @@ class Suite:
     parallel: ParallelCheck | None = None
     ceiling: CeilingCheck | None = None
     memory: MemoryCheck | None = None
+    timing: TimingCheck | None = None
     log_patterns: tuple[str, ...] = DEFAULT_LOG_PATTERNS
     hooks: Hooks = field(default_factory=Hooks)
 
@@ -129,6 +144,9 @@ class Suite:
             out.append(RequestSize("deploy.checks.parallel", self.parallel.prompt_tokens, self.parallel.max_tokens))
         if self.ceiling is not None:  # its prompt is sized to the pool at run time; its output must leave room for one
             out.append(RequestSize("deploy.checks.ceiling", 1, self.ceiling.max_tokens))
+        if self.timing is not None:
+            longest = max(self.timing.prompt_tokens, self.timing.long_prompt_tokens or 0)
+            out.append(RequestSize("deploy.checks.timing", longest, self.timing.max_tokens))
         return tuple(out)
 
     @classmethod
@@ -137,7 +155,7 @@ class Suite:
         # Present but empty (deploy: [], checks: false, hooks: 0) is an error, never the defaults.
         top = doc.filled(data, "deploy", optional={"start_watch_s", "health_timeout_s", "request_timeout_s", "stall_s", "checks", "hooks"})
         checks = doc.section(top, "deploy.checks", optional={
-            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "ceiling", "memory", "log_scan"}) or {}
+            "kv_pool", "block_cost", "needles", "tool_call", "questions", "parallel", "ceiling", "memory", "timing", "log_scan"}) or {}
         for name, value in checks.items():
             if not isinstance(value, dict):
                 doc.fail(f"deploy.checks.{name}", f"must be a mapping of its settings ({{}} for its defaults), not "
@@ -166,6 +184,7 @@ class Suite:
             parallel=_parallel(doc, checks.get("parallel")),
             ceiling=_ceiling(doc, checks.get("ceiling")),
             memory=_memory(doc, checks.get("memory")),
+            timing=_timing(doc, checks.get("timing")),
             log_patterns=tuple(patterns),
             hooks=Hooks(_commands(doc, hooks, "before_switch"), _commands(doc, hooks, "after_switch")),
         )
@@ -331,6 +350,30 @@ def _memory(doc: Document, value: Any) -> MemoryCheck | None:
     if data is None:
         return None
     return MemoryCheck(min_free_mib=_number(doc, data, "deploy.checks.memory.min_free_mib"))
+
+
+def _timing(doc: Document, value: Any) -> TimingCheck | None:
+    key = "deploy.checks.timing"
+    data = _section(doc, value, key, set(), {"repeats", "prompt_tokens", "max_tokens", "long_prompt_tokens",
+                                            "parallel", "min_change"})
+    if data is None:
+        return None
+    repeats = _count(doc, data, f"{key}.repeats", 5)
+    if repeats < 3:
+        doc.fail(f"{key}.repeats", f"is {repeats}: with fewer than 3 a side no difference can be told from noise "
+                 "(two equal builds separate completely 1 time in 3 with 2 each)",
+                 hint=f"give {key}.repeats 3 or more (5: 1 time in 126), or leave the check out")
+    min_change = _number(doc, data, f"{key}.min_change", 0.10)
+    if not 0 <= min_change < 1:
+        doc.fail(f"{key}.min_change", f"is a fraction of the baseline's median below 1 (0.10 = 10 %), not {min_change!r}")
+    return TimingCheck(
+        repeats=repeats,
+        prompt_tokens=_count(doc, data, f"{key}.prompt_tokens", 128),
+        max_tokens=_count(doc, data, f"{key}.max_tokens", 32),
+        long_prompt_tokens=_count(doc, data, f"{key}.long_prompt_tokens") if "long_prompt_tokens" in data else None,
+        parallel=_count(doc, data, f"{key}.parallel", 0, zero=True),
+        min_change=min_change,
+    )
 
 
 def _commands(doc: Document, hooks: dict[str, Any], name: str) -> tuple[tuple[str, ...], ...]:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import os
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,9 +15,19 @@ from enum import Enum
 from typing import Any
 
 from vpatch.base import Progress
-from vpatch.config import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite
+from vpatch.config import (
+    BlockCostCheck,
+    KvPoolCheck,
+    MemoryCheck,
+    NeedleCheck,
+    ParallelCheck,
+    QuestionCheck,
+    Suite,
+    TimingCheck,
+)
 from vpatch.deploy.client import Server, ServerError, Timing
 from vpatch.deploy.memory import MemoryWatch, Source
+from vpatch.deploy.noise import spread
 from vpatch.deploy.readings import (
     BlockCost,
     CacheGeometry,
@@ -70,6 +84,13 @@ class Figures:
     questions_right: str | None = None
     preemptions: int | None = None
     log_findings: int | None = None
+    # The timing check's repeats (deploy/noise.py judges them): seconds, tokens/s, seconds, seconds.
+    ttft_samples: tuple[float, ...] | None = None
+    decode_samples: tuple[float, ...] | None = None
+    prefill_samples: tuple[float, ...] | None = None
+    makespan_samples: tuple[float, ...] | None = None
+    timing_min_change: float | None = None
+    timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
 
 
 def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[Status, str, str]:
@@ -98,7 +119,7 @@ def judge_block_cost(cost: BlockCost, check: BlockCostCheck) -> tuple[Status, st
               f"geometry predicts {cost.predicted} ({cost.ratio:.2f}x, limit {check.max_ratio:.2f}x)")
     if cost.held == 0:
         return Status.ERROR, figure, ("measurement error: no KV usage was seen while the request ran, although "
-                                      "/metrics was read at every token (no kv_cache_usage_perc, or it never moved)")
+                                      "/metrics was read back to back while it streamed (no kv_cache_usage_perc, or it never moved)")
     if cost.ratio > check.max_ratio:
         return Status.FAIL, figure, "a request holds more KV blocks than the start log's arithmetic assumes"
     return Status.PASS, figure, ""
@@ -242,7 +263,7 @@ class Run:
             return
         dt = reading.at - last.at
         if dt < 0.2:
-            return  # readings at every token of the block-cost request: too close to say a rate
+            return  # back-to-back readings of the block-cost request: too close to say a rate
         before = last.stepped if last.stepped is not None else last.generated
         assert before is not None
         self.recorder.add("throughput", [(self.recorder.at(reading.at), max(0.0, tokens - before) / dt)])
@@ -333,6 +354,7 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
         ("questions", suite.questions, lambda: _questions(run)),
         ("parallel", suite.parallel, lambda: _parallel(run)),
         ("ceiling", suite.ceiling, lambda: _ceiling(run)),
+        ("timing", suite.timing, lambda: _timing(run)),
     ]
     if log_scan:
         steps.append(("log scan", suite.log_patterns, lambda: _log_scan(run)))
@@ -395,10 +417,10 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
         if attempt:  # the geometry's count is for this request's tokens, not the missed one's before it
             stepped = run.server.metrics().total("vllm:iteration_tokens_total_sum")
         started = time.monotonic()
-        timing, samples = _sampled_request(run, check.prompt_tokens, max_tokens, f"block-cost-{attempt}")
+        timing, samples, arrivals = _sampled_request(run, check.prompt_tokens, max_tokens, f"block-cost-{attempt}")
         run.timed("block cost", timing)
         cost = block_cost(timing.prompt_tokens + timing.completion_tokens, samples, geometry, before.kv_usage or 0.0)
-        run.recorder.block_cost = _block_points(run, started, geometry, before.kv_usage or 0.0, stepped)
+        run.recorder.block_cost = _block_points(run, started, geometry, before.kv_usage or 0.0, stepped, timing, arrivals)
         if cost.held:
             break
     assert cost is not None
@@ -406,38 +428,65 @@ def _block_cost(run: Run) -> tuple[Status, str, str]:
     return judge_block_cost(cost, check)
 
 
-def _block_points(run: Run, since: float, geometry: CacheGeometry, idle: float, stepped: float | None) -> list[BlockPoint]:
-    """Blocks held at each reading since `since`, beside the geometry's count for the tokens the engine had
-    stepped for the request by then (it runs alone: every token stepped is its own)."""
+def _block_points(run: Run, since: float, geometry: CacheGeometry, idle: float, stepped: float | None,
+                  timing: Timing, arrivals: Sequence[float]) -> list[BlockPoint]:
+    """Blocks held at each reading since `since`, beside the geometry's count for the request's own tokens by
+    then: its prompt plus the tokens streamed to it so far; before its first token, the tokens the engine had
+    stepped since it was sent (the prefill), at most its prompt. The engine's counter alone also counts every
+    other request stepped meanwhile, the container's own 1-token health checks among them (13 blocks predicted
+    where the request's tokens make 7)."""
     points = []
     for r in sorted((r for r in run.watch.readings if r.at >= since and r.kv_usage is not None), key=lambda r: r.at):
         assert r.kv_usage is not None
         held = round(max(0.0, r.kv_usage - idle) * geometry.blocks)
+        streamed = min(bisect.bisect_right(arrivals, r.at), timing.completion_tokens)
         predicted = None
-        if stepped is not None and r.stepped is not None:
-            predicted = geometry.predicted_blocks(int(max(0.0, r.stepped - stepped)))
+        if streamed:
+            predicted = geometry.predicted_blocks(timing.prompt_tokens + streamed)
+        elif stepped is not None and r.stepped is not None:
+            predicted = geometry.predicted_blocks(int(min(timing.prompt_tokens, max(0.0, r.stepped - stepped))))
         points.append(BlockPoint(run.recorder.at(r.at), held, predicted))
     return points
 
 
-def _sampled_request(run: Run, prompt_tokens: int, max_tokens: int, label: str) -> tuple[Timing, list[float]]:
-    """One request alone while kv_cache_usage_perc is read at every streamed token (one per engine step: the
-    request holds its blocks then) and by the watchdog a few times a second."""
+def _sampled_request(run: Run, prompt_tokens: int, max_tokens: int, label: str,
+                     ) -> tuple[Timing, list[float], list[float]]:
+    """One request alone while kv_cache_usage_perc is read back to back on a thread of its own, from before the
+    request is sent until its stream ends, and by the watchdog a few times a second. Read on the streaming
+    thread (until 2026-12-04, at every token), each /metrics read held up the stream: at load 4 or more the
+    server could finish and free the blocks while the reader still waited for one, and the request went unseen."""
     prompt = run.server.filler(prompt_tokens, f"{label}-{time.time_ns()}")
     samples: list[float] = []
     first = len(run.watch.readings)
+    streaming = threading.Event()
+    done = threading.Event()
+    arrivals: list[float] = []  # time.monotonic() of each streamed event: the request's own progress
+
+    def sample() -> None:
+        streaming.wait(30)
+        while not done.is_set():
+            reading = run.watch.sample()
+            if reading is not None and reading.kv_usage is not None:
+                samples.append(reading.kv_usage)
+
+    sampler = threading.Thread(target=sample, daemon=True, name="vpatch-block-cost-metrics")
+    sampler.start()
 
     def request(tick: Tick) -> Timing:
         def on_token() -> None:
             tick()
-            reading = run.watch.sample()
-            if reading is not None and reading.kv_usage is not None:
-                samples.append(reading.kv_usage)
+            arrivals.append(time.monotonic())
+        streaming.set()
         return run.server.complete(prompt, max_tokens=max_tokens, on_token=on_token)
 
-    timing = run.watch.call(request)
+    try:
+        timing = run.watch.call(request)
+    finally:
+        done.set()
+        streaming.set()
+        sampler.join(timeout=5)
     samples += [r.kv_usage for r in run.watch.readings[first:] if r.kv_usage is not None]
-    return timing, samples
+    return timing, samples, arrivals
 
 
 def _chat(run: Run, messages: list[dict[str, str]], max_tokens: int,
@@ -549,6 +598,61 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
             break
         time.sleep(0.1)
     return judge_ceiling(timing, waiting, max_model_len, geometry)
+
+
+def judge_timing(samples: dict[str, list[float]], errors: list[str], check: TimingCheck) -> tuple[Status, str, str]:
+    """A measurement: it passes when every request finished; the figures are judged against the baseline's
+    by deploy/noise.py, not here."""
+    units = {"ttft": ("TTFT", "s"), "decode": ("decode", "tok/s"), "prefill": ("long prefill", "s"),
+             "makespan": ("parallel makespan", "s")}
+    parts = []
+    for key, (label, unit) in units.items():
+        found = spread(samples.get(key))
+        if found is not None:
+            parts.append(f"{label} {found.shown()} {unit}")
+    figure = "; ".join(parts) or "no sample"
+    if errors:
+        return Status.FAIL, figure, f"{len(errors)} timing request(s) failed: {errors[0][:200]}"
+    return Status.PASS, figure + f" ({check.repeats} repeats)", ""
+
+
+def _timing(run: Run) -> tuple[Status, str, str]:
+    """The timing figures `repeats` times each: a short request (TTFT, decode rate), a long one (its prefill:
+    the time to its first token), `parallel` short requests at once (the makespan); each prompt unique, so the
+    prefix cache serves none of them."""
+    check = run.suite.timing
+    assert check is not None
+    samples: dict[str, list[float]] = {"ttft": [], "decode": [], "prefill": [], "makespan": []}
+    errors: list[str] = []
+    load_before = os.getloadavg()[0]
+    for i in range(check.repeats):
+        prompt = run.server.filler(check.prompt_tokens, f"timing-{i}-{time.time_ns()}")
+        events: list[tuple[float, int]] = []
+        short = run.watch.call(_completion(run, prompt, check.max_tokens, events))
+        run.timed("timing", short, median=False)
+        samples["ttft"].append(short.ttft_s)
+        # A decode rate only where the tokens came one by one: a loaded server (or a client that read late) hands
+        # over a whole answer in one read, and the events' spacing then says nothing about how fast it decoded
+        # (367,756 tok/s seen). At least half the gaps between events must be real gaps (over 0.1 ms).
+        spaced = sum(1 for (a, _), (b, _) in itertools.pairwise(events[1:]) if b - a > 1e-4)  # [0]: sent
+        if short.decode_tps is not None and short.completion_tokens >= 16 and spaced >= (short.completion_tokens - 1) / 2:
+            samples["decode"].append(short.decode_tps)
+        if check.long_prompt_tokens:
+            long = run.watch.call(_completion(run, run.server.filler(check.long_prompt_tokens,
+                                                                     f"timing-long-{i}-{time.time_ns()}"), 1))
+            run.timed("timing", long, median=False)
+            samples["prefill"].append(long.ttft_s)
+        if check.parallel:
+            prompts = [run.server.filler(check.prompt_tokens, f"timing-par-{i}-{j}-{time.time_ns()}")
+                       for j in range(check.parallel)]
+            began = time.monotonic()
+            done = run.watch.gather([_completion(run, p, check.max_tokens) for p in prompts], errors_as_values=True)
+            errors += [d for d in done if isinstance(d, str)]
+            samples["makespan"].append(time.monotonic() - began)
+    run.note(**{f"{key}_samples": tuple(round(v, 4) for v in values) if values else None
+                for key, values in samples.items()}, timing_min_change=check.min_change,
+             timing_load=(round(load_before, 2), round(os.getloadavg()[0], 2)))
+    return judge_timing(samples, errors, check)
 
 
 def scan_log(run: Run) -> CheckResult:

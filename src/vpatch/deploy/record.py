@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from vpatch.base import JournalError, records
 from vpatch.config import Suite
 from vpatch.deploy.checks import CheckResult, Figures, Status
 from vpatch.deploy.journal import Journal
+from vpatch.deploy.ledger import StartLedger
 from vpatch.deploy.series import Series
 
 _HINT = "the deploy's record is only read for its report and as a later baseline: move it away to measure afresh"
@@ -42,20 +43,27 @@ class Side:
     source: str = Source.MEASURED
     recorded_at: str | None = None  # a recorded baseline: when the deploy that measured it finished (ISO)
     image_id: str | None = None
+    ledger: StartLedger = field(default_factory=StartLedger)  # what its start cost, from its own log
 
     def to_dict(self) -> dict[str, Any]:
         return {"checks": [check_json(c) for c in self.checks], "figures": asdict(self.figures),
                 "series": self.series.to_json(), "source": self.source, "recorded_at": self.recorded_at,
-                "image_id": self.image_id}
+                "image_id": self.image_id, "ledger": self.ledger.to_json()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Side:
         known = {f.name for f in fields(Figures)}
         return cls(
             checks=tuple(check_from_json(c) for c in data["checks"]),
-            figures=Figures(**{k: v for k, v in data["figures"].items() if k in known}),
+            figures=Figures(**{k: _tupled(v) for k, v in data["figures"].items() if k in known}),
             series=Series.from_json(data["series"]), source=str(data.get("source", Source.MEASURED)),
-            recorded_at=data.get("recorded_at"), image_id=data.get("image_id"))
+            recorded_at=data.get("recorded_at"), image_id=data.get("image_id"),
+            ledger=StartLedger.from_json(data.get("ledger")))
+
+
+def _tupled(value: Any) -> Any:
+    """A figure as read back: JSON's lists are the timing check's sample tuples."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def check_json(c: CheckResult) -> dict[str, Any]:
@@ -150,8 +158,10 @@ class DeployRecord:
 
 def suite_key(suite: Suite) -> str:
     """What makes two passes comparable: the checks and their thresholds (hooks and timeouts do not count)."""
-    checks = (suite.kv_pool, suite.block_cost, suite.needles, suite.tool_call, suite.questions, suite.parallel,
+    checks: tuple[object, ...] = (suite.kv_pool, suite.block_cost, suite.needles, suite.tool_call, suite.questions, suite.parallel,
               suite.ceiling, suite.memory, suite.log_patterns)
+    if suite.timing is not None:  # added only when set: the keys of suites recorded before it stay the same
+        checks += (suite.timing,)
     return hashlib.sha256(repr(checks).encode()).hexdigest()[:16]
 
 
@@ -167,7 +177,8 @@ def recorded_baseline(definition: str, image_id: str, key: str) -> Side | None:
                 or found.candidate.image_id != image_id or found.suite_key != key):
             continue
         side = found.candidate
-        return Side(side.checks, side.figures, side.series, Source.RECORDED, found.finished or found.started, image_id)
+        return Side(side.checks, side.figures, side.series, Source.RECORDED, found.finished or found.started, image_id,
+                    side.ledger)
     return None
 
 

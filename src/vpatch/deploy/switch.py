@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,7 @@ from vpatch.deploy.container import (
     watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
+from vpatch.deploy.ledger import SERVER, StartLedger, parse_start_log
 from vpatch.deploy.live import LiveReport, PatchOutcome
 from vpatch.deploy.live import Plan as LivePlan
 from vpatch.deploy.live import run as run_live
@@ -62,9 +65,10 @@ class Outcome:
     series: Series = field(default_factory=Series)  # the samples the checks took (deploy/series.py)
     source: str = BaselineSource.MEASURED  # a baseline: measured now, or recorded at its own deploy
     recorded_at: str | None = None  # a recorded baseline: when (ISO)
+    ledger: StartLedger = field(default_factory=StartLedger)  # what its start cost (deploy/ledger.py)
 
     def side(self, image_id: str | None) -> Side:
-        return Side(self.checks, self.figures, self.series, self.source, self.recorded_at, image_id)
+        return Side(self.checks, self.figures, self.series, self.source, self.recorded_at, image_id, self.ledger)
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,8 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             if mode is BaselineMode.NONE:
                 progress(f"baseline: none (--baseline none); {name} is not measured")
             elif found is not None:
-                baseline = Outcome(found.checks, found.figures, found.series, found.source, found.recorded_at)
+                baseline = Outcome(found.checks, found.figures, found.series, found.source, found.recorded_at,
+                                   found.ledger)
                 progress(f"baseline: the figures recorded when {production.image_ref} was deployed "
                          f"({found.recorded_at}); no request goes to production (--baseline measure measures it)")
             else:
@@ -176,7 +181,8 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
                 # The live checks on the baseline are shown beside the candidate's; they decide nothing.
                 base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
                 served = tuple(run.results) + tuple(o.as_check() for o in base_live)
-                baseline = Outcome((*served, scan_log(run)), run.figures, run.series)
+                baseline = Outcome((*served, scan_log(run)), run.figures, run.series,
+                                   ledger=_ledger(docker, prod_id, since=since))
             if baseline is not None:
                 record = replace(record, baseline=baseline.side(production.image_id)).save()
             step("baseline")
@@ -237,6 +243,7 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             # Last, so that a Traceback or an allocation failure a live-check request caused is seen too.
             if not any(c.failed for c in candidate):
                 candidate.append(scan_log(run))
+                figures = run.figures  # with the log scan's count
         step("checks")
         passed = not any(c.failed for c in candidate)
         if passed:
@@ -264,7 +271,9 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
             step("rollback")
             decision = Decision.ROLLED_BACK
     failed_hooks = _hooks(suite.hooks.after_switch, "after_switch", progress, strict=False)
-    outcome = Outcome(tuple(candidate), figures, series)
+    healthy = next((c for c in candidate if c.name == "health" and not c.failed), None)
+    ledger = _ledger(docker, journal.candidate_id, healthy_s=healthy.seconds if healthy else None)
+    outcome = Outcome(tuple(candidate), figures, series, ledger=ledger)
     failed = next((c for c in candidate if c.failed), None)
     rolled = describe(restored) if restored else (f"{name} runs {image}; the old container is parked "
                                                   f"as {journal.parked_name or '(none)'}")
@@ -281,6 +290,31 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         hooks=tuple(failed_hooks),
         live=LiveReport(live, tuple(cand_live), tuple(base_live)) if live is not None else None,
     )
+
+
+def _ledger(docker: Docker, container: str | None, *, since: str | None = None,
+            healthy_s: float | None = None) -> StartLedger:
+    """The start ledger from the container's own log (since its latest start), with the time to healthy as
+    the health check measured it. A container gone or a daemon away leaves it empty: absent, never guessed."""
+    if container is None:
+        return StartLedger()
+    try:
+        info = docker.container(container)
+        started = _utc(info.started_at) if info is not None else None
+        found = parse_start_log(docker.container_logs(container, since=since), started_at=started)
+    except VpatchError:
+        return StartLedger()
+    return found.with_value("healthy_s", SERVER, healthy_s) if healthy_s is not None else found
+
+
+def _utc(stamp: str | None) -> datetime | None:
+    """Docker's State.StartedAt ("2026-12-04T16:56:05.123456789Z") as a datetime; None when unreadable."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def _image_id(docker: Docker, cid: str) -> str | None:

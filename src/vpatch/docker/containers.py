@@ -44,6 +44,7 @@ class ContainerInfo:
     health_test: tuple[str, ...] = ()  # Config.Healthcheck.Test, e.g. ("CMD-SHELL", "python3 -c ...")
     # Config.Healthcheck's interval, timeout, retries and start period (seconds; docker keeps nanoseconds)
     health_timing: tuple[int, int, int, int] = (0, 0, 0, 0)
+    memory_limit: int = 0  # HostConfig.Memory, bytes (docker --memory); 0 without a limit
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> ContainerInfo:
@@ -88,6 +89,7 @@ class ContainerInfo:
             health_log=tuple(str(e.get("Output", "")).strip() for e in (state.get("Health") or {}).get("Log") or ()),
             health_test=tuple((config.get("Healthcheck") or {}).get("Test") or ()),
             health_timing=_health_timing(config.get("Healthcheck") or {}),
+            memory_limit=int(host.get("Memory") or 0),
         )
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from vpatch.deploy.checks import CheckResult, Figures
 from vpatch.deploy.live import LiveReport, live_json
 from vpatch.deploy.switch import Report, describe
+from vpatch.report import deploy_verdict
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -57,6 +58,24 @@ def tables(result: Report) -> list[Table]:
     for frow in figure_rows(result):
         figures.add_row(*frow)
     shown = [checks, figures]
+    cand = result.record.candidate if result.record else None
+    base = result.record.baseline if result.record else None
+    if cand is not None:
+        for title, header, body in (
+                ("start ledger (from each server's own log)", ("figure", "baseline", "candidate", "difference"),
+                 deploy_verdict.ledger_table_rows(base, cand)),
+                ("timings, repeated", ("figure", "baseline", "candidate", "call"),
+                 deploy_verdict.timing_table_rows(base, cand)),
+                ("memory per check phase (MiB)", ("check", "device", "baseline peak", "candidate peak", "difference",
+                                                  "lowest free", "of"),
+                 deploy_verdict.phase_table_rows(base, cand))):
+            if body:
+                table = Table(title=title)
+                for column in header:
+                    table.add_column(column)
+                for brow in body:
+                    table.add_row(*brow)
+                shown.append(table)
     rows = live_rows(result.live)
     if rows:
         live = Table(title="live checks, per patch")
@@ -78,6 +97,12 @@ def lines(result: Report) -> list[str]:
             shown.append(f"live checks: {note}")
     shown.append("steps: " + ", ".join(f"{s.name} {s.seconds:.1f}s" for s in result.steps))
     failed = result.failed_check
+    cand = result.record.candidate if result.record else None
+    if cand is not None:
+        base = result.record.baseline if result.record else None
+        shown += deploy_verdict.verdict(base, cand).lines()
+        if deploy_verdict.timing_table_rows(base, cand):
+            shown.append(f"rule: {deploy_verdict.the_rule(cand.figures)}")
     shown.append(f"decision: {result.decision.value}" + (f" ({failed.name} failed)" if failed else ""))
     shown.append(result.rollback)
     for hook in result.hooks:
@@ -194,7 +219,7 @@ def to_json(report: Report) -> dict[str, Any]:
         if o is None:
             return None
         return {"checks": [_check(c) for c in o.checks], "figures": asdict(o.figures), "series": o.series.to_json(),
-                "source": o.source, "recorded_at": o.recorded_at}
+                "source": o.source, "recorded_at": o.recorded_at, "ledger": o.ledger.to_json()}
 
     failed = report.failed_check
     return {
@@ -208,4 +233,5 @@ def to_json(report: Report) -> dict[str, Any]:
         "live": live_json(report.live), "alarms": report.live.alarms if report.live else [],
         "record": str(report.record.path) if report.record else None,
         "report": str(report.record.html_path) if report.record else None,
+        **deploy_verdict.to_json(report.baseline.side(None) if report.baseline else None, report.candidate.side(None)),
     }

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch.deploy import DeployRecord, Figures, Series, Side, Source, age
 from vpatch.report import deploy as deploy_report
+from vpatch.report import deploy_verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -33,6 +34,7 @@ th, td { border: 1px solid #ccc; padding: .2em .5em; text-align: left; vertical-
 td.fail, td.error { color: #a40000; font-weight: 600; } td.pass { color: #1a6b1a; }
 figure { margin: 1em 0 2em; } figcaption { font-weight: 600; margin-bottom: .3em; }
 .plot svg { max-width: 100%; height: auto; } .muted { color: #666; }
+.verdict li { margin: .15em 0; } .verdict .worse { color: #a40000; } .verdict .better { color: #1a6b1a; }
 """
 
 _COLORS = {"baseline": "#7f7f7f", "candidate": "#1f77b4"}
@@ -78,6 +80,8 @@ def render(record: DeployRecord, *, phase: str | None = None) -> str:
              + (f", finished {_e(record.finished)}" if record.finished else "") + ".</p>"]
     if record.rollback:
         parts.append(f"<p>{_e(record.rollback)}</p>")
+    if cand is not None:
+        parts.append(_verdict(base, cand))
     parts.append("<h2>Checks</h2>")
     rows = deploy_report.check_rows_of(base.checks if base else (), cand.checks if cand else ())
     parts.append(_table(("check", "baseline", "candidate", "candidate figure", "s"), rows, status_columns=(1, 2)))
@@ -85,6 +89,8 @@ def render(record: DeployRecord, *, phase: str | None = None) -> str:
     if figure_rows:
         parts.append("<h2>Baseline against candidate</h2>")
         parts.append(_table(("figure", "baseline", "candidate"), figure_rows))
+    if cand is not None:
+        parts += _comparisons(base, cand)
     if record.steps:
         parts.append("<p class=muted>steps: " + _e(", ".join(f"{n} {s:.1f}s" for n, s in record.steps)) + "</p>")
     parts.append("<h2>Plots</h2>")
@@ -119,6 +125,48 @@ def live_page(image: str, result: LiveReport, *, started: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<title>verify --live {_e(image)}: {_e(sentence[:80])}</title><style>{_CSS}</style></head>"
             "<body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def _verdict(base: Side | None, cand: Side) -> str:
+    """The verdict on top, as the write-up is written: the failure and what stands beside it, then better,
+    worse and within noise."""
+    found = deploy_verdict.verdict(base, cand)
+    items = []
+    if found.failed:
+        beside = "".join(f"<li>{_e(line)}</li>" for line in found.explained_by)
+        items.append(f'<li class="worse"><b>failed</b> {_e(found.failed)}' + (f"<ul>{beside}</ul>" if beside else "")
+                     + "</li>")
+    for css, label, lines in (("better", "better", found.better), ("worse", "worse", found.worse),
+                              ("noise", "within noise", found.noise), ("unjudged", "not judged", found.unjudged)):
+        if css == "unjudged" and not lines:
+            continue
+        shown = "; ".join(lines) if lines else ("-" if css == "noise" else f"nothing measured {label}")
+        items.append(f'<li class="{css}"><b>{_e(label)}</b>: {_e(shown)}</li>')
+    return f'<h2>Verdict</h2><ul id="verdict" class="verdict">{"".join(items)}</ul>'
+
+
+def _comparisons(base: Side | None, cand: Side) -> list[str]:
+    """The start ledger, the repeated timings with the rule, and memory per check phase."""
+    parts = []
+    ledger = deploy_verdict.ledger_table_rows(base, cand)
+    if ledger:
+        parts.append('<h2 id="ledger">Start ledger</h2><p class=muted>From each server\'s own start log, per worker '
+                     "(card) where vLLM writes it; a line the server did not write is absent, never guessed.</p>")
+        parts.append(_table(("figure", "baseline", "candidate", "difference"), ledger))
+        notes = deploy_verdict.absent_notes(cand)
+        if notes:
+            parts.append("<p class=muted>" + _e("; ".join(notes)) + "</p>")
+    timing = deploy_verdict.timing_table_rows(base, cand)
+    if timing:
+        parts.append('<h2 id="timing">Timings, repeated</h2>')
+        parts.append(f'<p id="rule">{_e(deploy_verdict.the_rule(cand.figures))}</p>')
+        parts.append(_table(("figure", "baseline median (range, n)", "candidate median (range, n)", "call"), timing))
+    phases = deploy_verdict.phase_table_rows(base, cand)
+    if phases:
+        parts.append('<h2 id="memory-phases">Memory per check phase</h2>')
+        parts.append(_table(("check", "device", "baseline peak used MiB", "candidate peak used MiB", "difference",
+                             "candidate lowest free MiB", "of MiB"), phases))
+    return parts
 
 
 def _baseline_note(base: Side | None) -> str:

@@ -82,6 +82,10 @@ def diff(docker: Docker, definition: ImageDefinition, *, image: str | None = Non
         drifts += _field("ipc", options.ipc, running.ipc_mode)
     if options.shm_size is not None:
         drifts += _field("shm size", str(_bytes(options.shm_size)), str(running.shm_size))
+    # The container's memory limit: the deploy's memory check measures free memory against it, so a container
+    # started by hand without --memory (or with another) is not the server the yaml describes.
+    drifts += _field("memory limit", _limit(_bytes(options.memory) if options.memory else 0),
+                     _limit(running.memory_limit))
     drifts += _field("network", _network(options.network or ""), _network(running.network_mode))
     if options.network != "host":
         published = ", ".join(f"{p}->{'/'.join(h)}" for p, h in sorted(running.port_bindings.items())) or ABSENT
@@ -184,6 +188,10 @@ def _network(mode: str) -> str:
 
 def _field(what: str, wanted: str, running: str) -> list[Drift]:
     return [] if wanted == running else [Drift(what, wanted, running)]
+
+
+def _limit(size: int) -> str:
+    return f"{size:,} bytes ({size / 1024**2:,.0f} MiB)" if size else ABSENT
 
 
 def _bytes(size: str) -> int:

@@ -1,0 +1,93 @@
+"""When a difference between two builds' timings is real: the one rule the report states and applies.
+
+Each timing figure is measured `repeats` times a side. A difference is called real only when the two sides'
+ranges do not overlap at all (every candidate sample beyond every baseline sample) and the medians differ by at
+least `min_change` of the baseline's; anything else is "within noise". With n samples a side, two builds that do
+not differ separate completely by chance 2 / C(2n, n) of the time: 1 in 10 at n=3, 1 in 126 at n=5.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class Spread:
+    n: int
+    median: float
+    low: float
+    high: float
+
+    def shown(self, digits: int = 2) -> str:
+        return f"{self.median:,.{digits}f} ({self.low:,.{digits}f}-{self.high:,.{digits}f}, n={self.n})"
+
+
+def spread(samples: Sequence[float] | None) -> Spread | None:
+    if not samples:
+        return None
+    return Spread(len(samples), statistics.median(samples), min(samples), max(samples))
+
+
+class Call(str, Enum):
+    BETTER = "better"
+    WORSE = "worse"
+    NOISE = "within noise"
+    UNJUDGED = "not judged"  # a side has no samples, or too few for the rule
+
+
+def chance(n_base: int, n_cand: int) -> float:
+    """How often two equal builds' samples separate completely by chance (both orders counted)."""
+    return 2 / math.comb(n_base + n_cand, n_base)
+
+
+def rule(min_change: float) -> str:
+    """The rule in one sentence, for the page."""
+    return (f"A timing difference is called real only when the ranges of the repeats do not overlap and the medians "
+            f"differ by at least {min_change:.0%}; two equal builds separate completely by chance 1 time in "
+            f"{1 / chance(3, 3):.0f} with 3 repeats a side, 1 in {1 / chance(5, 5):.0f} with 5. Everything else is "
+            f"within noise. Where the host's load average differs by more than {LOAD_FACTOR}x between the sides, "
+            "a difference is not judged.")
+
+
+# The sides ran under different load when the host's load average differs by more than this factor (and by more
+# than one runnable process): measured on the 2-core test machine, the same image's TTFT went from 0.05 to 0.38 s
+# median when the load went from 5 to 24 between the baseline and the candidate.
+LOAD_FACTOR = 1.5
+
+
+def load_moved(base: tuple[float, float] | None, cand: tuple[float, float] | None) -> str | None:
+    """Why the two sides' timings cannot be compared (the host's load moved between them), or None."""
+    if base is None or cand is None:
+        return None
+    b, c = max(base), max(cand)
+    low, high = min(b, c), max(b, c)
+    if high - low > 1.0 and high > LOAD_FACTOR * max(low, 0.1):
+        return f"the host's load average moved from {b:.1f} to {c:.1f} between the sides"
+    return None
+
+
+def compare(base: Sequence[float] | None, cand: Sequence[float] | None, *, higher_is_better: bool,
+            min_change: float, min_n: int = 3, load: str | None = None) -> tuple[Call, str]:
+    """(call, why in words) for one timing figure; `load`: why the sides ran under different load (load_moved),
+    which leaves a difference unjudged rather than called real."""
+    b, c = spread(base), spread(cand)
+    if b is None or c is None:
+        return Call.UNJUDGED, "measured on one side only"
+    if b.n < min_n or c.n < min_n:
+        return Call.UNJUDGED, f"{b.n} and {c.n} samples: fewer than {min_n} a side, no rule can tell"
+    change = (c.median - b.median) / b.median if b.median else math.inf
+    apart = c.low > b.high or c.high < b.low
+    text = f"median {change:+.0%}"
+    if not apart:
+        return Call.NOISE, f"{text}, ranges overlap"
+    if abs(change) < min_change:
+        return Call.NOISE, f"{text}, ranges apart but under {min_change:.0%}"
+    if load is not None:
+        return Call.UNJUDGED, f"{text}, ranges apart, but {load}: measure again at a steady load"
+    up = c.median > b.median
+    better = up == higher_is_better
+    return (Call.BETTER if better else Call.WORSE), f"{text}, ranges apart (chance {chance(b.n, c.n):.1%})"

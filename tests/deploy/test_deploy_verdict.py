@@ -1,0 +1,116 @@
+"""The rule for "real", the verdict and memory per check phase, on figures written by hand (the server test,
+tests/deploy/test_deploy_report_server.py, runs them on the real CPU server)."""
+
+from __future__ import annotations
+
+from vpatch.deploy import Figures, Series, Side
+from vpatch.deploy.checks import CheckResult, Status
+from vpatch.deploy.ledger import parse_start_log
+from vpatch.deploy.noise import Call, chance, compare, load_moved
+from vpatch.deploy.series import MemoryPoint
+from vpatch.report import deploy_verdict
+
+
+def test_overlapping_ranges_are_within_noise_and_apart_ranges_are_real() -> None:
+    same = compare([0.79, 0.81, 0.80, 0.95, 0.78], [0.80, 0.82, 0.77, 0.90, 0.83], higher_is_better=False, min_change=0.1)
+    assert same[0] is Call.NOISE and "ranges overlap" in same[1]
+    faster = compare([1.20, 1.25, 1.23, 1.30, 1.22], [0.79, 0.80, 0.78, 0.82, 0.81], higher_is_better=False, min_change=0.1)
+    assert faster[0] is Call.BETTER and "-35%" in faster[1]
+    decode = compare([94.3, 95.0, 93.8], [138.9, 137.2, 139.5], higher_is_better=True, min_change=0.1)
+    assert decode[0] is Call.BETTER
+    slower = compare([15.1, 15.0, 15.2], [15.7, 15.6, 15.8], higher_is_better=False, min_change=0.1)
+    assert slower[0] is Call.NOISE and "under 10%" in slower[1]  # 0.6 s on 15: apart, but small
+    assert compare([1.0], [2.0], higher_is_better=False, min_change=0.1)[0] is Call.UNJUDGED  # one run: no rule
+    assert compare(None, [2.0, 2.1, 2.2], higher_is_better=False, min_change=0.1)[0] is Call.UNJUDGED
+    assert round(1 / chance(5, 5)) == 126 and round(1 / chance(3, 3)) == 10
+
+
+def test_a_difference_measured_under_another_load_is_not_judged() -> None:
+    """The same image, its candidate side measured while the host's load went from 5 to 24 (seen on the 2-core
+    test machine): ranges apart, but no call of better or worse."""
+    moved = load_moved((5.3, 5.1), (12.7, 23.7))
+    assert moved == "the host's load average moved from 5.3 to 23.7 between the sides"
+    call, why = compare([0.01, 0.01, 0.02, 0.01, 0.01], [0.05, 0.12, 1.04, 0.09, 0.2], higher_is_better=False,
+                        min_change=0.1, load=moved)
+    assert call is Call.UNJUDGED and "measure again at a steady load" in why
+    assert load_moved((4.0, 4.5), (5.2, 5.9)) is None  # 4.5 -> 5.9: under 1.5x, the same kind of load
+    assert load_moved((0.2, 0.3), (0.9, 1.1)) is None  # under one process more: an idle machine's jitter
+
+
+def side(figures: Figures, log: str = "", checks: tuple[CheckResult, ...] = (), memory: tuple[MemoryPoint, ...] = ()) -> Side:
+    return Side(checks, figures, Series(memory=memory), ledger=parse_start_log(log))
+
+
+LOG = ("(Worker_TP{i} pid=1) INFO 09-24 20:01:02 [x.py:1] Loading weights took {load} seconds\n"
+       "(Worker_TP{i} pid=1) INFO 09-24 20:01:02 [x.py:1] Model loading took 14.2 GiB memory and 108.5 seconds\n"
+       "(Worker_TP{i} pid=1) INFO 09-24 20:01:02 [x.py:1] Free memory on device (31.36/31.36 GiB) on startup. Desired "
+       "GPU memory utilization is (0.9, 28.22 GiB). Actual usage is {consumed} GiB for consumed memory (weights + "
+       "non-torch), 2.1 GiB for peak activation, and 0.5 GiB for CUDAGraph memory. Replace …\n")
+
+
+def cards(load: float, consumed: float) -> str:
+    return "".join(LOG.format(i=i, load=load, consumed=consumed) for i in range(4))
+
+
+def test_the_verdict_names_better_worse_noise_and_what_stands_beside_a_failure() -> None:
+    base = side(Figures(kv_pool_tokens=1_041_901, ttft_samples=(1.23, 1.25, 1.22), decode_samples=(94.3, 95.0, 93.8),
+                        prefill_samples=(15.1, 15.0, 15.2), timing_min_change=0.1), cards(107.0, 15.3),
+                memory=(MemoryPoint(1.0, "gpu0", 30000, 32607, "parallel"),))
+    failed = CheckResult("memory", Status.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
+    cand = side(Figures(kv_pool_tokens=1_064_800, ttft_samples=(0.79, 0.80, 0.78), decode_samples=(138.9, 137.2, 139.5),
+                        prefill_samples=(15.7, 15.6, 15.8), timing_min_change=0.1), cards(151.0, 16.4), (failed,),
+                memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
+    found = deploy_verdict.verdict(base, cand)
+    assert any(b.startswith("KV pool (tokens) 1,041,901 -> 1,064,800") for b in found.better)
+    assert any(b.startswith("time to first token") for b in found.better)
+    assert any(b.startswith("decode rate") for b in found.better)
+    assert any(n.startswith("long prefill") for n in found.noise)
+    assert "start: weights load +44.00 s per worker (one start each)" in found.worse
+    assert "start: non-torch memory (consumed - weights) +1.10 GiB per worker" in found.worse
+    assert found.failed == "memory: lowest 200 MiB free (gpu0 went below the floor)"
+    # Beside a memory failure: the memory lines of the ledger first, then the phase table's difference.
+    assert found.explained_by[0] == "start: consumed (weights + non-torch) +1.10 GiB per worker"
+    assert "parallel: gpu0 peak +1,400 MiB (30,000 -> 31,400; lowest free 1,207 MiB)" in found.explained_by
+    rows = deploy_verdict.ledger_table_rows(base, cand)
+    assert ("weights load", "107.00 s x4 workers", "151.00 s x4 workers", "weights load +44.00 s per worker") in rows
+    doc = deploy_verdict.to_json(base, cand)
+    assert doc["verdict"]["failed"] and doc["timing"]["rule"].startswith("A timing difference is called real only")
+    assert {t["call"] for t in doc["timing"]["figures"]} == {"better", "within noise"}
+
+
+def test_memory_per_phase_takes_the_peak_and_the_lowest_free_per_device() -> None:
+    points = (MemoryPoint(0.5, "container", 900, 2000, "kv pool"), MemoryPoint(1.0, "container", 1000, 2000, "parallel"),
+              MemoryPoint(1.5, "container", 1700, 2000, "parallel"), MemoryPoint(2.0, "container", 1100, 2000, "parallel"))
+    rows = deploy_verdict.memory_phases(Series(memory=points), "candidate")
+    assert [(r.check, r.peak_used_mib, r.lowest_free_mib, r.readings) for r in rows] == [
+        ("kv pool", 900, 1100, 1), ("parallel", 1700, 300, 3)]
+
+
+def test_the_page_puts_the_verdict_on_top_and_shows_ledger_rule_and_phases() -> None:
+    from vpatch.deploy import DeployRecord
+    from vpatch.report import deploy_html
+
+    base = side(Figures(ttft_samples=(1.23, 1.25, 1.22), timing_min_change=0.1), cards(107.0, 15.3),
+                memory=(MemoryPoint(1.0, "gpu0", 30000, 32607, "parallel"),))
+    failed = CheckResult("memory", Status.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
+    cand = side(Figures(ttft_samples=(0.79, 0.80, 0.78), timing_min_change=0.1), cards(151.0, 16.4), (failed,),
+                memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
+    record = DeployRecord("flash-next", "vllm-flash-next", "nightly", "20260924-200000", "k", base, cand,
+                          decision="rolled back", failed_check="memory")
+    page = deploy_html.render(record)
+    assert page.index('id="decision"') < page.index('id="verdict"') < page.index("<h2>Checks</h2>")
+    assert page.index("<h2>Checks</h2>") < page.index('id="ledger"') < page.index('id="timing"') < page.index('id="memory-phases"')
+    assert "weights load +44.00 s per worker" in page and "A timing difference is called real only" in page
+    assert "<b>failed</b> memory: lowest 200 MiB free" in page
+
+
+def test_memory_held_more_in_every_phase_is_worse_and_side_by_side() -> None:
+    base = side(Figures(), memory=(MemoryPoint(0.5, "container", 1277, 24105, "kv pool"),
+                                   MemoryPoint(1.5, "container", 1283, 24105, "parallel")))
+    cand = side(Figures(), memory=(MemoryPoint(0.5, "container", 1663, 24105, "kv pool"),
+                                   MemoryPoint(1.5, "container", 1684, 24105, "parallel")))
+    found = deploy_verdict.verdict(base, cand)
+    assert found.worse == ["memory: container peak +386 to +401 MiB in 2 of 2 phases (most in parallel: 1,283 -> "
+                           "1,684 MiB; lowest free 22,421 MiB)"]
+    assert deploy_verdict.phase_table_rows(base, cand)[1] == ("parallel", "container", "1,283", "1,684", "+401",
+                                                              "22,421", "24,105")
