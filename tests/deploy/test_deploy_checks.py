@@ -12,7 +12,8 @@ import pytest
 
 from vpatch.base.errors import ConfigError
 from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
-from vpatch.deploy.checks import (
+from vpatch.deploy.client import Server, Timing
+from vpatch.deploy.measure import (
     CheckResult,
     Run,
     Status,
@@ -27,7 +28,6 @@ from vpatch.deploy.checks import (
     judge_tool_call,
     run_checks,
 )
-from vpatch.deploy.client import Server, Timing
 from vpatch.deploy.readings import (
     CacheGeometry,
     KvPool,

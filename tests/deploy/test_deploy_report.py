@@ -13,8 +13,8 @@ import pytest
 from vpatch.base.errors import ConfigError
 from vpatch.config.definition import ImageDefinition
 from vpatch.config.deploy import MemoryCheck, Suite
-from vpatch.deploy.checks import CheckResult, Figures, Status, judge_memory
 from vpatch.deploy.client import Server
+from vpatch.deploy.measure import CheckResult, Figures, Status, judge_memory
 from vpatch.deploy.memory import DeviceMemory, MemoryWatch, parse_nvidia_smi
 from vpatch.deploy.record import DeployRecord, Side, Source, age, recorded_baseline
 from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series

@@ -21,7 +21,7 @@ KNOWN_TWICE: dict[str, str] = {
     "Decision": "deploy/switch.py (keep or roll back) beside verdict/decision.py: deploy/ is being reworked",
     "Event": "deploy/series.py (a pass's time-series event) beside base/progress.py: deploy/ is being reworked",
     "Series": "deploy/series.py (a pass's time series) beside series/files.py: deploy/ is being reworked",
-    "Status": "deploy/checks.py (a check's status) beside status/compute.py: deploy/ is being reworked",
+    "Status": "deploy/measure.py (a check's status) beside status/compute.py: deploy/ is being reworked",
     # serve/alive.py's source is the container's health check (serve/render.py embeds it in `docker run`): a rename
     # there changes every rendered command, and every running container would show drift (`serve --diff`)
     "Verdict": "serve/alive.py (is the server alive) beside verdict/judge.py: its source is the containers' health check",

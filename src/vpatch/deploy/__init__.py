@@ -2,11 +2,11 @@
 
 Other rooms import these names from here; modules inside the room import each other directly."""
 
-from vpatch.deploy.checks import Figures
 from vpatch.deploy.container import stamp
 from vpatch.deploy.journal import Journal
 from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
 from vpatch.deploy.ledger import LedgerRow, StartLedger, absent_note, ledger_rows, shown_per_worker
+from vpatch.deploy.measure import Figures
 from vpatch.deploy.noise import Call, compare, load_moved, rule, spread
 from vpatch.deploy.record import DeployRecord, Side, Source, age
 from vpatch.deploy.series import Series

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, process
 from vpatch.config import Suite
-from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks, scan_log
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
     Restored,
@@ -31,6 +30,7 @@ from vpatch.deploy.ledger import SERVER, StartLedger, parse_start_log
 from vpatch.deploy.live import LiveReport, PatchOutcome
 from vpatch.deploy.live import Plan as LivePlan
 from vpatch.deploy.live import run as run_live
+from vpatch.deploy.measure import CheckResult, Figures, Run, run_checks, scan_log
 from vpatch.deploy.memory import Source, container_source, gpu_source
 from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key
