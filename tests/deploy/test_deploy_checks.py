@@ -13,9 +13,8 @@ import pytest
 from vpatch.base.errors import ConfigError
 from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
 from vpatch.deploy.client import Server, Timing
-from vpatch.deploy.measure import (
+from vpatch.deploy.judge import (
     CheckResult,
-    Run,
     Status,
     answer_is_right,
     ceiling_tokens,
@@ -26,8 +25,8 @@ from vpatch.deploy.measure import (
     judge_log,
     judge_parallel,
     judge_tool_call,
-    run_checks,
 )
+from vpatch.deploy.measure import Run, run_checks
 from vpatch.deploy.readings import (
     CacheGeometry,
     KvPool,

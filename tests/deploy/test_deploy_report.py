@@ -14,7 +14,7 @@ from vpatch.base.errors import ConfigError
 from vpatch.config.definition import ImageDefinition
 from vpatch.config.deploy import MemoryCheck, Suite
 from vpatch.deploy.client import Server
-from vpatch.deploy.measure import CheckResult, Figures, Status, judge_memory
+from vpatch.deploy.judge import CheckResult, Figures, Status, judge_memory
 from vpatch.deploy.memory import DeviceMemory, MemoryWatch, parse_nvidia_smi
 from vpatch.deploy.record import DeployRecord, Side, Source, age, recorded_baseline
 from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series

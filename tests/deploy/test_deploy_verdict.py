@@ -4,8 +4,8 @@ tests/deploy/test_deploy_report_server.py, runs them on the real CPU server)."""
 from __future__ import annotations
 
 from vpatch.deploy import Figures, Series, Side
+from vpatch.deploy.judge import CheckResult, Status
 from vpatch.deploy.ledger import parse_start_log
-from vpatch.deploy.measure import CheckResult, Status
 from vpatch.deploy.noise import Call, chance, compare, load_moved
 from vpatch.deploy.series import MemoryPoint
 from vpatch.report import deploy_verdict

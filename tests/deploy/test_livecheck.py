@@ -236,8 +236,8 @@ def test_update_refuses_a_drop_whose_live_check_names_no_file(project: Project) 
 
 
 def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -> None:
+    from vpatch.deploy.judge import Figures
     from vpatch.deploy.live import LiveReport, Plan
-    from vpatch.deploy.measure import Figures
     from vpatch.deploy.switch import Decision, Outcome, Report
     from vpatch.report import deploy as deploy_report
 

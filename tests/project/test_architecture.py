@@ -195,7 +195,6 @@ IN_FLIGHT_INNER: dict[tuple[str, str], str] = {
     ("deploy", "vpatch.serve.health"): _DEPLOY,
     ("deploy", "vpatch.serve.lint"): _DEPLOY,
     ("deploy", "vpatch.serve.render"): _DEPLOY,
-    ("report", "vpatch.deploy.measure"): _DEPLOY,
     ("report", "vpatch.deploy.container"): _DEPLOY,
     ("report", "vpatch.deploy.live"): _DEPLOY,
     ("report", "vpatch.deploy.prune"): _DEPLOY,

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from vpatch.base import Progress, VpatchError, lock
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.deploy.measure import CheckResult, Status
+from vpatch.deploy.judge import CheckResult, Status
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, health
 

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from vpatch.base import Progress, VpatchError
 from vpatch.config import ImageDefinition
 from vpatch.deploy.client import Server, ServerError
+from vpatch.deploy.judge import CheckResult, Status
 from vpatch.deploy.livecheck import Api, Case, LiveCheck, LiveCheckError
 from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
-from vpatch.deploy.measure import CheckResult, Status
 from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.image import LABEL_PREFIX, verify_image
 from vpatch.series import Series, live_check_file, retired_entries

@@ -18,8 +18,8 @@ from typing import Any
 from vpatch.base import JournalError, records
 from vpatch.config import Suite
 from vpatch.deploy.journal import Journal
+from vpatch.deploy.judge import CheckResult, Figures, Status
 from vpatch.deploy.ledger import StartLedger
-from vpatch.deploy.measure import CheckResult, Figures, Status
 from vpatch.deploy.series import Series
 
 _HINT = "the deploy's record is only read for its report and as a later baseline: move it away to measure afresh"

@@ -26,11 +26,12 @@ from vpatch.deploy.container import (
     watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
+from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import SERVER, StartLedger, parse_start_log
 from vpatch.deploy.live import LiveReport, PatchOutcome
 from vpatch.deploy.live import Plan as LivePlan
 from vpatch.deploy.live import run as run_live
-from vpatch.deploy.measure import CheckResult, Figures, Run, run_checks, scan_log
+from vpatch.deploy.measure import Run, run_checks, scan_log
 from vpatch.deploy.memory import Source, container_source, gpu_source
 from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key

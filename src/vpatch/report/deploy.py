@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from vpatch.deploy import CheckResult, Figures
 from vpatch.deploy.live import LiveReport, live_json
-from vpatch.deploy.measure import CheckResult, Figures
 from vpatch.deploy.switch import Report, describe
 from vpatch.report import deploy_verdict
 
