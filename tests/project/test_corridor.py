@@ -16,12 +16,6 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # Class names defined in more than one module that stay for now, each with its reason; the test also fails on an
 # entry no longer defined twice, so the list only shrinks.
 KNOWN_TWICE: dict[str, str] = {
-    # deploy/ is being reworked by the deploy corridor's work (issue 45, item 4): its names are renamed there
-    "Case": "deploy/livecheck.py (a live check's case) beside verdict/decision.py: deploy/ is being reworked",
-    "Decision": "deploy/switch.py (keep or roll back) beside verdict/decision.py: deploy/ is being reworked",
-    "Event": "deploy/series.py (a pass's time-series event) beside base/progress.py: deploy/ is being reworked",
-    "Series": "deploy/series.py (a pass's time series) beside series/files.py: deploy/ is being reworked",
-    "Status": "deploy/measure.py (a check's status) beside status/compute.py: deploy/ is being reworked",
     # serve/alive.py's source is the container's health check (serve/render.py embeds it in `docker run`): a rename
     # there changes every rendered command, and every running container would show drift (`serve --diff`)
     "Verdict": "serve/alive.py (is the server alive) beside verdict/judge.py: its source is the containers' health check",

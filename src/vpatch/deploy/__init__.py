@@ -9,7 +9,7 @@ from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
 from vpatch.deploy.ledger import LedgerRow, StartLedger, absent_note, ledger_rows, shown_per_worker
 from vpatch.deploy.noise import Call, compare, load_moved, rule, spread
 from vpatch.deploy.record import DeployRecord, Side, Source, age
-from vpatch.deploy.series import Series
+from vpatch.deploy.series import PassSeries
 from vpatch.deploy.switch import Report, Where, holders
 
 __all__ = [
@@ -20,8 +20,8 @@ __all__ = [
     "Figures",
     "Journal",
     "LedgerRow",
+    "PassSeries",
     "Report",
-    "Series",
     "Side",
     "Source",
     "StartLedger",

@@ -12,7 +12,7 @@ from typing import NoReturn
 
 from vpatch.base import Progress, VpatchError, lock
 from vpatch.deploy.journal import Journal, Phase
-from vpatch.deploy.judge import CheckResult, Status
+from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, health
 
@@ -97,9 +97,9 @@ def watch_start(docker: Docker, cid: str, seconds: float) -> CheckResult:
     while (elapsed := time.monotonic() - start) < seconds:
         why = health.down(docker, cid)
         if why is not None:
-            return CheckResult("started", Status.FAIL, f"down after {elapsed:.0f}s", why, elapsed)
+            return CheckResult("started", CheckStatus.FAIL, f"down after {elapsed:.0f}s", why, elapsed)
         time.sleep(0.5)
-    return CheckResult("started", Status.PASS, f"running, no restart in {seconds:.0f}s", "", time.monotonic() - start)
+    return CheckResult("started", CheckStatus.PASS, f"running, no restart in {seconds:.0f}s", "", time.monotonic() - start)
 
 
 def wait_alive(docker: Docker, cid: str, url: str, timeout: float, progress: Progress, name: str = "health", *,
@@ -112,8 +112,8 @@ def wait_alive(docker: Docker, cid: str, url: str, timeout: float, progress: Pro
                                     timeout_key=timeout_key)
     except health.NotAlive as exc:
         elapsed = time.monotonic() - start
-        return CheckResult(name, Status.FAIL, f"not alive after {elapsed:.0f}s", exc.why, elapsed)
-    return CheckResult(name, Status.PASS, f"alive after {seconds:.0f}s (a 1-token completion answered)", "", seconds)
+        return CheckResult(name, CheckStatus.FAIL, f"not alive after {elapsed:.0f}s", exc.why, elapsed)
+    return CheckResult(name, CheckStatus.PASS, f"alive after {seconds:.0f}s (a 1-token completion answered)", "", seconds)
 
 
 def park(docker: Docker, journal: Journal, cid: str, restart: str) -> Journal:

@@ -29,7 +29,7 @@ from vpatch.deploy.readings import (
 from vpatch.deploy.series import MemoryPoint
 
 
-class Status(str, Enum):
+class CheckStatus(str, Enum):
     PASS = "pass"
     FAIL = "fail"
     ERROR = "error"  # the measurement itself failed (e.g. no KV usage seen): not a pass, the deploy rolls back
@@ -39,14 +39,14 @@ class Status(str, Enum):
 @dataclass(frozen=True)
 class CheckResult:
     name: str
-    status: Status
+    status: CheckStatus
     figure: str  # the measured number(s) with the threshold, e.g. "1,050,422 tokens (floor 1,000,000)"
     detail: str = ""
     seconds: float = 0.0
 
     @property
     def failed(self) -> bool:
-        return self.status in (Status.FAIL, Status.ERROR)
+        return self.status in (CheckStatus.FAIL, CheckStatus.ERROR)
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,9 @@ class Figures:
     timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
 
 
-def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[Status, str, str]:
+def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[CheckStatus, str, str]:
     if pool is None:
-        return Status.FAIL, "no 'KV cache size' line", "the start log does not announce the KV pool; did the engine start?"
+        return CheckStatus.FAIL, "no 'KV cache size' line", "the start log does not announce the KV pool; did the engine start?"
     figure = f"{pool.tokens:,} tokens (floor {check.min_tokens:,})"
     if pool.concurrency is not None:
         figure += f", {pool.concurrency:.2f}x at {pool.request_tokens:,} tokens"
@@ -86,39 +86,39 @@ def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | No
         problems.append(f"max concurrency {pool.concurrency} is below {check.min_concurrency}")
     if check.max_drop is not None and baseline is not None and pool.tokens < baseline.tokens * (1 - check.max_drop):
         problems.append(f"pool shrank from {baseline.tokens:,} (baseline) by more than {check.max_drop:.0%}")
-    return (Status.FAIL if problems else Status.PASS), figure, "; ".join(problems)
+    return (CheckStatus.FAIL if problems else CheckStatus.PASS), figure, "; ".join(problems)
 
 
-def judge_block_cost(cost: BlockCost, check: BlockCostCheck) -> tuple[Status, str, str]:
+def judge_block_cost(cost: BlockCost, check: BlockCostCheck) -> tuple[CheckStatus, str, str]:
     if cost.tokens == 0:
         # the answer carried no usage: it was cut short (the server or its daemon went away), nothing to judge
-        return Status.ERROR, f"{cost.held} blocks seen, no token count in the answer", (
+        return CheckStatus.ERROR, f"{cost.held} blocks seen, no token count in the answer", (
             "measurement error: the request's stream ended without its usage (prompt and completion tokens): "
             "the server cut the answer short or went away, so the blocks it holds cannot be judged")
     figure = (f"{cost.held} blocks for {cost.tokens:,} tokens = 1 per {cost.tokens_per_block:.0f} tokens; "
               f"geometry predicts {cost.predicted} ({cost.ratio:.2f}x, limit {check.max_ratio:.2f}x)")
     if cost.held == 0:
-        return Status.ERROR, figure, ("measurement error: no KV usage was seen while the request ran, although "
+        return CheckStatus.ERROR, figure, ("measurement error: no KV usage was seen while the request ran, although "
                                       "/metrics was read back to back while it streamed (no kv_cache_usage_perc, or it never moved)")
     if cost.ratio > check.max_ratio:
-        return Status.FAIL, figure, "a request holds more KV blocks than the start log's arithmetic assumes"
-    return Status.PASS, figure, ""
+        return CheckStatus.FAIL, figure, "a request holds more KV blocks than the start log's arithmetic assumes"
+    return CheckStatus.PASS, figure, ""
 
 
-def judge_tool_call(chat: StreamedChat) -> tuple[Status, str, str]:
+def judge_tool_call(chat: StreamedChat) -> tuple[CheckStatus, str, str]:
     if not chat.tool_calls:
-        return Status.FAIL, "no tool call", f"finish_reason {chat.finish_reason}; text: {chat.text[:200]!r}"
+        return CheckStatus.FAIL, "no tool call", f"finish_reason {chat.finish_reason}; text: {chat.text[:200]!r}"
     for call in chat.tool_calls:
         try:
             parsed = strict_json(call.arguments)
         except NotStrictJson as exc:
-            return Status.FAIL, f"{call.name}: not strict JSON", f"{exc}: {call.arguments[:200]}"
+            return CheckStatus.FAIL, f"{call.name}: not strict JSON", f"{exc}: {call.arguments[:200]}"
         except ValueError as exc:
-            return Status.FAIL, f"{call.name}: invalid JSON", f"{exc}: {call.arguments[:200]}"
+            return CheckStatus.FAIL, f"{call.name}: invalid JSON", f"{exc}: {call.arguments[:200]}"
         if not isinstance(parsed, dict):
-            return Status.FAIL, f"{call.name}: arguments are not an object", call.arguments[:200]
+            return CheckStatus.FAIL, f"{call.name}: arguments are not an object", call.arguments[:200]
     names = ", ".join(c.name for c in chat.tool_calls)
-    return Status.PASS, f"{len(chat.tool_calls)} call(s) ({names}), strict JSON", ""
+    return CheckStatus.PASS, f"{len(chat.tool_calls)} call(s) ({names}), strict JSON", ""
 
 
 def answer_is_right(answer: str, expect: Sequence[str]) -> bool:
@@ -126,12 +126,12 @@ def answer_is_right(answer: str, expect: Sequence[str]) -> bool:
     return any(re.search(rf"(?<!\w){re.escape(e)}(?!\w)", answer, re.I) for e in expect)
 
 
-def judge_count(what: str, right: int, total: int, minimum: int) -> tuple[Status, str, str]:
+def judge_count(what: str, right: int, total: int, minimum: int) -> tuple[CheckStatus, str, str]:
     figure = f"{right} of {total} {what} (min {minimum})"
-    return (Status.PASS, figure, "") if right >= minimum else (Status.FAIL, figure, f"fewer than {minimum} right")
+    return (CheckStatus.PASS, figure, "") if right >= minimum else (CheckStatus.FAIL, figure, f"fewer than {minimum} right")
 
 
-def judge_parallel(timings: Sequence[Timing | str], preemptions: int, check: ParallelCheck) -> tuple[Status, str, str]:
+def judge_parallel(timings: Sequence[Timing | str], preemptions: int, check: ParallelCheck) -> tuple[CheckStatus, str, str]:
     errors = [t for t in timings if isinstance(t, str)]
     done = [t for t in timings if isinstance(t, Timing)]
     short = [t for t in done if t.completion_tokens < check.max_tokens]
@@ -146,7 +146,7 @@ def judge_parallel(timings: Sequence[Timing | str], preemptions: int, check: Par
         problems.append(f"{len(errors)} request(s) failed: {errors[0][:200]}")
     if short:
         problems.append(f"{len(short)} request(s) stopped early")
-    return (Status.FAIL if problems else Status.PASS), figure, "; ".join(problems)
+    return (CheckStatus.FAIL if problems else CheckStatus.PASS), figure, "; ".join(problems)
 
 
 def ceiling_tokens(max_model_len: int, geometry: CacheGeometry) -> int:
@@ -156,22 +156,22 @@ def ceiling_tokens(max_model_len: int, geometry: CacheGeometry) -> int:
 
 
 def judge_ceiling(timing: Timing, waiting_after: float | None, max_model_len: int, geometry: CacheGeometry,
-                  ) -> tuple[Status, str, str]:
+                  ) -> tuple[CheckStatus, str, str]:
     usable = (geometry.blocks - 1) * geometry.block_size
     figure = (f"{timing.prompt_tokens:,} + {timing.completion_tokens} tokens, finish {timing.finish_reason}; "
               f"max_model_len {max_model_len:,}, pool {geometry.blocks} x {geometry.block_size} "
               f"({usable:,} usable)")
     if timing.finish_reason not in ("stop", "length") or timing.completion_tokens < 1:
-        return Status.FAIL, figure, "the request at the ceiling did not finish with stop or length"
+        return CheckStatus.FAIL, figure, "the request at the ceiling did not finish with stop or length"
     if waiting_after:
-        return Status.FAIL, figure, f"{waiting_after:.0f} request(s) left waiting after it finished"
-    return Status.PASS, figure, ""
+        return CheckStatus.FAIL, figure, f"{waiting_after:.0f} request(s) left waiting after it finished"
+    return CheckStatus.PASS, figure, ""
 
 
-def judge_memory(points: Sequence[MemoryPoint], check: MemoryCheck) -> tuple[Status, str, str]:
+def judge_memory(points: Sequence[MemoryPoint], check: MemoryCheck) -> tuple[CheckStatus, str, str]:
     """The lowest free memory any device reached while the checks sent requests, against the floor."""
     if not points:
-        return Status.ERROR, "no memory reading", (
+        return CheckStatus.ERROR, "no memory reading", (
             "measurement error: neither nvidia-smi nor docker's stats gave a reading while the checks ran")
     low = min(points, key=lambda p: p.free_mib)
     devices = sorted({p.device for p in points})
@@ -179,19 +179,19 @@ def judge_memory(points: Sequence[MemoryPoint], check: MemoryCheck) -> tuple[Sta
               f"{f' ({low.check})' if low.check else ''}; floor {check.min_free_mib:,.0f} MiB; "
               f"{len(points)} readings of {', '.join(devices)}")
     if low.free_mib < check.min_free_mib:
-        return Status.FAIL, figure, (f"{low.device} went below the floor of {check.min_free_mib:,.0f} MiB free: "
+        return CheckStatus.FAIL, figure, (f"{low.device} went below the floor of {check.min_free_mib:,.0f} MiB free: "
                                      "the candidate needs more working memory than the device has to spare")
-    return Status.PASS, figure, ""
+    return CheckStatus.PASS, figure, ""
 
 
-def judge_log(findings: Sequence[LogFinding]) -> tuple[Status, str, str]:
+def judge_log(findings: Sequence[LogFinding]) -> tuple[CheckStatus, str, str]:
     if not findings:
-        return Status.PASS, "no configured pattern in the log", ""
+        return CheckStatus.PASS, "no configured pattern in the log", ""
     figure = ", ".join(f"{f.pattern!r} x{f.count}" for f in findings)
-    return Status.FAIL, figure, " | ".join(f.lines[0] for f in findings)
+    return CheckStatus.FAIL, figure, " | ".join(f.lines[0] for f in findings)
 
 
-def judge_timing(samples: dict[str, list[float]], errors: list[str], check: TimingCheck) -> tuple[Status, str, str]:
+def judge_timing(samples: dict[str, list[float]], errors: list[str], check: TimingCheck) -> tuple[CheckStatus, str, str]:
     """A measurement: it passes when every request finished; the figures are judged against the baseline's
     by deploy/noise.py, not here."""
     units = {"ttft": ("TTFT", "s"), "decode": ("decode", "tok/s"), "prefill": ("long prefill", "s"),
@@ -203,5 +203,5 @@ def judge_timing(samples: dict[str, list[float]], errors: list[str], check: Timi
             parts.append(f"{label} {found.shown()} {unit}")
     figure = "; ".join(parts) or "no sample"
     if errors:
-        return Status.FAIL, figure, f"{len(errors)} timing request(s) failed: {errors[0][:200]}"
-    return Status.PASS, figure + f" ({check.repeats} repeats)", ""
+        return CheckStatus.FAIL, figure, f"{len(errors)} timing request(s) failed: {errors[0][:200]}"
+    return CheckStatus.PASS, figure + f" ({check.repeats} repeats)", ""

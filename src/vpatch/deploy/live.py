@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from vpatch.base import Progress, VpatchError
 from vpatch.config import ImageDefinition
 from vpatch.deploy.client import Server, ServerError
-from vpatch.deploy.judge import CheckResult, Status
-from vpatch.deploy.livecheck import Api, Case, LiveCheck, LiveCheckError
+from vpatch.deploy.judge import CheckResult, CheckStatus
+from vpatch.deploy.livecheck import Api, LiveCase, LiveCheck, LiveCheckError
 from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
 from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.image import LABEL_PREFIX, verify_image
@@ -105,7 +105,7 @@ class PatchOutcome:
             figure = f"FALSE DROP: {figure}"
             detail = (f"{self.planned.patch} was dropped as upstream ({self.planned.why}), but this server still "
                       f"shows the bug: {detail}")
-        return CheckResult(self.label, Status.PASS if self.ok else Status.FAIL, figure, detail, seconds)
+        return CheckResult(self.label, CheckStatus.PASS if self.ok else CheckStatus.FAIL, figure, detail, seconds)
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,7 @@ def run(plan: Plan, server: Server, progress: Progress, *, fail_fast: bool) -> l
     return out
 
 
-def run_case(case: Case, server: Server) -> CaseOutcome:
+def run_case(case: LiveCase, server: Server) -> CaseOutcome:
     """Send one case's request and judge the answer."""
     started = time.monotonic()
     request = case.request

@@ -22,8 +22,8 @@ from vpatch.config import (
 from vpatch.deploy.client import Server, ServerError, Timing
 from vpatch.deploy.judge import (
     CheckResult,
+    CheckStatus,
     Figures,
-    Status,
     answer_is_right,
     judge_block_cost,
     judge_ceiling,
@@ -44,7 +44,7 @@ from vpatch.deploy.readings import (
     kv_pool_from_log,
     log_findings,
 )
-from vpatch.deploy.series import BlockPoint, Event, Recorder, RequestPoint, Series
+from vpatch.deploy.series import BlockPoint, PassEvent, PassSeries, Recorder, RequestPoint
 from vpatch.deploy.watchdog import Aborted, Reading, Stalled, Tick, Watchdog
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
@@ -83,7 +83,7 @@ class Run:
             self.memory = MemoryWatch(self.memory_source, self.recorder, floor)
 
     @property
-    def series(self) -> Series:
+    def series(self) -> PassSeries:
         return self.recorder.freeze()
 
     def _listen(self, reading: Reading) -> None:
@@ -94,7 +94,7 @@ class Run:
             elif reading.preemptions > self._preempted + sum(e.count for e in self.recorder.preemptions):
                 total = int(reading.preemptions - self._preempted)
                 new = total - sum(e.count for e in self.recorder.preemptions)
-                self.recorder.add("preemptions", [Event(self.recorder.at(reading.at), self.recorder.check,
+                self.recorder.add("preemptions", [PassEvent(self.recorder.at(reading.at), self.recorder.check,
                                                         f"{new} preemption(s), {total} in all", new)])
         tokens = reading.stepped if reading.stepped is not None else reading.generated
         last = self._last
@@ -119,18 +119,18 @@ class Run:
                                                     timing.decode_tps, timing.seconds, timing.prompt_tokens,
                                                     timing.completion_tokens)])
 
-    def record(self, name: str, measure: Callable[[], tuple[Status, str, str]]) -> CheckResult:
+    def record(self, name: str, measure: Callable[[], tuple[CheckStatus, str, str]]) -> CheckResult:
         self.progress(f"check: {name}")
         self.recorder.check = name
         start = time.monotonic()
         try:
             status, figure, detail = measure()
         except Aborted as exc:
-            status, figure, detail = Status.ERROR, "stopped: the memory floor was crossed", exc.message
+            status, figure, detail = CheckStatus.ERROR, "stopped: the memory floor was crossed", exc.message
         except ServerError as exc:
             if isinstance(exc, Stalled):
-                self.recorder.add("stalls", [Event(self.recorder.at(time.monotonic()), name, exc.message)])
-            status, figure, detail = Status.FAIL, "request failed", exc.message
+                self.recorder.add("stalls", [PassEvent(self.recorder.at(time.monotonic()), name, exc.message)])
+            status, figure, detail = CheckStatus.FAIL, "request failed", exc.message
         if self.memory is not None:
             self.memory.sample()  # at least one reading per check, while its load is still in place
         low = self._memory_low()
@@ -139,7 +139,7 @@ class Run:
             self.progress(f"check: memory\n  {low.status.value}: {low.figure} ({low.detail})")
         result = CheckResult(name, status, figure, detail, time.monotonic() - start)
         self.results.append(result)
-        self.progress(f"  {status.value}: {figure}" + (f" ({detail})" if detail and status is Status.FAIL else ""))
+        self.progress(f"  {status.value}: {figure}" + (f" ({detail})" if detail and status is CheckStatus.FAIL else ""))
         if self.on_check is not None:
             self.on_check(self)
         return low or result
@@ -161,7 +161,7 @@ class Run:
         if any(r.name == "memory" for r in self.results):
             return
         if self.memory is None:
-            self.results.append(CheckResult("memory", Status.ERROR, "no memory source",
+            self.results.append(CheckResult("memory", CheckStatus.ERROR, "no memory source",
                                             "this server's memory cannot be read (no container, no nvidia-smi)"))
             return
         self.memory.sample()
@@ -170,7 +170,7 @@ class Run:
         self.progress(f"check: memory\n  {status.value}: {figure}")
 
     def skip(self, name: str) -> None:
-        self.results.append(CheckResult(name, Status.SKIP, "not configured"))
+        self.results.append(CheckResult(name, CheckStatus.SKIP, "not configured"))
 
     def note(self, **figures: Any) -> None:
         self.figures = replace(self.figures, **figures)
@@ -188,7 +188,7 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
     `log_scan` the last one, the scan of the server's log, is left to `scan_log`, for a caller that sends more
     requests first (the live checks) and wants their effects in the log scanned too."""
     suite = run.suite
-    steps: list[tuple[str, object, Callable[[], tuple[Status, str, str]]]] = [
+    steps: list[tuple[str, object, Callable[[], tuple[CheckStatus, str, str]]]] = [
         ("kv pool", suite.kv_pool, lambda: _kv_pool(run)),
         ("block cost", suite.block_cost, lambda: _block_cost(run)),
         ("needles", suite.needles, lambda: _needles(run)),
@@ -222,7 +222,7 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
     run.finish()
 
 
-def _kv_pool(run: Run) -> tuple[Status, str, str]:
+def _kv_pool(run: Run) -> tuple[CheckStatus, str, str]:
     assert run.suite.kv_pool is not None
     pool = kv_pool_from_log(run.read_log())
     if pool is not None:
@@ -233,13 +233,13 @@ def _kv_pool(run: Run) -> tuple[Status, str, str]:
 _BLOCK_COST_TRIES = 8
 
 
-def _block_cost(run: Run) -> tuple[Status, str, str]:
+def _block_cost(run: Run) -> tuple[CheckStatus, str, str]:
     check = run.suite.block_cost
     assert check is not None
     before = run.server.metrics()
     geometry = before.cache_geometry
     if geometry is None:
-        return Status.FAIL, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
+        return CheckStatus.FAIL, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
     cost = None
     run.recorder.block_geometry = (geometry.blocks, geometry.block_size)
     stepped = before.total("vllm:iteration_tokens_total_sum")
@@ -358,7 +358,7 @@ def needle_code(length: int) -> str:
     return f"{(length * 7919) % 9000 + 1000}-{chr(65 + length % 26)}{chr(65 + (length // 26) % 26)}"
 
 
-def _needles(run: Run) -> tuple[Status, str, str]:
+def _needles(run: Run) -> tuple[CheckStatus, str, str]:
     check: NeedleCheck | None = run.suite.needles
     assert check is not None
     found, misses = 0, []
@@ -380,7 +380,7 @@ def _needles(run: Run) -> tuple[Status, str, str]:
     return status, figure, detail + ("; missed at " + "; ".join(misses) if misses and detail else "")
 
 
-def _tool_call(run: Run) -> tuple[Status, str, str]:
+def _tool_call(run: Run) -> tuple[CheckStatus, str, str]:
     assert run.suite.tool_call is not None
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
     extra = {"tools": [WEATHER_TOOL], "tool_choice": "auto", **run.suite.tool_call.extra}
@@ -389,7 +389,7 @@ def _tool_call(run: Run) -> tuple[Status, str, str]:
     return judge_tool_call(chat)
 
 
-def _questions(run: Run) -> tuple[Status, str, str]:
+def _questions(run: Run) -> tuple[CheckStatus, str, str]:
     check: QuestionCheck | None = run.suite.questions
     assert check is not None
     right = 0
@@ -401,7 +401,7 @@ def _questions(run: Run) -> tuple[Status, str, str]:
     return judge_count("questions right", right, len(check.questions), check.min_right)
 
 
-def _parallel(run: Run) -> tuple[Status, str, str]:
+def _parallel(run: Run) -> tuple[CheckStatus, str, str]:
     check = run.suite.parallel
     assert check is not None
     prompts = [run.server.filler(check.prompt_tokens, f"parallel-{i}-{time.time_ns()}") for i in range(check.requests)]
@@ -420,7 +420,7 @@ def _parallel(run: Run) -> tuple[Status, str, str]:
     return judge_parallel(timings, preemptions, check)
 
 
-def _ceiling(run: Run) -> tuple[Status, str, str]:
+def _ceiling(run: Run) -> tuple[CheckStatus, str, str]:
     """One request of exactly max_model_len - max_tokens prompt tokens (token ids, so the size is exact):
     the largest the frontend accepts. Where the pool holds less, a livelocked engine sends no token and the
     watchdog fails the check in stall_s."""
@@ -428,7 +428,7 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
     assert check is not None
     geometry = run.server.metrics().cache_geometry
     if geometry is None:
-        return Status.ERROR, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
+        return CheckStatus.ERROR, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
     max_model_len = run.server.max_model_len
     prompt = run.server.token_ids(max_model_len - check.max_tokens, f"ceiling-{time.time_ns()}")
     timing = run.watch.call(_completion(run, prompt, check.max_tokens))
@@ -442,7 +442,7 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
     return judge_ceiling(timing, waiting, max_model_len, geometry)
 
 
-def _timing(run: Run) -> tuple[Status, str, str]:
+def _timing(run: Run) -> tuple[CheckStatus, str, str]:
     """The timing figures `repeats` times each: a short request (TTFT, decode rate), a long one (its prefill:
     the time to its first token), `parallel` short requests at once (the makespan); each prompt unique, so the
     prefix cache serves none of them."""
@@ -489,7 +489,7 @@ def scan_log(run: Run) -> CheckResult:
     return run.record("log scan", lambda: _log_scan(run))
 
 
-def _log_scan(run: Run) -> tuple[Status, str, str]:
+def _log_scan(run: Run) -> tuple[CheckStatus, str, str]:
     findings = log_findings(run.read_log(), run.suite.log_patterns)
     run.note(log_findings=sum(f.count for f in findings))
     return judge_log(findings)

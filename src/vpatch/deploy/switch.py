@@ -36,7 +36,7 @@ from vpatch.deploy.memory import Source, container_source, gpu_source
 from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key
 from vpatch.deploy.record import Source as BaselineSource
-from vpatch.deploy.series import Series
+from vpatch.deploy.series import PassSeries
 from vpatch.docker import Docker
 from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint, refuse_taken_port, start
 from vpatch.serve import base_url as alive_url
@@ -48,15 +48,15 @@ if TYPE_CHECKING:
     from vpatch.serve.render import RunCommand
 
 
-class Decision(str, Enum):
+class DeployDecision(str, Enum):
     DEPLOYED = "deployed"
     ROLLED_BACK = "rolled back"  # a check failed; production is back and healthy
     INTERRUPTED = "interrupted, rolled back"  # Ctrl-C or SIGTERM; production is back and healthy
 
     @property
     def exit_code(self) -> ExitCode:
-        return {Decision.DEPLOYED: ExitCode.OK, Decision.ROLLED_BACK: ExitCode.ROLLED_BACK,
-                Decision.INTERRUPTED: ExitCode.INTERRUPTED}[self]
+        return {DeployDecision.DEPLOYED: ExitCode.OK, DeployDecision.ROLLED_BACK: ExitCode.ROLLED_BACK,
+                DeployDecision.INTERRUPTED: ExitCode.INTERRUPTED}[self]
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class Outcome:
 
     checks: tuple[CheckResult, ...]
     figures: Figures
-    series: Series = field(default_factory=Series)  # the samples the checks took (deploy/series.py)
+    series: PassSeries = field(default_factory=PassSeries)  # the samples the checks took (deploy/series.py)
     source: str = BaselineSource.MEASURED  # a baseline: measured now, or recorded at its own deploy
     recorded_at: str | None = None  # a recorded baseline: when (ISO)
     ledger: StartLedger = field(default_factory=StartLedger)  # what its start cost (deploy/ledger.py)
@@ -85,7 +85,7 @@ class Report:
     definition: str
     container: str
     image: str
-    decision: Decision
+    decision: DeployDecision
     candidate: Outcome
     baseline: Outcome | None
     steps: tuple[Step, ...]
@@ -146,7 +146,7 @@ class _Deploying:
     cand_live: list[PatchOutcome] = field(default_factory=list)
     candidate: list[CheckResult] = field(default_factory=list)
     figures: Figures = field(default_factory=Figures)
-    series: Series = field(default_factory=Series)
+    series: PassSeries = field(default_factory=PassSeries)
     image_id: str | None = None
 
     @property
@@ -187,7 +187,7 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         progress("interrupted: rolling back")
         restored = _rollback_or_raise(docker, definition, progress, "interrupted")
         run.step("rollback")
-        decision = Decision.INTERRUPTED
+        decision = DeployDecision.INTERRUPTED
     except VpatchError as exc:
         progress(f"error: {exc.message}; rolling back")
         restored = _rollback_or_raise(docker, definition, progress, exc.message)
@@ -195,12 +195,12 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
         raise VpatchError(f"{exc.message}\nrolled back: {describe(restored)}", hint=exc.hint) from exc
     else:
         if run.passed:
-            decision, restored = Decision.DEPLOYED, None
+            decision, restored = DeployDecision.DEPLOYED, None
         else:
             progress("a check failed: rolling back")
             restored = _rollback_or_raise(docker, definition, progress, "a check failed")
             run.step("rollback")
-            decision = Decision.ROLLED_BACK
+            decision = DeployDecision.ROLLED_BACK
     return _finish(run, decision, restored)
 
 
@@ -361,7 +361,7 @@ def _record_error(run: _Deploying, exc: VpatchError, restored: Restored) -> None
             steps=tuple((s.name, s.seconds) for s in run.steps), finished=now_iso()).save()
 
 
-def _finish(run: _Deploying, decision: Decision, restored: Restored | None) -> Report:
+def _finish(run: _Deploying, decision: DeployDecision, restored: Restored | None) -> Report:
     """After the switch or the rollback: the after_switch hooks, the candidate's start ledger, the record's
     last save and the report."""
     name, image, definition, journal = run.name, run.image, run.definition, run.journal
@@ -379,7 +379,7 @@ def _finish(run: _Deploying, decision: Decision, restored: Restored | None) -> R
     return Report(
         definition=definition, container=name, image=image, decision=decision,
         candidate=outcome, baseline=run.baseline, steps=tuple(run.steps), record=record,
-        parked_as=journal.parked_name if decision is Decision.DEPLOYED else None,
+        parked_as=journal.parked_name if decision is DeployDecision.DEPLOYED else None,
         candidate_kept_as=restored.candidate_kept_as if restored else None,
         rollback=describe(restored) if restored else f"{name} runs {image}; the old container is parked "
         f"as {journal.parked_name or '(none)'} (`vpatch deploy {definition} --rollback` brings it back)",
