@@ -201,7 +201,7 @@ def test_deploy_report_renders_the_last_record_with_the_state_folder_only(tmp_pa
 def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     """verify --live's page (commands/verify.py writes it beside the deploys' reports) from a report of the shipped
     0003 check: one passing case, one failing with its problem; the decision sentence says which patch failed."""
-    from vpatch.deploy.live import CaseOutcome, LiveReport, PatchOutcome, Plan, Planned, Role
+    from vpatch.deploy.live import CaseOutcome, LivePlan, LiveReport, PatchOutcome, Planned, Role
     from vpatch.deploy.livecheck import LiveCheck
 
     file = "checks/live/0003-qwen3-tool-call-unclosed-function.yaml"
@@ -209,7 +209,7 @@ def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     names = [case.name for case in planned.check.cases][:2]
     outcome = PatchOutcome(planned, (CaseOutcome(names[0], (), None, 0.4),
                                      CaseOutcome(names[1], ("no tool call named 'get_time' <&>",), None, 0.7)))
-    plan = Plan((planned,), notes=("0002 names no Live-Check",))
+    plan = LivePlan((planned,), notes=("0002 names no Live-Check",))
     page = deploy_html.live_page("img:1", LiveReport(plan, (outcome,)), started="20261202-050000")
     decision = re.search(r'<p id="decision" class="decision (\w+)">([^<]*)</p>', page)
     assert decision is not None and decision[1] == "rolled"
@@ -219,5 +219,5 @@ def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     assert "note: 0002 names no Live-Check" in page and "<script" not in page
     passed = deploy_html.live_page("img:1", LiveReport(plan, (PatchOutcome(planned, outcome.cases[:1]),)), started="s")
     assert 'class="decision deployed">Passed: img:1 shows every fix its live checks name (1 case(s)).' in passed
-    nothing = deploy_html.live_page("img:1", LiveReport(Plan(()), ()), started="s")
+    nothing = deploy_html.live_page("img:1", LiveReport(LivePlan(()), ()), started="s")
     assert "Nothing to run" in nothing and "<table>" not in nothing

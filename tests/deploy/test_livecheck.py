@@ -237,7 +237,7 @@ def test_update_refuses_a_drop_whose_live_check_names_no_file(project: Project) 
 
 def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -> None:
     from vpatch.deploy.judge import Figures
-    from vpatch.deploy.live import LiveReport, Plan
+    from vpatch.deploy.live import LivePlan, LiveReport
     from vpatch.deploy.switch import DeployDecision, Outcome, Report
     from vpatch.report import deploy as deploy_report
 
@@ -247,7 +247,7 @@ def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -
     bad = PatchOutcome(planned, (CaseOutcome("one", tuple(judge(check.cases[0].expect, seen)), seen, 0.2),))
     good = PatchOutcome(planned, (CaseOutcome("one", (), Observed("It is sunny.", (("get_weather", "{}"),), "tool_calls"),
                                               0.1),))
-    live = LiveReport(Plan((planned,), ("the baseline x carries no vpatch labels",), None), (bad,), (good,))
+    live = LiveReport(LivePlan((planned,), ("the baseline x carries no vpatch labels",), None), (bad,), (good,))
     report = Report(definition="d", container="c", image="i", decision=DeployDecision.ROLLED_BACK,
                     candidate=Outcome((bad.as_check(),), Figures()), baseline=Outcome((good.as_check(),), Figures()),
                     steps=(), parked_as=None, candidate_kept_as="c-candidate", rollback="restored", live=live)

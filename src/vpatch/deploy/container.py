@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from vpatch.base import Progress, VpatchError, lock
+from vpatch.base import Progress, VpatchError, host_lock_folder, host_resources
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
@@ -30,7 +30,7 @@ class NothingRestored(RollbackError):
 def held(container: str, port: int | None, holder: str) -> AbstractContextManager[None]:
     """The locks of the container name and the port a deploy, rollback, prune or serve acts on: one of them
     at a time on this host, whatever definition names them (the kernel releases a killed holder's lock)."""
-    return lock.host_resources(lock.host_lock_folder(), container=container, port=port, holder=holder)
+    return host_resources(host_lock_folder(), container=container, port=port, holder=holder)
 
 
 class NotOurs(RollbackError):

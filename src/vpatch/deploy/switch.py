@@ -28,8 +28,7 @@ from vpatch.deploy.container import (
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import SERVER, StartLedger, parse_start_log
-from vpatch.deploy.live import LiveReport, PatchOutcome
-from vpatch.deploy.live import Plan as LivePlan
+from vpatch.deploy.live import LivePlan, LiveReport, PatchOutcome
 from vpatch.deploy.live import run as run_live
 from vpatch.deploy.measure import Run, run_checks, scan_log
 from vpatch.deploy.memory import Source, container_source, gpu_source
@@ -485,7 +484,7 @@ class Where:
     others: tuple[Journal, ...] = ()  # other definitions' unfinished deploys on the same container or port
 
 
-def status(*, definition: str, docker: Docker, container: str | None = None, port: int | None = None) -> Where:
+def where(*, definition: str, docker: Docker, container: str | None = None, port: int | None = None) -> Where:
     """`vpatch deploy NAME --status`: the journal and the containers it names, as they are now; with the
     definition's `container` and `port` (when its yaml reads), other definitions' unfinished deploys there."""
     journal = Journal.load(definition)

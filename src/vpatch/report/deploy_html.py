@@ -22,7 +22,7 @@ from vpatch.report import deploy_verdict
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from vpatch.deploy.live import LiveReport
+    from vpatch.deploy import LiveReport
 
 _CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; color: #222; }
