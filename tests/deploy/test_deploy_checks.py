@@ -12,10 +12,10 @@ import pytest
 
 from vpatch.base.errors import ConfigError
 from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, ParallelCheck, Suite
-from vpatch.deploy.checks import (
+from vpatch.deploy.client import Server, Timing
+from vpatch.deploy.judge import (
     CheckResult,
-    Run,
-    Status,
+    CheckStatus,
     answer_is_right,
     ceiling_tokens,
     judge_block_cost,
@@ -25,9 +25,8 @@ from vpatch.deploy.checks import (
     judge_log,
     judge_parallel,
     judge_tool_call,
-    run_checks,
 )
-from vpatch.deploy.client import Server, Timing
+from vpatch.deploy.measure import Run, run_checks
 from vpatch.deploy.readings import (
     CacheGeometry,
     KvPool,
@@ -57,11 +56,11 @@ def test_kv_pool_is_read_in_gpu_and_cpu_wording() -> None:
 def test_kv_pool_judged_against_floor_and_baseline() -> None:
     check = KvPoolCheck(min_tokens=1_000_000, max_drop=0.05)
     pool = kv_pool_from_log(GPU_LOG)
-    assert judge_kv_pool(pool, check, KvPool(1_041_901))[0] is Status.PASS
+    assert judge_kv_pool(pool, check, KvPool(1_041_901))[0] is CheckStatus.PASS
     # The write-up's "lower the budget by a gigabyte" pool: about 900,000 tokens is under the floor.
     status, figure, detail = judge_kv_pool(KvPool(900_000), check, KvPool(1_041_901))
-    assert status is Status.FAIL and "900,000" in figure and "below the floor" in detail and "shrank" in detail
-    assert judge_kv_pool(None, check, None)[0] is Status.FAIL
+    assert status is CheckStatus.FAIL and "900,000" in figure and "below the floor" in detail and "shrank" in detail
+    assert judge_kv_pool(None, check, None)[0] is CheckStatus.FAIL
 
 
 METRICS = """\
@@ -90,18 +89,18 @@ def test_the_mamba_leak_fails_the_block_cost_check_and_the_fixed_build_passes() 
     leak = block_cost(84_495, [0.0, 0.1, 275 / 1356, 0.05], geometry)
     assert (leak.held, leak.predicted) == (275, 106)
     status, figure, _ = judge_block_cost(leak, check)
-    assert status is Status.FAIL and "1 per 307 tokens" in figure
+    assert status is CheckStatus.FAIL and "1 per 307 tokens" in figure
     # After the fix: 1 block per roughly 710 tokens.
     fixed = block_cost(84_495, [119 / 1356], geometry)
-    assert judge_block_cost(fixed, check)[0] is Status.PASS
+    assert judge_block_cost(fixed, check)[0] is CheckStatus.PASS
     # Nothing seen is no pass: an error of the measurement, which fails the deploy like a failed check.
     unseen = judge_block_cost(block_cost(84_495, [], geometry), check)
-    assert unseen[0] is Status.ERROR and "measurement error" in unseen[2]
+    assert unseen[0] is CheckStatus.ERROR and "measurement error" in unseen[2]
     assert CheckResult("block cost", unseen[0], unseen[1], unseen[2]).failed
     # A stream cut short carries no usage: blocks seen for 0 tokens is no leak (seen when the docker daemon
     # stopped mid-request: "6 blocks for 0 tokens ... infx ... holds more KV blocks than ... assumes").
     cut = judge_block_cost(block_cost(0, [6 / 1356], geometry), check)
-    assert cut[0] is Status.ERROR and "ended without its usage" in cut[2] and "inf" not in cut[1]
+    assert cut[0] is CheckStatus.ERROR and "ended without its usage" in cut[2] and "inf" not in cut[1]
 
 
 def _stream(*deltas: dict[str, object]) -> list[str]:
@@ -121,14 +120,14 @@ def test_streamed_tool_call_fragments_assemble_and_must_be_strict_json() -> None
     good = assemble_chat(sse_events(_stream(_call(0, "get_weather", ""), _call(0, None, '{"city": '),
                                             _call(0, None, '"Paris"}'))))
     assert good.tool_calls[0].arguments == '{"city": "Paris"}'
-    assert judge_tool_call(good)[0] is Status.PASS
+    assert judge_tool_call(good)[0] is CheckStatus.PASS
     # Python's json takes NaN; a strict client does not, and neither does this check.
     nan = assemble_chat(sse_events(_stream(_call(0, "get_weather", '{"temp": Na'), _call(0, None, "N}"))))
     status, figure, _ = judge_tool_call(nan)
-    assert status is Status.FAIL and "not strict JSON" in figure
+    assert status is CheckStatus.FAIL and "not strict JSON" in figure
     broken = assemble_chat(sse_events(_stream(_call(0, "get_weather", '{"city": "Par'))))
-    assert judge_tool_call(broken)[0] is Status.FAIL
-    assert judge_tool_call(assemble_chat(sse_events(_stream({"content": "It is sunny."}))))[0] is Status.FAIL
+    assert judge_tool_call(broken)[0] is CheckStatus.FAIL
+    assert judge_tool_call(assemble_chat(sse_events(_stream({"content": "It is sunny."}))))[0] is CheckStatus.FAIL
     with pytest.raises(NotStrictJson):
         strict_json('{"x": -Infinity}')
 
@@ -138,19 +137,19 @@ def test_questions_and_needles_count_right_answers() -> None:
     assert not answer_is_right("It is 392", ["391", "three hundred ninety-one"])
     assert not answer_is_right("use the tools", ["ls"]) and answer_is_right("Run `ls -la`.", ["ls"])
     assert answer_is_right("Canberra.", ["canberra"]) and not answer_is_right("16", ["6"])
-    assert judge_count("questions right", 18, 21, 18)[0] is Status.PASS
+    assert judge_count("questions right", 18, 21, 18)[0] is CheckStatus.PASS
     status, figure, _ = judge_count("questions right", 0, 21, 18)
-    assert status is Status.FAIL and figure == "0 of 21 questions right (min 18)"
+    assert status is CheckStatus.FAIL and figure == "0 of 21 questions right (min 18)"
 
 
 def test_parallel_fails_on_preemptions_errors_and_early_stops() -> None:
     check = ParallelCheck(requests=4, prompt_tokens=900, max_tokens=16)
     ok = [Timing(0.5, 2.0, 900, 16)] * 4
-    assert judge_parallel(ok, 0, check)[0] is Status.PASS
+    assert judge_parallel(ok, 0, check)[0] is CheckStatus.PASS
     status, figure, detail = judge_parallel(ok, 7, check)
-    assert status is Status.FAIL and "7 preemption(s)" in figure and "cannot hold 4 requests" in detail
-    assert judge_parallel([*ok[:3], "HTTP 500"], 0, check)[0] is Status.FAIL
-    assert judge_parallel([*ok[:3], Timing(0.5, 2.0, 900, 3)], 0, check)[0] is Status.FAIL
+    assert status is CheckStatus.FAIL and "7 preemption(s)" in figure and "cannot hold 4 requests" in detail
+    assert judge_parallel([*ok[:3], "HTTP 500"], 0, check)[0] is CheckStatus.FAIL
+    assert judge_parallel([*ok[:3], Timing(0.5, 2.0, 900, 3)], 0, check)[0] is CheckStatus.FAIL
 
 
 def test_log_scan_finds_patterns_case_insensitively_with_counts() -> None:
@@ -158,8 +157,8 @@ def test_log_scan_finds_patterns_case_insensitively_with_counts() -> None:
     findings = log_findings(log, ["memory allocation failed", "Traceback"])
     assert [(f.pattern, f.count) for f in findings] == [("memory allocation failed", 2)]
     status, figure, _ = judge_log(findings)
-    assert status is Status.FAIL and "x2" in figure
-    assert judge_log(log_findings("INFO fine\n", ["Traceback"]))[0] is Status.PASS
+    assert status is CheckStatus.FAIL and "x2" in figure
+    assert judge_log(log_findings("INFO fine\n", ["Traceback"]))[0] is CheckStatus.PASS
 
 
 def test_suite_parses_thresholds_and_refuses_bad_values(tmp_path: Path) -> None:
@@ -191,7 +190,7 @@ def test_recorded_cpu_server_start_log_metrics_and_tool_call_stream() -> None:
     # A tool call forced by a structured_outputs regex, streamed through the hermes parser in fragments.
     chat = assemble_chat(sse_events((DATA / "cpu-toolcall.sse").read_text().splitlines()))
     assert [(c.name, c.arguments) for c in chat.tool_calls] == [("get_weather", '{"city": "Paris"}')]
-    assert chat.finish_reason == "tool_calls" and judge_tool_call(chat)[0] is Status.PASS
+    assert chat.finish_reason == "tool_calls" and judge_tool_call(chat)[0] is CheckStatus.PASS
 
 
 def test_the_ceiling_is_the_pool_without_its_null_block_or_max_model_len() -> None:
@@ -200,11 +199,11 @@ def test_the_ceiling_is_the_pool_without_its_null_block_or_max_model_len() -> No
     assert ceiling_tokens(1024, minimum) == 896
     assert ceiling_tokens(1024, CacheGeometry(blocks=64, block_size=128)) == 1024
     done = Timing(0.5, 1.0, 1008, 16, "length")
-    assert judge_ceiling(done, 0.0, 1024, CacheGeometry(64, 128))[0] is Status.PASS
+    assert judge_ceiling(done, 0.0, 1024, CacheGeometry(64, 128))[0] is CheckStatus.PASS
     status, figure, detail = judge_ceiling(done, 1.0, 1024, minimum)
-    assert status is Status.FAIL and "left waiting" in detail and "896 usable" in figure
+    assert status is CheckStatus.FAIL and "left waiting" in detail and "896 usable" in figure
     aborted = Timing(0.5, 1.0, 1008, 0, None)
-    assert judge_ceiling(aborted, 0.0, 1024, minimum)[0] is Status.FAIL
+    assert judge_ceiling(aborted, 0.0, 1024, minimum)[0] is CheckStatus.FAIL
 
 
 def test_stall_s_and_the_ceiling_check_are_read_from_the_suite(tmp_path: Path) -> None:
@@ -290,7 +289,7 @@ def test_a_missed_block_cost_request_is_retried_longer_and_judged_by_its_own_tok
     server = _StarvedFrontend(missed=1)
     run = _block_cost_run(server, tmp_path)
     (result,) = [r for r in run.results if r.name == "block cost"]
-    assert result.status is Status.PASS, result
+    assert result.status is CheckStatus.PASS, result
     # The retry decodes as long as max-model-len allows: 1,024 - 800 - 16 = 208 tokens, not 8 x 32.
     assert server.requests == [32, 208]
     assert "8 blocks for 1,008 tokens" in result.figure
@@ -319,7 +318,7 @@ def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tm
     (result,) = [r for r in _block_cost_run(server, tmp_path).results if r.name == "block cost"]
     assert server.requests == [32] + [208] * 7
     assert pauses == [1, 2, 2, 2, 2, 2]  # from the third request on: a burst of load can pass, 11 s at most
-    assert result.status is Status.ERROR and "measurement error" in result.detail and result.failed
+    assert result.status is CheckStatus.ERROR and "measurement error" in result.detail and result.failed
 
 
 class _Burst(_StarvedFrontend):
@@ -340,7 +339,7 @@ def test_the_timing_check_repeats_and_keeps_decode_rates_only_from_spaced_tokens
         run = Run(server, suite, read_log=lambda: "", progress=lambda _: None)
         run_checks(run, fail_fast=True, log_scan=False)
         (timing,) = [r for r in run.results if r.name == "timing"]
-        assert timing.status is Status.PASS and "(3 repeats)" in timing.figure, timing
+        assert timing.status is CheckStatus.PASS and "(3 repeats)" in timing.figure, timing
         f = run.figures
         assert len(f.ttft_samples or ()) == 3 == len(f.prefill_samples or ()) == len(f.makespan_samples or ())
         assert len(f.decode_samples or ()) == decoded  # a burst (310,000 tok/s) is no decode rate

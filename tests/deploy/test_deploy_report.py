@@ -13,11 +13,11 @@ import pytest
 from vpatch.base.errors import ConfigError
 from vpatch.config.definition import ImageDefinition
 from vpatch.config.deploy import MemoryCheck, Suite
-from vpatch.deploy.checks import CheckResult, Figures, Status, judge_memory
 from vpatch.deploy.client import Server
+from vpatch.deploy.judge import CheckResult, CheckStatus, Figures, judge_memory
 from vpatch.deploy.memory import DeviceMemory, MemoryWatch, parse_nvidia_smi
 from vpatch.deploy.record import DeployRecord, Side, Source, age, recorded_baseline
-from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
+from vpatch.deploy.series import BlockPoint, MemoryPoint, PassEvent, PassSeries, Recorder, RequestPoint
 from vpatch.deploy.watchdog import Aborted, Tick, Watchdog
 from vpatch.report import deploy_html
 
@@ -29,20 +29,20 @@ NIGHTLY = "0, 32416, 32607\n1, 32410, 32607\n2, 32416, 32607\n3, 32399, 32607\n"
 PATCHED = "0, 31463, 32607\n1, 31470, 32607\n2, 31455, 32607\n3, 31463, 32607\n"
 
 
-def _series() -> Series:
-    return Series(
+def _series() -> PassSeries:
+    return PassSeries(
         block_cost=tuple(BlockPoint(1.0 + i * 0.2, 2 + i * 3, 1 + i) for i in range(6)), block_geometry=(63, 128),
         requests=(RequestPoint("block cost", 2.0, 0.5, 12.0, 3.0, 800, 32), RequestPoint("needles", 4.0, 0.7, None, 1.0, 600, 1)),
         parallel=(((5.0, 0), (5.5, 1), (6.0, 2)), ((5.0, 0), (6.5, 1))),
-        preemptions=(Event(5.8, "parallel", "1 preemption(s), 1 in all", 1),),
-        throughput=((1.0, 100.0), (1.5, 140.0), (2.0, 0.0)), stalls=(Event(2.0, "ceiling", "no token for 15s"),),
+        preemptions=(PassEvent(5.8, "parallel", "1 preemption(s), 1 in all", 1),),
+        throughput=((1.0, 100.0), (1.5, 140.0), (2.0, 0.0)), stalls=(PassEvent(2.0, "ceiling", "no token for 15s"),),
         memory=(MemoryPoint(0.5, "container", 1500, 2048, "kv pool"), MemoryPoint(5.9, "container", 1900, 2048, "parallel")),
         memory_floor_mib=300.0)
 
 
 def test_series_round_trip_through_json() -> None:
     series = _series()
-    again = Series.from_json(series.to_json())
+    again = PassSeries.from_json(series.to_json())
     assert again == series
     assert again.lowest_memory() == MemoryPoint(5.9, "container", 1900, 2048, "parallel")
 
@@ -51,7 +51,7 @@ def test_nvidia_smi_per_card_and_the_flash_next_floor_fails_the_nightly_and_pass
     definition = ImageDefinition.load(REPO, "flash-next")
     check = definition.deploy.memory
     assert check is not None
-    for text, expected in ((NIGHTLY, Status.FAIL), (PATCHED, Status.PASS)):
+    for text, expected in ((NIGHTLY, CheckStatus.FAIL), (PATCHED, CheckStatus.PASS)):
         cards = parse_nvidia_smi(text)
         assert [c.device for c in cards] == ["gpu0", "gpu1", "gpu2", "gpu3"]
         points = [MemoryPoint(1.0, c.device, c.used_mib, c.total_mib, "parallel") for c in cards]
@@ -61,7 +61,7 @@ def test_nvidia_smi_per_card_and_the_flash_next_floor_fails_the_nightly_and_pass
     assert "lowest 191 MiB free of 32,607 MiB on gpu3 at 3.5s (parallel); floor 512 MiB" in figure
     assert "below the floor" in detail
     assert parse_nvidia_smi("0, [N/A], [N/A]\ngarbage\n") == []
-    assert judge_memory([], check)[0] is Status.ERROR  # no reading is no pass
+    assert judge_memory([], check)[0] is CheckStatus.ERROR  # no reading is no pass
 
 
 def test_memory_floor_is_read_from_the_suite_and_refused_when_not_positive(tmp_path: Path) -> None:
@@ -104,8 +104,8 @@ def test_the_memory_watch_keeps_the_first_reading_below_the_floor_and_the_watchd
 
 
 def _record(tmp: Path, started: str, *, decision: str | None, image_id: str, key: str = "k1") -> DeployRecord:
-    checks = (CheckResult("kv pool", Status.PASS, "8,192 tokens (floor 2,048)"),
-              CheckResult("memory", Status.FAIL if decision == "rolled back" else Status.PASS,
+    checks = (CheckResult("kv pool", CheckStatus.PASS, "8,192 tokens (floor 2,048)"),
+              CheckResult("memory", CheckStatus.FAIL if decision == "rolled back" else CheckStatus.PASS,
                           "lowest 150 MiB free", "container went below the floor"))
     side = Side(checks, Figures(kv_pool_tokens=8192, ttft_s=0.25), _series(), image_id=image_id)
     return DeployRecord("tiny", "tiny-prod", "img:1", started, key, baseline=None, candidate=side, decision=decision,
@@ -201,7 +201,7 @@ def test_deploy_report_renders_the_last_record_with_the_state_folder_only(tmp_pa
 def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     """verify --live's page (commands/verify.py writes it beside the deploys' reports) from a report of the shipped
     0003 check: one passing case, one failing with its problem; the decision sentence says which patch failed."""
-    from vpatch.deploy.live import CaseOutcome, LiveReport, PatchOutcome, Plan, Planned, Role
+    from vpatch.deploy.live import CaseOutcome, LivePlan, LiveReport, PatchOutcome, Planned, Role
     from vpatch.deploy.livecheck import LiveCheck
 
     file = "checks/live/0003-qwen3-tool-call-unclosed-function.yaml"
@@ -209,7 +209,7 @@ def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     names = [case.name for case in planned.check.cases][:2]
     outcome = PatchOutcome(planned, (CaseOutcome(names[0], (), None, 0.4),
                                      CaseOutcome(names[1], ("no tool call named 'get_time' <&>",), None, 0.7)))
-    plan = Plan((planned,), notes=("0002 names no Live-Check",))
+    plan = LivePlan((planned,), notes=("0002 names no Live-Check",))
     page = deploy_html.live_page("img:1", LiveReport(plan, (outcome,)), started="20261202-050000")
     decision = re.search(r'<p id="decision" class="decision (\w+)">([^<]*)</p>', page)
     assert decision is not None and decision[1] == "rolled"
@@ -219,5 +219,5 @@ def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     assert "note: 0002 names no Live-Check" in page and "<script" not in page
     passed = deploy_html.live_page("img:1", LiveReport(plan, (PatchOutcome(planned, outcome.cases[:1]),)), started="s")
     assert 'class="decision deployed">Passed: img:1 shows every fix its live checks name (1 case(s)).' in passed
-    nothing = deploy_html.live_page("img:1", LiveReport(Plan(()), ()), started="s")
+    nothing = deploy_html.live_page("img:1", LiveReport(LivePlan(()), ()), started="s")
     assert "Nothing to run" in nothing and "<table>" not in nothing

@@ -35,9 +35,9 @@ from helpers.deployhost import (
 )
 
 from vpatch.config.definition import ImageDefinition
-from vpatch.deploy.checks import Run, run_checks
 from vpatch.deploy.client import Server
 from vpatch.deploy.journal import Phase
+from vpatch.deploy.measure import Run, run_checks
 
 pytestmark = pytest.mark.docker
 

@@ -3,8 +3,8 @@ tests/deploy/test_deploy_report_server.py, runs them on the real CPU server)."""
 
 from __future__ import annotations
 
-from vpatch.deploy import Figures, Series, Side
-from vpatch.deploy.checks import CheckResult, Status
+from vpatch.deploy import Figures, PassSeries, Side
+from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.deploy.ledger import parse_start_log
 from vpatch.deploy.noise import Call, chance, compare, load_moved
 from vpatch.deploy.series import MemoryPoint
@@ -38,7 +38,7 @@ def test_a_difference_measured_under_another_load_is_not_judged() -> None:
 
 
 def side(figures: Figures, log: str = "", checks: tuple[CheckResult, ...] = (), memory: tuple[MemoryPoint, ...] = ()) -> Side:
-    return Side(checks, figures, Series(memory=memory), ledger=parse_start_log(log))
+    return Side(checks, figures, PassSeries(memory=memory), ledger=parse_start_log(log))
 
 
 LOG = ("(Worker_TP{i} pid=1) INFO 09-24 20:01:02 [x.py:1] Loading weights took {load} seconds\n"
@@ -56,7 +56,7 @@ def test_the_verdict_names_better_worse_noise_and_what_stands_beside_a_failure()
     base = side(Figures(kv_pool_tokens=1_041_901, ttft_samples=(1.23, 1.25, 1.22), decode_samples=(94.3, 95.0, 93.8),
                         prefill_samples=(15.1, 15.0, 15.2), timing_min_change=0.1), cards(107.0, 15.3),
                 memory=(MemoryPoint(1.0, "gpu0", 30000, 32607, "parallel"),))
-    failed = CheckResult("memory", Status.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
+    failed = CheckResult("memory", CheckStatus.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
     cand = side(Figures(kv_pool_tokens=1_064_800, ttft_samples=(0.79, 0.80, 0.78), decode_samples=(138.9, 137.2, 139.5),
                         prefill_samples=(15.7, 15.6, 15.8), timing_min_change=0.1), cards(151.0, 16.4), (failed,),
                 memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
@@ -81,7 +81,7 @@ def test_the_verdict_names_better_worse_noise_and_what_stands_beside_a_failure()
 def test_memory_per_phase_takes_the_peak_and_the_lowest_free_per_device() -> None:
     points = (MemoryPoint(0.5, "container", 900, 2000, "kv pool"), MemoryPoint(1.0, "container", 1000, 2000, "parallel"),
               MemoryPoint(1.5, "container", 1700, 2000, "parallel"), MemoryPoint(2.0, "container", 1100, 2000, "parallel"))
-    rows = deploy_verdict.memory_phases(Series(memory=points), "candidate")
+    rows = deploy_verdict.memory_phases(PassSeries(memory=points), "candidate")
     assert [(r.check, r.peak_used_mib, r.lowest_free_mib, r.readings) for r in rows] == [
         ("kv pool", 900, 1100, 1), ("parallel", 1700, 300, 3)]
 
@@ -92,7 +92,7 @@ def test_the_page_puts_the_verdict_on_top_and_shows_ledger_rule_and_phases() -> 
 
     base = side(Figures(ttft_samples=(1.23, 1.25, 1.22), timing_min_change=0.1), cards(107.0, 15.3),
                 memory=(MemoryPoint(1.0, "gpu0", 30000, 32607, "parallel"),))
-    failed = CheckResult("memory", Status.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
+    failed = CheckResult("memory", CheckStatus.FAIL, "lowest 200 MiB free", "gpu0 went below the floor")
     cand = side(Figures(ttft_samples=(0.79, 0.80, 0.78), timing_min_change=0.1), cards(151.0, 16.4), (failed,),
                 memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
     record = DeployRecord("flash-next", "vllm-flash-next", "nightly", "20260924-200000", "k", base, cand,

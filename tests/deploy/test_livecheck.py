@@ -242,9 +242,9 @@ def test_update_refuses_a_drop_whose_live_check_names_no_file(project: Project) 
 
 
 def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -> None:
-    from vpatch.deploy.checks import Figures
-    from vpatch.deploy.live import LiveReport, Plan
-    from vpatch.deploy.switch import Decision, Outcome, Report
+    from vpatch.deploy.judge import Figures
+    from vpatch.deploy.live import LivePlan, LiveReport
+    from vpatch.deploy.switch import DeployDecision, Outcome, Report
     from vpatch.report import deploy as deploy_report
 
     check = parse(GOOD)
@@ -253,8 +253,8 @@ def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -
     bad = PatchOutcome(planned, (CaseOutcome("one", tuple(judge(check.cases[0].expect, seen)), seen, 0.2),))
     good = PatchOutcome(planned, (CaseOutcome("one", (), Observed("It is sunny.", (("get_weather", "{}"),), "tool_calls"),
                                               0.1),))
-    live = LiveReport(Plan((planned,), ("the baseline x carries no vpatch labels",), None), (bad,), (good,))
-    report = Report(definition="d", container="c", image="i", decision=Decision.ROLLED_BACK,
+    live = LiveReport(LivePlan((planned,), ("the baseline x carries no vpatch labels",), None), (bad,), (good,))
+    report = Report(definition="d", container="c", image="i", decision=DeployDecision.ROLLED_BACK,
                     candidate=Outcome((bad.as_check(),), Figures()), baseline=Outcome((good.as_check(),), Figures()),
                     steps=(), parked_as=None, candidate_kept_as="c-candidate", rollback="restored", live=live)
     (row,) = deploy_report.live_rows(report.live)
@@ -268,7 +268,7 @@ def test_the_deploy_report_shows_each_case_beside_the_baseline_and_the_alarm() -
     assert data["live"]["baseline"][0]["ok"] and data["live"]["notes"] == ["the baseline x carries no vpatch labels"]
 
 
-# Case 5 of the shipped check (a function body left open before the next <tool_call>) through the real vLLM 0.32.0
+# LiveCase 5 of the shipped check (a function body left open before the next <tool_call>) through the real vLLM 0.32.0
 # CPU server with 0003, streamed, one token id per chunk. Under the regex alone the test model spelled the last
 # </tool_call> as six text tokens (30, 17, 432, 65, 567, 32: '<', '/', 'tool', '_', 'call', '>'), and the content
 # 'Done.' was lost; with force_tokens' logit bias it wrote the tag as its token 4088, and the content came.

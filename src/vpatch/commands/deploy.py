@@ -9,22 +9,20 @@ from typing import TYPE_CHECKING
 from vpatch.base import ExitCode, VpatchError, atomic_write, cache_dir
 from vpatch.commands import console, echo, load_config, progress
 from vpatch.config import ImageDefinition
-from vpatch.deploy import DeployRecord, Journal, live, switch
-from vpatch.deploy.prune import prune
+from vpatch.deploy import BaselineMode, DeployRecord, Journal, deploy, holders, plan_live, prune_containers, rollback, where
 from vpatch.docker import Docker
 from vpatch.report import deploy as shown
 from vpatch.report import deploy_html
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
-    from vpatch.deploy.switch import BaselineMode
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
         as_json: bool, report: bool = False, out: Path | None = None, baseline: str = "recorded") -> ExitCode:
     """Refuse what one mode would ignore, then run the one mode asked for."""
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
-    modes = {m.value: m for m in switch.BaselineMode}
+    modes = {m.value: m for m in BaselineMode}
     if baseline not in modes:
         raise VpatchError(f"--baseline {baseline} is not one of {', '.join(modes)}",
                           hint="recorded (the default) spares production; measure measures it afresh; none skips it")
@@ -39,7 +37,7 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
         return roll_back(project, name)
     if prune:
         return prune_old(name, keep=1 if keep is None else keep)
-    return deploy(project, name, image=image, as_json=as_json, baseline=modes[baseline])
+    return deploy_image(project, name, image=image, as_json=as_json, baseline=modes[baseline])
 
 
 def show_report(name: str, *, out: Path | None) -> ExitCode:
@@ -60,7 +58,7 @@ def show_status(project: Path, name: str) -> ExitCode:
     """`--status`: where the last deploy stands; exit 8 while it is unfinished."""
     docker = Docker.connect()
     serve = _serve_if_readable(project, name)
-    found = switch.status(definition=name, docker=docker, container=serve.container.name if serve else None,
+    found = where(definition=name, docker=docker, container=serve.container.name if serve else None,
                           port=serve.port if serve else None)
     for line in shown.status_lines(name, found):
         echo(line)
@@ -72,12 +70,12 @@ def roll_back(project: Path, name: str) -> ExitCode:
     """`--rollback`: bring the parked production container back."""
     docker = Docker.connect()
     serve = _serve_if_readable(project, name) if Journal.load(name) is None else None
-    for other in switch.holders(name, serve.container.name, serve.port) if serve else []:
+    for other in holders(name, serve.container.name, serve.port) if serve else []:
         # A renamed definition (tiny.yaml -> tiny2.yaml): its deploy is recorded under the old name.
         raise VpatchError(f"no deploy of {name} is recorded on this host, but an unfinished deploy of "
                           f"{other.definition} ({other.phase.value}) holds {other.container} (port {other.port})",
                           hint=f"`vpatch deploy {other.definition} --rollback` restores production")
-    restored = switch.rollback(definition=name, docker=docker, progress=progress)
+    restored = rollback(definition=name, docker=docker, progress=progress)
     echo(shown.rolled_back_line(restored))
     return ExitCode.OK
 
@@ -85,12 +83,12 @@ def roll_back(project: Path, name: str) -> ExitCode:
 def prune_old(name: str, *, keep: int) -> ExitCode:
     """`--prune`: remove old parked and candidate containers, keeping the `keep` newest of each kind."""
 
-    for line in shown.prune_lines(prune(Docker.connect(), name, keep=keep)):
+    for line in shown.prune_lines(prune_containers(Docker.connect(), name, keep=keep)):
         echo(line)
     return ExitCode.OK
 
 
-def deploy(project: Path, name: str, *, image: str | None, as_json: bool, baseline: BaselineMode) -> ExitCode:
+def deploy_image(project: Path, name: str, *, image: str | None, as_json: bool, baseline: BaselineMode) -> ExitCode:
     """The switch: verify the candidate, baseline, park production, start and check the candidate, keep it or
     roll back; exit 6 when it rolled back."""
 
@@ -103,11 +101,11 @@ def deploy(project: Path, name: str, *, image: str | None, as_json: bool, baseli
     candidate = image or definition.moving_ref
     production = docker.container(definition.serve.container.name)
     # Before anything is touched: verify the candidate against its labels and gather the live checks it owes.
-    plan = live.plan(config, candidate=candidate, docker=docker, serve=definition.serve, progress=progress,
+    plan = plan_live(config, candidate=candidate, docker=docker, serve=definition.serve, progress=progress,
                      baseline=production.image_id if production is not None and production.status == "running" else None)
     for line in shown.plan_notes(plan):
         echo(line, err=True)
-    result = switch.deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
+    result = deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
                            docker=docker, cache=cache_dir(), progress=progress, live=plan, baseline=baseline)
     page = _write_report(result.record, None, None) if result.record is not None else None
     if as_json:

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING
 
 from vpatch.base import ExitCode, VpatchError, atomic_write, cache_dir
 from vpatch.commands import echo, load_config, progress
-from vpatch.deploy import Journal, stamp
-from vpatch.deploy import live as deploy_live
+from vpatch.deploy import Journal, stamp, verify_live
 from vpatch.docker import Docker
 from vpatch.image import CheckKind, verify_image
 from vpatch.report import check_lines, deploy_html, live_lines, live_summary, matched_line
@@ -27,7 +26,7 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
     for line in check_lines(report):
         echo(line)
     if report.ok and live:
-        verify_live(config, image, definition)
+        _verify_live(config, image, definition)
     if not report.ok:
         failed = [c for c in report.checks if not c.ok]
         only_probes = all(c.kind is CheckKind.PROBE for c in failed)
@@ -39,9 +38,9 @@ def run(*, project: Path, image: str, probes: bool, live: bool, definition: str 
     return ExitCode.OK
 
 
-def verify_live(config: Config, image: str, definition: str | None) -> None:
+def _verify_live(config: Config, image: str, definition: str | None) -> None:
     started = stamp()
-    result = deploy_live.verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
+    result = verify_live(config, image, definition=definition, docker=Docker.connect(), cache=cache_dir(),
                                      progress=progress)
     for line in live_lines(result):
         echo(line)

@@ -2,25 +2,33 @@
 
 Other rooms import these names from here; modules inside the room import each other directly."""
 
-from vpatch.deploy.checks import Figures
-from vpatch.deploy.container import stamp
+from vpatch.deploy.container import Restored, stamp
 from vpatch.deploy.journal import Journal
+from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
 from vpatch.deploy.ledger import LedgerRow, StartLedger, absent_note, ledger_rows, shown_per_worker
+from vpatch.deploy.live import LivePlan, LiveReport, live_json, plan_live, verify_live
 from vpatch.deploy.noise import Call, compare, load_moved, rule, spread
+from vpatch.deploy.prune import Pruned, prune_containers
 from vpatch.deploy.record import DeployRecord, Side, Source, age
-from vpatch.deploy.series import Series
-from vpatch.deploy.switch import Report, Where, holders
+from vpatch.deploy.series import PassSeries
+from vpatch.deploy.switch import BaselineMode, Report, Where, deploy, describe, holders, rollback, where
 
 __all__ = [
     "LEDGER_FIELDS",
+    "BaselineMode",
     "Call",
+    "CheckResult",
     "DeployRecord",
     "Figures",
     "Journal",
     "LedgerRow",
+    "LivePlan",
+    "LiveReport",
+    "PassSeries",
+    "Pruned",
     "Report",
-    "Series",
+    "Restored",
     "Side",
     "Source",
     "StartLedger",
@@ -28,11 +36,19 @@ __all__ = [
     "absent_note",
     "age",
     "compare",
+    "deploy",
+    "describe",
     "holders",
     "ledger_rows",
+    "live_json",
     "load_moved",
+    "plan_live",
+    "prune_containers",
+    "rollback",
     "rule",
     "shown_per_worker",
     "spread",
     "stamp",
+    "verify_live",
+    "where",
 ]

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from vpatch.base import Progress, VpatchError, lock
-from vpatch.deploy.checks import CheckResult, Status
+from vpatch.base import Progress, VpatchError, host_lock_folder, host_resources
 from vpatch.deploy.journal import Journal, Phase
+from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
 from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, health
 
@@ -30,7 +30,7 @@ class NothingRestored(RollbackError):
 def held(container: str, port: int | None, holder: str) -> AbstractContextManager[None]:
     """The locks of the container name and the port a deploy, rollback, prune or serve acts on: one of them
     at a time on this host, whatever definition names them (the kernel releases a killed holder's lock)."""
-    return lock.host_resources(lock.host_lock_folder(), container=container, port=port, holder=holder)
+    return host_resources(host_lock_folder(), container=container, port=port, holder=holder)
 
 
 class NotOurs(RollbackError):
@@ -97,9 +97,9 @@ def watch_start(docker: Docker, cid: str, seconds: float) -> CheckResult:
     while (elapsed := time.monotonic() - start) < seconds:
         why = health.down(docker, cid)
         if why is not None:
-            return CheckResult("started", Status.FAIL, f"down after {elapsed:.0f}s", why, elapsed)
+            return CheckResult("started", CheckStatus.FAIL, f"down after {elapsed:.0f}s", why, elapsed)
         time.sleep(0.5)
-    return CheckResult("started", Status.PASS, f"running, no restart in {seconds:.0f}s", "", time.monotonic() - start)
+    return CheckResult("started", CheckStatus.PASS, f"running, no restart in {seconds:.0f}s", "", time.monotonic() - start)
 
 
 def wait_alive(docker: Docker, cid: str, url: str, timeout: float, progress: Progress, name: str = "health", *,
@@ -112,8 +112,8 @@ def wait_alive(docker: Docker, cid: str, url: str, timeout: float, progress: Pro
                                     timeout_key=timeout_key)
     except health.NotAlive as exc:
         elapsed = time.monotonic() - start
-        return CheckResult(name, Status.FAIL, f"not alive after {elapsed:.0f}s", exc.why, elapsed)
-    return CheckResult(name, Status.PASS, f"alive after {seconds:.0f}s (a 1-token completion answered)", "", seconds)
+        return CheckResult(name, CheckStatus.FAIL, f"not alive after {elapsed:.0f}s", exc.why, elapsed)
+    return CheckResult(name, CheckStatus.PASS, f"alive after {seconds:.0f}s (a 1-token completion answered)", "", seconds)
 
 
 def park(docker: Docker, journal: Journal, cid: str, restart: str) -> Journal:

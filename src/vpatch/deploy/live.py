@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch.base import Progress, VpatchError
 from vpatch.config import ImageDefinition
-from vpatch.deploy.checks import CheckResult, Status
 from vpatch.deploy.client import Server, ServerError
-from vpatch.deploy.livecheck import Api, Case, LiveCheck, LiveCheckError
+from vpatch.deploy.judge import CheckResult, CheckStatus
+from vpatch.deploy.livecheck import Api, LiveCase, LiveCheck, LiveCheckError
 from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
 from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.image import LABEL_PREFIX, verify_image
@@ -54,7 +54,7 @@ class Planned:
 
 
 @dataclass(frozen=True)
-class Plan:
+class LivePlan:
     checks: tuple[Planned, ...]
     notes: tuple[str, ...] = ()  # what could not be planned and why (said in the report, never silent)
     verified: str | None = None  # the candidate's `vpatch verify`, one line; None: not a vpatch image
@@ -105,14 +105,14 @@ class PatchOutcome:
             figure = f"FALSE DROP: {figure}"
             detail = (f"{self.planned.patch} was dropped as upstream ({self.planned.why}), but this server still "
                       f"shows the bug: {detail}")
-        return CheckResult(self.label, Status.PASS if self.ok else Status.FAIL, figure, detail, seconds)
+        return CheckResult(self.label, CheckStatus.PASS if self.ok else CheckStatus.FAIL, figure, detail, seconds)
 
 
 @dataclass(frozen=True)
 class LiveReport:
     """What a deploy's live checks showed, per patch, on the candidate and (report only) the baseline."""
 
-    plan: Plan
+    plan: LivePlan
     candidate: tuple[PatchOutcome, ...]
     baseline: tuple[PatchOutcome, ...] = ()
 
@@ -121,8 +121,8 @@ class LiveReport:
         return alarms(self.candidate)
 
 
-def plan(config: Config, *, candidate: str, baseline: str | None, serve: ServeConfig, docker: Docker,
-         progress: Progress, verify: bool = True) -> Plan:
+def plan_live(config: Config, *, candidate: str, baseline: str | None, serve: ServeConfig, docker: Docker,
+              progress: Progress, verify: bool = True) -> LivePlan:
     """The live checks `candidate` owes, with `baseline` the image production runs now (None: nothing runs).
 
     A candidate built by vpatch is verified first (`vpatch verify`): one whose files do not match its labels
@@ -179,7 +179,7 @@ def plan(config: Config, *, candidate: str, baseline: str | None, serve: ServeCo
                               + "; ".join(mismatch),
                               hint="set those keys in the serve: section of the image definition, or fix the "
                               "check's serve: section; nothing was touched")
-    return Plan(tuple(planned), tuple(notes), verified)
+    return LivePlan(tuple(planned), tuple(notes), verified)
 
 
 def verify_live(config: Config, image: str, *, definition: str | None, docker: Docker, cache: Path,
@@ -202,7 +202,7 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
         port = int(sock.getsockname()[1])
     container = f"{found.serve.container.name}-verify-{uuid.uuid4().hex[:8]}"
     serve = replace(found.serve, port=port)
-    live = plan(config, candidate=image, baseline=None, serve=serve, docker=docker, progress=progress, verify=False)
+    live = plan_live(config, candidate=image, baseline=None, serve=serve, docker=docker, progress=progress, verify=False)
     if not live.checks:
         return LiveReport(live, ())
     command = render(serve, image, definition=name, name=container, restart="no")
@@ -219,7 +219,7 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
         docker.remove_container(cid)
 
 
-def run(plan: Plan, server: Server, progress: Progress, *, fail_fast: bool) -> list[PatchOutcome]:
+def run(plan: LivePlan, server: Server, progress: Progress, *, fail_fast: bool) -> list[PatchOutcome]:
     """Every planned check against `server`, in order; with `fail_fast`, stop after the first that fails."""
     out: list[PatchOutcome] = []
     for item in plan.checks:
@@ -234,7 +234,7 @@ def run(plan: Plan, server: Server, progress: Progress, *, fail_fast: bool) -> l
     return out
 
 
-def run_case(case: Case, server: Server) -> CaseOutcome:
+def run_case(case: LiveCase, server: Server) -> CaseOutcome:
     """Send one case's request and judge the answer."""
     started = time.monotonic()
     request = case.request

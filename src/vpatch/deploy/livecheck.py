@@ -110,7 +110,7 @@ class Expect:
 
 
 @dataclass(frozen=True)
-class Case:
+class LiveCase:
     name: str
     request: Request
     expect: Expect
@@ -121,7 +121,7 @@ class LiveCheck:
     path: Path
     about: str
     serve: Mapping[str, Any]  # serve: keys the server must be started with, e.g. tool_call_parser: qwen3_coder
-    cases: tuple[Case, ...]
+    cases: tuple[LiveCase, ...]
 
     @classmethod
     def load(cls, path: Path, *, source: str | None = None) -> LiveCheck:
@@ -151,7 +151,7 @@ class LiveCheck:
         cases_data = top["cases"]
         if not isinstance(cases_data, list) or not cases_data:
             v.fail("cases", "must be a non-empty list of {name, request, expect}")
-        cases: list[Case] = []
+        cases: list[LiveCase] = []
         names: set[str] = set()
         for i, item in enumerate(cases_data):
             key = f"cases[{i}]"
@@ -162,7 +162,7 @@ class LiveCheck:
             names.add(name)
             own = v.mapping(case.get("request", {}), f"{key}.request", optional=_REQUEST)
             request = _request(v, {**defaults, **own}, f"{key}.request")
-            cases.append(Case(name, request, _expect(v, case["expect"], f"{key}.expect")))
+            cases.append(LiveCase(name, request, _expect(v, case["expect"], f"{key}.expect")))
         return cls(path=path, about=about, serve=serve, cases=tuple(cases))
 
     def serve_mismatches(self, serve: Any) -> list[str]:

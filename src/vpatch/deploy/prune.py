@@ -22,7 +22,7 @@ class Pruned:
     kept: tuple[tuple[str, str], ...]  # (name, why it stays)
 
 
-def prune(docker: Docker, definition: str, *, keep: int) -> Pruned:
+def prune_containers(docker: Docker, definition: str, *, keep: int) -> Pruned:
     """Remove all but the `keep` newest parked and the `keep` newest candidate containers of `definition`."""
     first = Journal.load(definition)
     if first is None:

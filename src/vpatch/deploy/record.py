@@ -17,10 +17,10 @@ from typing import Any
 
 from vpatch.base import JournalError, records
 from vpatch.config import Suite
-from vpatch.deploy.checks import CheckResult, Figures, Status
 from vpatch.deploy.journal import Journal
+from vpatch.deploy.judge import CheckResult, CheckStatus, Figures
 from vpatch.deploy.ledger import StartLedger
-from vpatch.deploy.series import Series
+from vpatch.deploy.series import PassSeries
 
 _HINT = "the deploy's record is only read for its report and as a later baseline: move it away to measure afresh"
 
@@ -39,7 +39,7 @@ class Side:
 
     checks: tuple[CheckResult, ...]
     figures: Figures
-    series: Series
+    series: PassSeries
     source: str = Source.MEASURED
     recorded_at: str | None = None  # a recorded baseline: when the deploy that measured it finished (ISO)
     image_id: str | None = None
@@ -56,7 +56,7 @@ class Side:
         return cls(
             checks=tuple(check_from_json(c) for c in data["checks"]),
             figures=Figures(**{k: _tupled(v) for k, v in data["figures"].items() if k in known}),
-            series=Series.from_json(data["series"]), source=str(data.get("source", Source.MEASURED)),
+            series=PassSeries.from_json(data["series"]), source=str(data.get("source", Source.MEASURED)),
             recorded_at=data.get("recorded_at"), image_id=data.get("image_id"),
             ledger=StartLedger.from_json(data.get("ledger")))
 
@@ -72,7 +72,7 @@ def check_json(c: CheckResult) -> dict[str, Any]:
 
 
 def check_from_json(data: dict[str, Any]) -> CheckResult:
-    return CheckResult(str(data["name"]), Status(data["status"]), str(data["figure"]), str(data.get("detail", "")),
+    return CheckResult(str(data["name"]), CheckStatus(data["status"]), str(data["figure"]), str(data.get("detail", "")),
                        float(data.get("seconds", 0.0)))
 
 

@@ -51,7 +51,7 @@ class MemoryPoint:
 
 
 @dataclass(frozen=True)
-class Event:
+class PassEvent:
     """A moment worth marking: a preemption (count: the run's total so far) or a stall the watchdog saw."""
 
     t: float
@@ -61,16 +61,16 @@ class Event:
 
 
 @dataclass(frozen=True)
-class Series:
+class PassSeries:
     """Everything recorded over one pass of the suite (one server), in time order per list."""
 
     block_cost: tuple[BlockPoint, ...] = ()
     block_geometry: tuple[int, int] | None = None  # (blocks, block_size) of the pool the prediction uses
     requests: tuple[RequestPoint, ...] = ()
     parallel: tuple[tuple[tuple[float, int], ...], ...] = ()  # per request: (t, tokens received so far)
-    preemptions: tuple[Event, ...] = ()
+    preemptions: tuple[PassEvent, ...] = ()
     throughput: tuple[tuple[float, float], ...] = ()  # (t, engine tokens/s since the reading before)
-    stalls: tuple[Event, ...] = ()
+    stalls: tuple[PassEvent, ...] = ()
     memory: tuple[MemoryPoint, ...] = ()
     memory_floor_mib: float | None = None
 
@@ -99,7 +99,7 @@ class Series:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Series:
+    def from_json(cls, data: Mapping[str, Any]) -> PassSeries:
         """Read back what to_json wrote (a KeyError/TypeError/ValueError on a malformed record: the caller's
         records.load turns it into a JournalError naming the file)."""
         geometry = data.get("block_geometry")
@@ -120,17 +120,17 @@ class Series:
         )
 
 
-def _event(e: Event) -> dict[str, Any]:
+def _event(e: PassEvent) -> dict[str, Any]:
     return {"t": round(e.t, 3), "check": e.check, "what": e.what, "count": e.count}
 
 
-def _read_event(e: Mapping[str, Any]) -> Event:
-    return Event(float(e["t"]), str(e["check"]), str(e["what"]), int(e.get("count", 0)))
+def _read_event(e: Mapping[str, Any]) -> PassEvent:
+    return PassEvent(float(e["t"]), str(e["check"]), str(e["what"]), int(e.get("count", 0)))
 
 
 @dataclass
 class Recorder:
-    """Collects a Series while the checks run; appended to from the request and sampler threads."""
+    """Collects a PassSeries while the checks run; appended to from the request and sampler threads."""
 
     started: float  # time.monotonic() when the pass began
     check: str = ""  # the check running now
@@ -139,9 +139,9 @@ class Recorder:
     block_geometry: tuple[int, int] | None = None
     requests: list[RequestPoint] = field(default_factory=list)
     parallel: list[list[tuple[float, int]]] = field(default_factory=list)
-    preemptions: list[Event] = field(default_factory=list)
+    preemptions: list[PassEvent] = field(default_factory=list)
     throughput: list[tuple[float, float]] = field(default_factory=list)
-    stalls: list[Event] = field(default_factory=list)
+    stalls: list[PassEvent] = field(default_factory=list)
     memory: list[MemoryPoint] = field(default_factory=list)
     memory_floor_mib: float | None = None
 
@@ -152,9 +152,9 @@ class Recorder:
         with self._lock:
             getattr(self, name).extend(items)
 
-    def freeze(self) -> Series:
+    def freeze(self) -> PassSeries:
         with self._lock:
-            return Series(
+            return PassSeries(
                 block_cost=tuple(self.block_cost), block_geometry=self.block_geometry, requests=tuple(self.requests),
                 parallel=tuple(tuple(r) for r in self.parallel), preemptions=tuple(self.preemptions),
                 throughput=tuple(self.throughput), stalls=tuple(self.stalls),

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, process
 from vpatch.config import Suite
-from vpatch.deploy.checks import CheckResult, Figures, Run, run_checks, scan_log
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
     Restored,
@@ -27,15 +26,16 @@ from vpatch.deploy.container import (
     watch_start,
 )
 from vpatch.deploy.journal import Journal, Phase
+from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import SERVER, StartLedger, parse_start_log
-from vpatch.deploy.live import LiveReport, PatchOutcome
-from vpatch.deploy.live import Plan as LivePlan
+from vpatch.deploy.live import LivePlan, LiveReport, PatchOutcome
 from vpatch.deploy.live import run as run_live
+from vpatch.deploy.measure import Run, run_checks, scan_log
 from vpatch.deploy.memory import Source, container_source, gpu_source
 from vpatch.deploy.readings import kv_pool_from_log
 from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline, suite_key
 from vpatch.deploy.record import Source as BaselineSource
-from vpatch.deploy.series import Series
+from vpatch.deploy.series import PassSeries
 from vpatch.docker import Docker
 from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint, refuse_taken_port, start
 from vpatch.serve import base_url as alive_url
@@ -43,17 +43,19 @@ from vpatch.serve.render import render
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
+    from vpatch.docker import ContainerInfo
+    from vpatch.serve.render import RunCommand
 
 
-class Decision(str, Enum):
+class DeployDecision(str, Enum):
     DEPLOYED = "deployed"
     ROLLED_BACK = "rolled back"  # a check failed; production is back and healthy
     INTERRUPTED = "interrupted, rolled back"  # Ctrl-C or SIGTERM; production is back and healthy
 
     @property
     def exit_code(self) -> ExitCode:
-        return {Decision.DEPLOYED: ExitCode.OK, Decision.ROLLED_BACK: ExitCode.ROLLED_BACK,
-                Decision.INTERRUPTED: ExitCode.INTERRUPTED}[self]
+        return {DeployDecision.DEPLOYED: ExitCode.OK, DeployDecision.ROLLED_BACK: ExitCode.ROLLED_BACK,
+                DeployDecision.INTERRUPTED: ExitCode.INTERRUPTED}[self]
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Outcome:
 
     checks: tuple[CheckResult, ...]
     figures: Figures
-    series: Series = field(default_factory=Series)  # the samples the checks took (deploy/series.py)
+    series: PassSeries = field(default_factory=PassSeries)  # the samples the checks took (deploy/series.py)
     source: str = BaselineSource.MEASURED  # a baseline: measured now, or recorded at its own deploy
     recorded_at: str | None = None  # a recorded baseline: when (ISO)
     ledger: StartLedger = field(default_factory=StartLedger)  # what its start cost (deploy/ledger.py)
@@ -82,7 +84,7 @@ class Report:
     definition: str
     container: str
     image: str
-    decision: Decision
+    decision: DeployDecision
     candidate: Outcome
     baseline: Outcome | None
     steps: tuple[Step, ...]
@@ -119,9 +121,91 @@ def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, doc
                        progress=progress, live=live, mode=baseline)
 
 
+@dataclass
+class _Deploying:
+    """One deploy in progress: what its steps share, kept up to date as they go, so that a step cut short (an
+    interrupt, an error) leaves what it had measured to the rollback, the record and the report."""
+
+    definition: str
+    serve: ServeConfig
+    suite: Suite
+    image: str
+    docker: Docker
+    progress: Progress
+    live: LivePlan | None
+    production: ContainerInfo | None  # the container running under the name before the deploy
+    command: RunCommand  # the candidate's `docker run`, linted
+    server: Server
+    journal: Journal
+    record: DeployRecord
+    steps: list[Step] = field(default_factory=list)
+    clock: float = field(default_factory=time.monotonic)
+    baseline: Outcome | None = None
+    base_live: list[PatchOutcome] = field(default_factory=list)
+    cand_live: list[PatchOutcome] = field(default_factory=list)
+    candidate: list[CheckResult] = field(default_factory=list)
+    figures: Figures = field(default_factory=Figures)
+    series: PassSeries = field(default_factory=PassSeries)
+    image_id: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.serve.container.name
+
+    def step(self, label: str) -> None:
+        """A step of the runbook is done: its time since the previous one."""
+        self.steps.append(Step(label, time.monotonic() - self.clock))
+        self.clock = time.monotonic()
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.failed for c in self.candidate)
+
+
 def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
             progress: Progress, live: LivePlan | None, mode: BaselineMode) -> Report:
+    """The runbook: refuse what is not ours, lint, baseline, park, start, check, keep or roll back, record."""
+    production = _refuse_to_start(definition, serve, docker)
+    run = _prepare(definition=definition, serve=serve, suite=suite, image=image, docker=docker, cache=cache,
+                   progress=progress, live=live, production=production)
+    try:
+        _baseline(run, mode)
+        _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
+    except BaseException as exc:
+        # Nothing was switched: close the journal so that --status does not report a deploy in progress.
+        run.journal.advance(Phase.ROLLED_BACK, note=f"stopped before the switch ({type(exc).__name__}); nothing was switched")
+        raise
+    restored: Restored | None
+    try:
+        cid = _switch(run)
+        _check_candidate(run, cid)
+        run.step("checks")
+        if run.passed:
+            _keep(run, cid)
+    except KeyboardInterrupt:
+        progress("interrupted: rolling back")
+        restored = _rollback_or_raise(docker, definition, progress, "interrupted")
+        run.step("rollback")
+        decision = DeployDecision.INTERRUPTED
+    except VpatchError as exc:
+        progress(f"error: {exc.message}; rolling back")
+        restored = _rollback_or_raise(docker, definition, progress, exc.message)
+        _record_error(run, exc, restored)
+        raise VpatchError(f"{exc.message}\nrolled back: {describe(restored)}", hint=exc.hint) from exc
+    else:
+        if run.passed:
+            decision, restored = DeployDecision.DEPLOYED, None
+        else:
+            progress("a check failed: rolling back")
+            restored = _rollback_or_raise(docker, definition, progress, "a check failed")
+            run.step("rollback")
+            decision = DeployDecision.ROLLED_BACK
+    return _finish(run, decision, restored)
 
+
+def _refuse_to_start(definition: str, serve: ServeConfig, docker: Docker) -> ContainerInfo | None:
+    """Refuse a deploy over an unfinished one, or over another definition's container; the production
+    container (None: there is none)."""
     current = Journal.load(definition)
     if current is not None and not current.phase.settled:
         raise VpatchError(
@@ -136,159 +220,170 @@ def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, do
                           f"definition {owner!r}, not {definition!r}: a deploy of {definition} would park another "
                           "definition's production", hint=f"deploy it as `vpatch deploy {owner}`, or give "
                           f"serve.container.name another name in images/{definition}.yaml")
+    return production
+
+
+def _prepare(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
+             progress: Progress, live: LivePlan | None, production: ContainerInfo | None) -> _Deploying:
+    """Lint the candidate's command, then open the journal and the record: nothing is touched yet."""
     started = stamp()
     # Lint before anything is stopped: an entrypoint that already serves plus `serve` again, or a flag the
     # image's vLLM does not know, is refused while production still runs untouched.
     command = render(serve, image, definition=definition, restart="no", labels={LABEL_DEPLOY: started})
     lint.check(docker, command, definition=definition, cache=cache, progress=progress)
     server = Server(alive_url(serve.port, serve.host), timeout=suite.request_timeout_s)
-    journal = Journal(definition, name, image, Phase.BASELINE, started=started, port=serve.port,
+    journal = Journal(definition, serve.container.name, image, Phase.BASELINE, started=started, port=serve.port,
                       health_timeout_s=suite.health_timeout_s, host=serve.host, model=serve.model_name,
                       restore_timeout_s=float(max(serve.health_timeout, suite.health_timeout_s))).save()
-    steps: list[Step] = []
     clock = time.monotonic()
+    record = DeployRecord(definition, serve.container.name, image, journal.started, suite_key(suite)).save()
+    return _Deploying(definition, serve, suite, image, docker, progress, live, production, command, server,
+                      journal, record, clock=clock)
 
-    def step(label: str) -> None:
-        nonlocal clock
-        steps.append(Step(label, time.monotonic() - clock))
-        clock = time.monotonic()
 
-    baseline: Outcome | None = None
-    base_live: list[PatchOutcome] = []
-    cand_live: list[PatchOutcome] = []
-    record = DeployRecord(definition, name, image, journal.started, suite_key(suite)).save()
-    try:
-        if production is not None and production.status == "running":
-            found = recorded_baseline(definition, production.image_id, record.suite_key) \
-                if mode is BaselineMode.RECORDED else None
-            if mode is BaselineMode.NONE:
-                progress(f"baseline: none (--baseline none); {name} is not measured")
-            elif found is not None:
-                baseline = Outcome(found.checks, found.figures, found.series, found.source, found.recorded_at,
-                                   found.ledger)
-                progress(f"baseline: the figures recorded when {production.image_ref} was deployed "
-                         f"({found.recorded_at}); no request goes to production (--baseline measure measures it)")
-            else:
-                if mode is BaselineMode.RECORDED:
-                    progress(f"baseline: nothing recorded for {production.image_ref} ({production.image_id[:19]}) "
-                             "with this suite: measuring production")
-                progress(f"baseline: checking the running {name} ({production.image_ref})")
-                prod_id, since = production.id, production.started_at
-                # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
-                run = Run(server, suite, lambda: docker.container_logs(prod_id, since=since), progress,
-                          memory_source=memory_source(docker, serve, prod_id))
-                run_checks(run, fail_fast=False, log_scan=False)
-                # The live checks on the baseline are shown beside the candidate's; they decide nothing.
-                base_live = run_live(live, server, progress, fail_fast=False) if live is not None else []
-                served = tuple(run.results) + tuple(o.as_check() for o in base_live)
-                baseline = Outcome((*served, scan_log(run)), run.figures, run.series,
-                                   ledger=_ledger(docker, prod_id, since=since))
-            if baseline is not None:
-                record = replace(record, baseline=baseline.side(production.image_id)).save()
-            step("baseline")
-        _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
-    except BaseException as exc:
-        # Nothing was switched: close the journal so that --status does not report a deploy in progress.
-        journal.advance(Phase.ROLLED_BACK, note=f"stopped before the switch ({type(exc).__name__}); nothing was switched")
-        raise
-    candidate: list[CheckResult] = []
-    figures = Figures()
-    series = Series()
-    image_id: str | None = None
-    restored: Restored | None
-    try:
-        if production is not None:
-            progress(f"park: {name} -> {name}-parked-{journal.started} (restart policy no, stopped)")
-            journal = park(docker, journal, production.id, production.restart_policy)
-            step("park")
-        # Production is stopped: whatever still answers on its port is someone else's, and the health wait
-        # would ask it instead of the candidate.
-        refuse_taken_port(serve.port, serve.host, source=f"images/{definition}.yaml")
-        journal = journal.advance(Phase.STARTING, candidate_started=True)
-        progress(f"start: {image} as {name} on port {serve.port}")
-        cid = start(docker, command)
-        journal = journal.advance(Phase.CHECKING, candidate_id=cid)
-        step("start")
-        starts: list[tuple[str, Callable[[], CheckResult]]] = [
-            ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
-            ("health", lambda: wait_alive(docker, cid, server.base_url, suite.health_timeout_s, progress,
-                                          model=serve.model_name))]
-        for label, check in starts:
-            progress(f"check: {label}")
-            result = check()
-            candidate.append(result)
-            progress(f"  {result.status.value}: {result.figure}" + (f" ({result.detail})" if result.failed else ""))
-            if result.failed:
-                break
-        image_id = _image_id(docker, cid)
-        record = replace(record, candidate=Outcome(tuple(candidate), figures).side(image_id)).save()
-        if not any(c.failed for c in candidate):
-            pool = kv_pool_from_log(docker.container_logs(production.id)) if production and baseline else None
-            starts_done = tuple(candidate)
-
-            def keep(run: Run) -> None:
-                # After each check: a kill -9 from here on leaves what was measured up to it.
-                nonlocal record
-                side = Outcome((*starts_done, *run.results), run.figures, run.series).side(image_id)
-                record = replace(record, candidate=side).save()
-            run = Run(server, suite, lambda: docker.container_logs(cid), progress, baseline_pool=pool,
-                      memory_source=memory_source(docker, serve, cid), on_check=keep)
-            run_checks(run, fail_fast=True, log_scan=False)
-            candidate += run.results
-            figures = run.figures
-            series = run.series
-            if live is not None and not any(c.failed for c in candidate):
-                cand_live = run_live(live, server, progress, fail_fast=True)
-                candidate += [o.as_check() for o in cand_live]
-            # Last, so that a Traceback or an allocation failure a live-check request caused is seen too.
-            if not any(c.failed for c in candidate):
-                candidate.append(scan_log(run))
-                figures = run.figures  # with the log scan's count
-        step("checks")
-        passed = not any(c.failed for c in candidate)
-        if passed:
-            docker.set_restart_policy(cid, serve.container.restart)
-            journal = journal.advance(Phase.DEPLOYED, note=f"passed {len(candidate)} checks")
-            progress(f"deployed: {image} serves as {name} (restart policy {serve.container.restart})")
-    except KeyboardInterrupt:
-        progress("interrupted: rolling back")
-        restored = _rollback_or_raise(docker, definition, progress, "interrupted")
-        step("rollback")
-        decision = Decision.INTERRUPTED
-    except VpatchError as exc:
-        progress(f"error: {exc.message}; rolling back")
-        restored = _rollback_or_raise(docker, definition, progress, exc.message)
-        kept = DeployRecord.load(record.path) or record  # the checks so far, as `keep` saved them
-        replace(kept, decision="error, rolled back", rollback=f"{exc.message}; {describe(restored)}",
-                steps=tuple((s.name, s.seconds) for s in steps), finished=now_iso()).save()
-        raise VpatchError(f"{exc.message}\nrolled back: {describe(restored)}", hint=exc.hint) from exc
+def _baseline(run: _Deploying, mode: BaselineMode) -> None:
+    """The running production's figures: none, the ones recorded at its own deploy, or measured now."""
+    production, progress = run.production, run.progress
+    if production is None or production.status != "running":
+        return
+    found = recorded_baseline(run.definition, production.image_id, run.record.suite_key) \
+        if mode is BaselineMode.RECORDED else None
+    if mode is BaselineMode.NONE:
+        progress(f"baseline: none (--baseline none); {run.name} is not measured")
+    elif found is not None:
+        run.baseline = Outcome(found.checks, found.figures, found.series, found.source, found.recorded_at,
+                               found.ledger)
+        progress(f"baseline: the figures recorded when {production.image_ref} was deployed "
+                 f"({found.recorded_at}); no request goes to production (--baseline measure measures it)")
     else:
-        if passed:
-            decision, restored = Decision.DEPLOYED, None
-        else:
-            progress("a check failed: rolling back")
-            restored = _rollback_or_raise(docker, definition, progress, "a check failed")
-            step("rollback")
-            decision = Decision.ROLLED_BACK
-    failed_hooks = _hooks(suite.hooks.after_switch, "after_switch", progress, strict=False)
-    healthy = next((c for c in candidate if c.name == "health" and not c.failed), None)
-    ledger = _ledger(docker, journal.candidate_id, healthy_s=healthy.seconds if healthy else None)
-    outcome = Outcome(tuple(candidate), figures, series, ledger=ledger)
-    failed = next((c for c in candidate if c.failed), None)
+        if mode is BaselineMode.RECORDED:
+            progress(f"baseline: nothing recorded for {production.image_ref} ({production.image_id[:19]}) "
+                     "with this suite: measuring production")
+        run.baseline = _measure_production(run, production)
+    if run.baseline is not None:
+        run.record = replace(run.record, baseline=run.baseline.side(production.image_id)).save()
+    run.step("baseline")
+
+
+def _measure_production(run: _Deploying, production: ContainerInfo) -> Outcome:
+    """The suite (and the live checks, which decide nothing here) against the running production."""
+    docker = run.docker
+    run.progress(f"baseline: checking the running {run.name} ({production.image_ref})")
+    prod_id, since = production.id, production.started_at
+    # Its log since its latest start: earlier runs (and their shutdowns) are not this server's state.
+    measured = Run(run.server, run.suite, lambda: docker.container_logs(prod_id, since=since), run.progress,
+                   memory_source=memory_source(docker, run.serve, prod_id))
+    run_checks(measured, fail_fast=False, log_scan=False)
+    # The live checks on the baseline are shown beside the candidate's; they decide nothing.
+    run.base_live = run_live(run.live, run.server, run.progress, fail_fast=False) if run.live is not None else []
+    served = tuple(measured.results) + tuple(o.as_check() for o in run.base_live)
+    return Outcome((*served, scan_log(measured)), measured.figures, measured.series,
+                   ledger=_ledger(docker, prod_id, since=since))
+
+
+def _switch(run: _Deploying) -> str:
+    """Park production (stopped, restart policy no) and start the candidate under its name; the candidate's id."""
+    production, progress = run.production, run.progress
+    if production is not None:
+        progress(f"park: {run.name} -> {run.name}-parked-{run.journal.started} (restart policy no, stopped)")
+        run.journal = park(run.docker, run.journal, production.id, production.restart_policy)
+        run.step("park")
+    # Production is stopped: whatever still answers on its port is someone else's, and the health wait
+    # would ask it instead of the candidate.
+    refuse_taken_port(run.serve.port, run.serve.host, source=f"images/{run.definition}.yaml")
+    run.journal = run.journal.advance(Phase.STARTING, candidate_started=True)
+    progress(f"start: {run.image} as {run.name} on port {run.serve.port}")
+    cid = start(run.docker, run.command)
+    run.journal = run.journal.advance(Phase.CHECKING, candidate_id=cid)
+    run.step("start")
+    return cid
+
+
+def _check_candidate(run: _Deploying, cid: str) -> None:
+    """The candidate's start and health, then the suite, the live checks and the log scan, each only while
+    all before it passed; the record is saved after each."""
+    docker, suite, progress = run.docker, run.suite, run.progress
+    starts: list[tuple[str, Callable[[], CheckResult]]] = [
+        ("started", lambda: watch_start(docker, cid, suite.start_watch_s)),
+        ("health", lambda: wait_alive(docker, cid, run.server.base_url, suite.health_timeout_s, progress,
+                                      model=run.serve.model_name))]
+    for label, check in starts:
+        progress(f"check: {label}")
+        result = check()
+        run.candidate.append(result)
+        progress(f"  {result.status.value}: {result.figure}" + (f" ({result.detail})" if result.failed else ""))
+        if result.failed:
+            break
+    run.image_id = _image_id(docker, cid)
+    run.record = replace(run.record, candidate=Outcome(tuple(run.candidate), run.figures).side(run.image_id)).save()
+    if run.passed:
+        _run_suite(run, cid)
+
+
+def _run_suite(run: _Deploying, cid: str) -> None:
+    """The suite against the healthy candidate (fail fast), then the patches' live checks, then the log scan."""
+    docker, production = run.docker, run.production
+    pool = kv_pool_from_log(docker.container_logs(production.id)) if production and run.baseline else None
+    starts_done = tuple(run.candidate)
+
+    def keep(checked: Run) -> None:
+        # After each check: a kill -9 from here on leaves what was measured up to it.
+        side = Outcome((*starts_done, *checked.results), checked.figures, checked.series).side(run.image_id)
+        run.record = replace(run.record, candidate=side).save()
+    checks = Run(run.server, run.suite, lambda: docker.container_logs(cid), run.progress, baseline_pool=pool,
+                 memory_source=memory_source(docker, run.serve, cid), on_check=keep)
+    run_checks(checks, fail_fast=True, log_scan=False)
+    run.candidate += checks.results
+    run.figures = checks.figures
+    run.series = checks.series
+    if run.live is not None and run.passed:
+        run.cand_live = run_live(run.live, run.server, run.progress, fail_fast=True)
+        run.candidate += [o.as_check() for o in run.cand_live]
+    # Last, so that a Traceback or an allocation failure a live-check request caused is seen too.
+    if run.passed:
+        run.candidate.append(scan_log(checks))
+        run.figures = checks.figures  # with the log scan's count
+
+
+def _keep(run: _Deploying, cid: str) -> None:
+    """The candidate passed: it gets production's restart policy and the journal says deployed."""
+    restart = run.serve.container.restart
+    run.docker.set_restart_policy(cid, restart)
+    run.journal = run.journal.advance(Phase.DEPLOYED, note=f"passed {len(run.candidate)} checks")
+    run.progress(f"deployed: {run.image} serves as {run.name} (restart policy {restart})")
+
+
+def _record_error(run: _Deploying, exc: VpatchError, restored: Restored) -> None:
+    """An error rolled the deploy back: the record on disk (the checks so far, as they were saved) says so."""
+    kept = DeployRecord.load(run.record.path) or run.record
+    replace(kept, decision="error, rolled back", rollback=f"{exc.message}; {describe(restored)}",
+            steps=tuple((s.name, s.seconds) for s in run.steps), finished=now_iso()).save()
+
+
+def _finish(run: _Deploying, decision: DeployDecision, restored: Restored | None) -> Report:
+    """After the switch or the rollback: the after_switch hooks, the candidate's start ledger, the record's
+    last save and the report."""
+    name, image, definition, journal = run.name, run.image, run.definition, run.journal
+    failed_hooks = _hooks(run.suite.hooks.after_switch, "after_switch", run.progress, strict=False)
+    healthy = next((c for c in run.candidate if c.name == "health" and not c.failed), None)
+    ledger = _ledger(run.docker, journal.candidate_id, healthy_s=healthy.seconds if healthy else None)
+    outcome = Outcome(tuple(run.candidate), run.figures, run.series, ledger=ledger)
+    failed = next((c for c in run.candidate if c.failed), None)
     rolled = describe(restored) if restored else (f"{name} runs {image}; the old container is parked "
                                                   f"as {journal.parked_name or '(none)'}")
-    record = replace(record, candidate=outcome.side(image_id), decision=decision.value,
+    record = replace(run.record, candidate=outcome.side(run.image_id), decision=decision.value,
                      failed_check=failed.name if failed else None, rollback=rolled,
-                     steps=tuple((s.name, s.seconds) for s in steps), finished=now_iso()).save()
+                     steps=tuple((s.name, s.seconds) for s in run.steps), finished=now_iso()).save()
+    live = run.live
     return Report(
         definition=definition, container=name, image=image, decision=decision,
-        candidate=outcome, baseline=baseline, steps=tuple(steps), record=record,
-        parked_as=journal.parked_name if decision is Decision.DEPLOYED else None,
+        candidate=outcome, baseline=run.baseline, steps=tuple(run.steps), record=record,
+        parked_as=journal.parked_name if decision is DeployDecision.DEPLOYED else None,
         candidate_kept_as=restored.candidate_kept_as if restored else None,
         rollback=describe(restored) if restored else f"{name} runs {image}; the old container is parked "
         f"as {journal.parked_name or '(none)'} (`vpatch deploy {definition} --rollback` brings it back)",
         hooks=tuple(failed_hooks),
-        live=LiveReport(live, tuple(cand_live), tuple(base_live)) if live is not None else None,
+        live=LiveReport(live, tuple(run.cand_live), tuple(run.base_live)) if live is not None else None,
     )
 
 
@@ -389,7 +484,7 @@ class Where:
     others: tuple[Journal, ...] = ()  # other definitions' unfinished deploys on the same container or port
 
 
-def status(*, definition: str, docker: Docker, container: str | None = None, port: int | None = None) -> Where:
+def where(*, definition: str, docker: Docker, container: str | None = None, port: int | None = None) -> Where:
     """`vpatch deploy NAME --status`: the journal and the containers it names, as they are now; with the
     definition's `container` and `port` (when its yaml reads), other definitions' unfinished deploys there."""
     journal = Journal.load(definition)

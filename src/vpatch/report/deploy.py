@@ -8,9 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from vpatch.deploy.checks import CheckResult, Figures
-from vpatch.deploy.live import LiveReport, live_json
-from vpatch.deploy.switch import Report, describe
+from vpatch.deploy import CheckResult, Figures, LiveReport, Report, describe, live_json
 from vpatch.report import deploy_verdict
 
 if TYPE_CHECKING:
@@ -18,10 +16,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table  # lazy: rich loads only when a table is shown
 
-    from vpatch.deploy import Where
-    from vpatch.deploy.container import Restored
-    from vpatch.deploy.live import Plan
-    from vpatch.deploy.prune import Pruned
+    from vpatch.deploy import LivePlan, Pruned, Restored, Where
 
 
 def status_lines(name: str, found: Where) -> list[str]:
@@ -113,7 +108,7 @@ def lines(result: Report) -> list[str]:
 
 
 
-def plan_notes(plan: Plan) -> list[str]:
+def plan_notes(plan: LivePlan) -> list[str]:
     """Before the switch, on stderr: what the live checks' plan says (a patch without one, a check left out)."""
     return [f"live checks: {note}" for note in plan.notes]
 

@@ -15,14 +15,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vpatch.deploy import DeployRecord, Figures, Series, Side, Source, age
+from vpatch.deploy import DeployRecord, Figures, PassSeries, Side, Source, age
 from vpatch.report import deploy as deploy_report
 from vpatch.report import deploy_verdict
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from vpatch.deploy.live import LiveReport
+    from vpatch.deploy import LiveReport
 
 _CSS = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; color: #222; }
@@ -94,7 +94,7 @@ def render(record: DeployRecord, *, phase: str | None = None) -> str:
     if record.steps:
         parts.append("<p class=muted>steps: " + _e(", ".join(f"{n} {s:.1f}s" for n, s in record.steps)) + "</p>")
     parts.append("<h2>Plots</h2>")
-    for plot in plots(base.series if base else Series(), cand.series if cand else Series()):
+    for plot in plots(base.series if base else PassSeries(), cand.series if cand else PassSeries()):
         parts.append(_figure(plot))
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<title>deploy {_e(record.definition)}: {_e(sentence[:80])}</title><style>{_CSS}</style></head>"
@@ -203,7 +203,7 @@ def _figure(plot: Plot) -> str:
             f"<figcaption>{_e(plot.caption)}</figcaption>{body}{numbers}</figure>")
 
 
-def plots(base: Series, cand: Series) -> list[Plot]:
+def plots(base: PassSeries, cand: PassSeries) -> list[Plot]:
     """The plots both sides have data for, in the report's order (empty ones are left out)."""
     sides = (("baseline", base), ("candidate", cand))
     out = [_kv_blocks(sides), _requests(sides), _parallel(sides), _memory(sides), _throughput(sides)]
@@ -238,7 +238,7 @@ def _line(ax: Axes, gid: str, xs: Sequence[float], ys: Sequence[float], *, label
     line.set_gid(gid)
 
 
-def _kv_blocks(sides: Sequence[tuple[str, Series]]) -> Plot | None:
+def _kv_blocks(sides: Sequence[tuple[str, PassSeries]]) -> Plot | None:
     have = [(name, s) for name, s in sides if s.block_cost]
     if not have:
         return None
@@ -265,7 +265,7 @@ def _kv_blocks(sides: Sequence[tuple[str, Series]]) -> Plot | None:
                 _draw("kv-blocks", 1, draw), count, ("side", "s", "blocks held", "predicted"), rows, counted="kv-")
 
 
-def _requests(sides: Sequence[tuple[str, Series]]) -> Plot | None:
+def _requests(sides: Sequence[tuple[str, PassSeries]]) -> Plot | None:
     have = [(name, s) for name, s in sides if s.requests]
     if not have:
         return None
@@ -293,7 +293,7 @@ def _requests(sides: Sequence[tuple[str, Series]]) -> Plot | None:
                 ("side", "#", "check", "TTFT s", "decode tok/s", "prompt", "completion"), rows, counted="ttft-")
 
 
-def _parallel(sides: Sequence[tuple[str, Series]]) -> Plot | None:
+def _parallel(sides: Sequence[tuple[str, PassSeries]]) -> Plot | None:
     have = [(name, s) for name, s in sides if any(s.parallel)]
     if not have:
         return None
@@ -324,7 +324,7 @@ def _parallel(sides: Sequence[tuple[str, Series]]) -> Plot | None:
                 _draw("parallel", len(have), draw), count, ("side", "request", "first s", "last s", "tokens"), tuple(rows))
 
 
-def _memory(sides: Sequence[tuple[str, Series]]) -> Plot | None:
+def _memory(sides: Sequence[tuple[str, PassSeries]]) -> Plot | None:
     have = [(name, s) for name, s in sides if s.memory]
     if not have:
         return None
@@ -355,7 +355,7 @@ def _memory(sides: Sequence[tuple[str, Series]]) -> Plot | None:
                 ("side", "s", "device", "free MiB", "of MiB", "check"), rows)
 
 
-def _throughput(sides: Sequence[tuple[str, Series]]) -> Plot | None:
+def _throughput(sides: Sequence[tuple[str, PassSeries]]) -> Plot | None:
     have = [(name, s) for name, s in sides if s.throughput]
     if not have:
         return None

@@ -13,7 +13,7 @@ from vpatch.deploy import (
     Call,
     Figures,
     LedgerRow,
-    Series,
+    PassSeries,
     Side,
     absent_note,
     compare,
@@ -87,7 +87,7 @@ class PhaseRow:
     readings: int
 
 
-def memory_phases(series: Series, side: str) -> list[PhaseRow]:
+def memory_phases(series: PassSeries, side: str) -> list[PhaseRow]:
     """Per check phase and device: the peak used and the lowest free, in the order the phases ran."""
     order: list[tuple[str, str]] = []
     groups: dict[tuple[str, str], list[Any]] = {}

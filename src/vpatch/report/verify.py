@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.deploy.live import LiveReport
+    from vpatch.deploy import LiveReport
     from vpatch.image import VerifyReport
 
 

@@ -1,214 +1,56 @@
-"""The check suite: each check measures the server, then a pure judge turns the measurement into pass/fail."""
+"""The check suite's measuring side: each check measures the server (every request under watchdog.py's stall
+rule), then hands its readings to a pure judge in deploy/judge.py, which turns them into pass/fail."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
 import os
-import re
 import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any
 
 from vpatch.base import Progress
 from vpatch.config import (
-    BlockCostCheck,
-    KvPoolCheck,
-    MemoryCheck,
     NeedleCheck,
-    ParallelCheck,
     QuestionCheck,
     Suite,
-    TimingCheck,
 )
 from vpatch.deploy.client import Server, ServerError, Timing
+from vpatch.deploy.judge import (
+    CheckResult,
+    CheckStatus,
+    Figures,
+    answer_is_right,
+    judge_block_cost,
+    judge_ceiling,
+    judge_count,
+    judge_kv_pool,
+    judge_log,
+    judge_memory,
+    judge_parallel,
+    judge_timing,
+    judge_tool_call,
+)
 from vpatch.deploy.memory import MemoryWatch, Source
-from vpatch.deploy.noise import spread
 from vpatch.deploy.readings import (
-    BlockCost,
     CacheGeometry,
     KvPool,
-    LogFinding,
-    NotStrictJson,
     StreamedChat,
     block_cost,
     kv_pool_from_log,
     log_findings,
-    strict_json,
 )
-from vpatch.deploy.series import BlockPoint, Event, MemoryPoint, Recorder, RequestPoint, Series
+from vpatch.deploy.series import BlockPoint, PassEvent, PassSeries, Recorder, RequestPoint
 from vpatch.deploy.watchdog import Aborted, Reading, Stalled, Tick, Watchdog
 
 # A tool every server with a tool-call parser can be asked to call; the check only needs the JSON to hold.
 WEATHER_TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-
-
-class Status(str, Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    ERROR = "error"  # the measurement itself failed (e.g. no KV usage seen): not a pass, the deploy rolls back
-    SKIP = "skipped"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    figure: str  # the measured number(s) with the threshold, e.g. "1,050,422 tokens (floor 1,000,000)"
-    detail: str = ""
-    seconds: float = 0.0
-
-    @property
-    def failed(self) -> bool:
-        return self.status in (Status.FAIL, Status.ERROR)
-
-
-@dataclass(frozen=True)
-class Figures:
-    """The numbers a baseline and a candidate are compared by, side by side (None: not measured)."""
-
-    kv_pool_tokens: int | None = None
-    max_concurrency: float | None = None
-    concurrency_tokens: int | None = None
-    tokens_per_block: float | None = None
-    blocks_ratio: float | None = None
-    ttft_s: float | None = None
-    decode_tps: float | None = None
-    needles_found: str | None = None
-    questions_right: str | None = None
-    preemptions: int | None = None
-    log_findings: int | None = None
-    # The timing check's repeats (deploy/noise.py judges them): seconds, tokens/s, seconds, seconds.
-    ttft_samples: tuple[float, ...] | None = None
-    decode_samples: tuple[float, ...] | None = None
-    prefill_samples: tuple[float, ...] | None = None
-    makespan_samples: tuple[float, ...] | None = None
-    timing_min_change: float | None = None
-    timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
-
-
-def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[Status, str, str]:
-    if pool is None:
-        return Status.FAIL, "no 'KV cache size' line", "the start log does not announce the KV pool; did the engine start?"
-    figure = f"{pool.tokens:,} tokens (floor {check.min_tokens:,})"
-    if pool.concurrency is not None:
-        figure += f", {pool.concurrency:.2f}x at {pool.request_tokens:,} tokens"
-    problems = []
-    if pool.tokens < check.min_tokens:
-        problems.append(f"pool {pool.tokens:,} tokens is below the floor {check.min_tokens:,}")
-    if check.min_concurrency is not None and (pool.concurrency or 0.0) < check.min_concurrency:
-        problems.append(f"max concurrency {pool.concurrency} is below {check.min_concurrency}")
-    if check.max_drop is not None and baseline is not None and pool.tokens < baseline.tokens * (1 - check.max_drop):
-        problems.append(f"pool shrank from {baseline.tokens:,} (baseline) by more than {check.max_drop:.0%}")
-    return (Status.FAIL if problems else Status.PASS), figure, "; ".join(problems)
-
-
-def judge_block_cost(cost: BlockCost, check: BlockCostCheck) -> tuple[Status, str, str]:
-    if cost.tokens == 0:
-        # the answer carried no usage: it was cut short (the server or its daemon went away), nothing to judge
-        return Status.ERROR, f"{cost.held} blocks seen, no token count in the answer", (
-            "measurement error: the request's stream ended without its usage (prompt and completion tokens): "
-            "the server cut the answer short or went away, so the blocks it holds cannot be judged")
-    figure = (f"{cost.held} blocks for {cost.tokens:,} tokens = 1 per {cost.tokens_per_block:.0f} tokens; "
-              f"geometry predicts {cost.predicted} ({cost.ratio:.2f}x, limit {check.max_ratio:.2f}x)")
-    if cost.held == 0:
-        return Status.ERROR, figure, ("measurement error: no KV usage was seen while the request ran, although "
-                                      "/metrics was read back to back while it streamed (no kv_cache_usage_perc, or it never moved)")
-    if cost.ratio > check.max_ratio:
-        return Status.FAIL, figure, "a request holds more KV blocks than the start log's arithmetic assumes"
-    return Status.PASS, figure, ""
-
-
-def judge_tool_call(chat: StreamedChat) -> tuple[Status, str, str]:
-    if not chat.tool_calls:
-        return Status.FAIL, "no tool call", f"finish_reason {chat.finish_reason}; text: {chat.text[:200]!r}"
-    for call in chat.tool_calls:
-        try:
-            parsed = strict_json(call.arguments)
-        except NotStrictJson as exc:
-            return Status.FAIL, f"{call.name}: not strict JSON", f"{exc}: {call.arguments[:200]}"
-        except ValueError as exc:
-            return Status.FAIL, f"{call.name}: invalid JSON", f"{exc}: {call.arguments[:200]}"
-        if not isinstance(parsed, dict):
-            return Status.FAIL, f"{call.name}: arguments are not an object", call.arguments[:200]
-    names = ", ".join(c.name for c in chat.tool_calls)
-    return Status.PASS, f"{len(chat.tool_calls)} call(s) ({names}), strict JSON", ""
-
-
-def answer_is_right(answer: str, expect: Sequence[str]) -> bool:
-    """An expected answer appears as a whole word ("6" is not found in "16", "ls" not in "tools")."""
-    return any(re.search(rf"(?<!\w){re.escape(e)}(?!\w)", answer, re.I) for e in expect)
-
-
-def judge_count(what: str, right: int, total: int, minimum: int) -> tuple[Status, str, str]:
-    figure = f"{right} of {total} {what} (min {minimum})"
-    return (Status.PASS, figure, "") if right >= minimum else (Status.FAIL, figure, f"fewer than {minimum} right")
-
-
-def judge_parallel(timings: Sequence[Timing | str], preemptions: int, check: ParallelCheck) -> tuple[Status, str, str]:
-    errors = [t for t in timings if isinstance(t, str)]
-    done = [t for t in timings if isinstance(t, Timing)]
-    short = [t for t in done if t.completion_tokens < check.max_tokens]
-    wall = max((t.seconds for t in done), default=0.0)
-    figure = (f"{len(done)}/{check.requests} finished, {preemptions} preemption(s) (max {check.max_preemptions}), "
-              f"slowest {wall:.1f}s")
-    problems = []
-    if preemptions > check.max_preemptions:
-        problems.append(f"{preemptions} preemptions: the KV pool cannot hold {check.requests} requests of "
-                        f"{check.prompt_tokens:,} tokens")
-    if errors:
-        problems.append(f"{len(errors)} request(s) failed: {errors[0][:200]}")
-    if short:
-        problems.append(f"{len(short)} request(s) stopped early")
-    return (Status.FAIL if problems else Status.PASS), figure, "; ".join(problems)
-
-
-def ceiling_tokens(max_model_len: int, geometry: CacheGeometry) -> int:
-    """The longest request the server can finish: the frontend's max_model_len, or the pool without its
-    null block (vLLM's BlockPool keeps one block back; one-block-short: startup sized against all N)."""
-    return min(max_model_len, (geometry.blocks - 1) * geometry.block_size)
-
-
-def judge_ceiling(timing: Timing, waiting_after: float | None, max_model_len: int, geometry: CacheGeometry,
-                  ) -> tuple[Status, str, str]:
-    usable = (geometry.blocks - 1) * geometry.block_size
-    figure = (f"{timing.prompt_tokens:,} + {timing.completion_tokens} tokens, finish {timing.finish_reason}; "
-              f"max_model_len {max_model_len:,}, pool {geometry.blocks} x {geometry.block_size} "
-              f"({usable:,} usable)")
-    if timing.finish_reason not in ("stop", "length") or timing.completion_tokens < 1:
-        return Status.FAIL, figure, "the request at the ceiling did not finish with stop or length"
-    if waiting_after:
-        return Status.FAIL, figure, f"{waiting_after:.0f} request(s) left waiting after it finished"
-    return Status.PASS, figure, ""
-
-
-def judge_memory(points: Sequence[MemoryPoint], check: MemoryCheck) -> tuple[Status, str, str]:
-    """The lowest free memory any device reached while the checks sent requests, against the floor."""
-    if not points:
-        return Status.ERROR, "no memory reading", (
-            "measurement error: neither nvidia-smi nor docker's stats gave a reading while the checks ran")
-    low = min(points, key=lambda p: p.free_mib)
-    devices = sorted({p.device for p in points})
-    figure = (f"lowest {low.free_mib:,.0f} MiB free of {low.total_mib:,.0f} MiB on {low.device} at {low.t:.1f}s"
-              f"{f' ({low.check})' if low.check else ''}; floor {check.min_free_mib:,.0f} MiB; "
-              f"{len(points)} readings of {', '.join(devices)}")
-    if low.free_mib < check.min_free_mib:
-        return Status.FAIL, figure, (f"{low.device} went below the floor of {check.min_free_mib:,.0f} MiB free: "
-                                     "the candidate needs more working memory than the device has to spare")
-    return Status.PASS, figure, ""
-
-
-def judge_log(findings: Sequence[LogFinding]) -> tuple[Status, str, str]:
-    if not findings:
-        return Status.PASS, "no configured pattern in the log", ""
-    figure = ", ".join(f"{f.pattern!r} x{f.count}" for f in findings)
-    return Status.FAIL, figure, " | ".join(f.lines[0] for f in findings)
 
 
 @dataclass
@@ -241,7 +83,7 @@ class Run:
             self.memory = MemoryWatch(self.memory_source, self.recorder, floor)
 
     @property
-    def series(self) -> Series:
+    def series(self) -> PassSeries:
         return self.recorder.freeze()
 
     def _listen(self, reading: Reading) -> None:
@@ -252,7 +94,7 @@ class Run:
             elif reading.preemptions > self._preempted + sum(e.count for e in self.recorder.preemptions):
                 total = int(reading.preemptions - self._preempted)
                 new = total - sum(e.count for e in self.recorder.preemptions)
-                self.recorder.add("preemptions", [Event(self.recorder.at(reading.at), self.recorder.check,
+                self.recorder.add("preemptions", [PassEvent(self.recorder.at(reading.at), self.recorder.check,
                                                         f"{new} preemption(s), {total} in all", new)])
         tokens = reading.stepped if reading.stepped is not None else reading.generated
         last = self._last
@@ -277,18 +119,18 @@ class Run:
                                                     timing.decode_tps, timing.seconds, timing.prompt_tokens,
                                                     timing.completion_tokens)])
 
-    def record(self, name: str, measure: Callable[[], tuple[Status, str, str]]) -> CheckResult:
+    def record(self, name: str, measure: Callable[[], tuple[CheckStatus, str, str]]) -> CheckResult:
         self.progress(f"check: {name}")
         self.recorder.check = name
         start = time.monotonic()
         try:
             status, figure, detail = measure()
         except Aborted as exc:
-            status, figure, detail = Status.ERROR, "stopped: the memory floor was crossed", exc.message
+            status, figure, detail = CheckStatus.ERROR, "stopped: the memory floor was crossed", exc.message
         except ServerError as exc:
             if isinstance(exc, Stalled):
-                self.recorder.add("stalls", [Event(self.recorder.at(time.monotonic()), name, exc.message)])
-            status, figure, detail = Status.FAIL, "request failed", exc.message
+                self.recorder.add("stalls", [PassEvent(self.recorder.at(time.monotonic()), name, exc.message)])
+            status, figure, detail = CheckStatus.FAIL, "request failed", exc.message
         if self.memory is not None:
             self.memory.sample()  # at least one reading per check, while its load is still in place
         low = self._memory_low()
@@ -297,7 +139,7 @@ class Run:
             self.progress(f"check: memory\n  {low.status.value}: {low.figure} ({low.detail})")
         result = CheckResult(name, status, figure, detail, time.monotonic() - start)
         self.results.append(result)
-        self.progress(f"  {status.value}: {figure}" + (f" ({detail})" if detail and status is Status.FAIL else ""))
+        self.progress(f"  {status.value}: {figure}" + (f" ({detail})" if detail and status is CheckStatus.FAIL else ""))
         if self.on_check is not None:
             self.on_check(self)
         return low or result
@@ -319,7 +161,7 @@ class Run:
         if any(r.name == "memory" for r in self.results):
             return
         if self.memory is None:
-            self.results.append(CheckResult("memory", Status.ERROR, "no memory source",
+            self.results.append(CheckResult("memory", CheckStatus.ERROR, "no memory source",
                                             "this server's memory cannot be read (no container, no nvidia-smi)"))
             return
         self.memory.sample()
@@ -328,7 +170,7 @@ class Run:
         self.progress(f"check: memory\n  {status.value}: {figure}")
 
     def skip(self, name: str) -> None:
-        self.results.append(CheckResult(name, Status.SKIP, "not configured"))
+        self.results.append(CheckResult(name, CheckStatus.SKIP, "not configured"))
 
     def note(self, **figures: Any) -> None:
         self.figures = replace(self.figures, **figures)
@@ -346,7 +188,7 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
     `log_scan` the last one, the scan of the server's log, is left to `scan_log`, for a caller that sends more
     requests first (the live checks) and wants their effects in the log scanned too."""
     suite = run.suite
-    steps: list[tuple[str, object, Callable[[], tuple[Status, str, str]]]] = [
+    steps: list[tuple[str, object, Callable[[], tuple[CheckStatus, str, str]]]] = [
         ("kv pool", suite.kv_pool, lambda: _kv_pool(run)),
         ("block cost", suite.block_cost, lambda: _block_cost(run)),
         ("needles", suite.needles, lambda: _needles(run)),
@@ -380,7 +222,7 @@ def run_checks(run: Run, *, fail_fast: bool, log_scan: bool = True) -> None:
     run.finish()
 
 
-def _kv_pool(run: Run) -> tuple[Status, str, str]:
+def _kv_pool(run: Run) -> tuple[CheckStatus, str, str]:
     assert run.suite.kv_pool is not None
     pool = kv_pool_from_log(run.read_log())
     if pool is not None:
@@ -391,13 +233,13 @@ def _kv_pool(run: Run) -> tuple[Status, str, str]:
 _BLOCK_COST_TRIES = 8
 
 
-def _block_cost(run: Run) -> tuple[Status, str, str]:
+def _block_cost(run: Run) -> tuple[CheckStatus, str, str]:
     check = run.suite.block_cost
     assert check is not None
     before = run.server.metrics()
     geometry = before.cache_geometry
     if geometry is None:
-        return Status.FAIL, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
+        return CheckStatus.FAIL, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
     cost = None
     run.recorder.block_geometry = (geometry.blocks, geometry.block_size)
     stepped = before.total("vllm:iteration_tokens_total_sum")
@@ -516,7 +358,7 @@ def needle_code(length: int) -> str:
     return f"{(length * 7919) % 9000 + 1000}-{chr(65 + length % 26)}{chr(65 + (length // 26) % 26)}"
 
 
-def _needles(run: Run) -> tuple[Status, str, str]:
+def _needles(run: Run) -> tuple[CheckStatus, str, str]:
     check: NeedleCheck | None = run.suite.needles
     assert check is not None
     found, misses = 0, []
@@ -538,7 +380,7 @@ def _needles(run: Run) -> tuple[Status, str, str]:
     return status, figure, detail + ("; missed at " + "; ".join(misses) if misses and detail else "")
 
 
-def _tool_call(run: Run) -> tuple[Status, str, str]:
+def _tool_call(run: Run) -> tuple[CheckStatus, str, str]:
     assert run.suite.tool_call is not None
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
     extra = {"tools": [WEATHER_TOOL], "tool_choice": "auto", **run.suite.tool_call.extra}
@@ -547,7 +389,7 @@ def _tool_call(run: Run) -> tuple[Status, str, str]:
     return judge_tool_call(chat)
 
 
-def _questions(run: Run) -> tuple[Status, str, str]:
+def _questions(run: Run) -> tuple[CheckStatus, str, str]:
     check: QuestionCheck | None = run.suite.questions
     assert check is not None
     right = 0
@@ -559,7 +401,7 @@ def _questions(run: Run) -> tuple[Status, str, str]:
     return judge_count("questions right", right, len(check.questions), check.min_right)
 
 
-def _parallel(run: Run) -> tuple[Status, str, str]:
+def _parallel(run: Run) -> tuple[CheckStatus, str, str]:
     check = run.suite.parallel
     assert check is not None
     prompts = [run.server.filler(check.prompt_tokens, f"parallel-{i}-{time.time_ns()}") for i in range(check.requests)]
@@ -578,7 +420,7 @@ def _parallel(run: Run) -> tuple[Status, str, str]:
     return judge_parallel(timings, preemptions, check)
 
 
-def _ceiling(run: Run) -> tuple[Status, str, str]:
+def _ceiling(run: Run) -> tuple[CheckStatus, str, str]:
     """One request of exactly max_model_len - max_tokens prompt tokens (token ids, so the size is exact):
     the largest the frontend accepts. Where the pool holds less, a livelocked engine sends no token and the
     watchdog fails the check in stall_s."""
@@ -586,7 +428,7 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
     assert check is not None
     geometry = run.server.metrics().cache_geometry
     if geometry is None:
-        return Status.ERROR, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
+        return CheckStatus.ERROR, "no vllm:cache_config_info", "/metrics does not say num_gpu_blocks and block_size"
     max_model_len = run.server.max_model_len
     prompt = run.server.token_ids(max_model_len - check.max_tokens, f"ceiling-{time.time_ns()}")
     timing = run.watch.call(_completion(run, prompt, check.max_tokens))
@@ -600,23 +442,7 @@ def _ceiling(run: Run) -> tuple[Status, str, str]:
     return judge_ceiling(timing, waiting, max_model_len, geometry)
 
 
-def judge_timing(samples: dict[str, list[float]], errors: list[str], check: TimingCheck) -> tuple[Status, str, str]:
-    """A measurement: it passes when every request finished; the figures are judged against the baseline's
-    by deploy/noise.py, not here."""
-    units = {"ttft": ("TTFT", "s"), "decode": ("decode", "tok/s"), "prefill": ("long prefill", "s"),
-             "makespan": ("parallel makespan", "s")}
-    parts = []
-    for key, (label, unit) in units.items():
-        found = spread(samples.get(key))
-        if found is not None:
-            parts.append(f"{label} {found.shown()} {unit}")
-    figure = "; ".join(parts) or "no sample"
-    if errors:
-        return Status.FAIL, figure, f"{len(errors)} timing request(s) failed: {errors[0][:200]}"
-    return Status.PASS, figure + f" ({check.repeats} repeats)", ""
-
-
-def _timing(run: Run) -> tuple[Status, str, str]:
+def _timing(run: Run) -> tuple[CheckStatus, str, str]:
     """The timing figures `repeats` times each: a short request (TTFT, decode rate), a long one (its prefill:
     the time to its first token), `parallel` short requests at once (the makespan); each prompt unique, so the
     prefix cache serves none of them."""
@@ -663,7 +489,7 @@ def scan_log(run: Run) -> CheckResult:
     return run.record("log scan", lambda: _log_scan(run))
 
 
-def _log_scan(run: Run) -> tuple[Status, str, str]:
+def _log_scan(run: Run) -> tuple[CheckStatus, str, str]:
     findings = log_findings(run.read_log(), run.suite.log_patterns)
     run.note(log_findings=sum(f.count for f in findings))
     return judge_log(findings)
