@@ -8,6 +8,7 @@ Additions a caller passes explicitly (a temporary GIT_INDEX_FILE) are applied af
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import signal
@@ -39,6 +40,10 @@ _KEPT_GIT_VARS = frozenset({
     "GIT_SSL_CAINFO", "GIT_SSL_CAPATH", "GIT_SSL_NO_VERIFY", "GIT_PROXY_COMMAND", "GIT_ALLOW_PROTOCOL",
 })
 _KEPT_GIT_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+
+_PR_SET_PDEATHSIG = 1
+# Looked up here, not in the forked child: between fork and exec the child should only make the one call.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 @dataclass(frozen=True)
@@ -80,11 +85,16 @@ def run(
     merge_output: bool = False,
     own_group: bool = False,
     cancel: threading.Event | None = None,
+    die_with_parent: bool = False,
     shown: Sequence[str] | None = None,
     hint: str | None = None,
     error: type[ProcessError] = ProcessError,
 ) -> Output:
     """Run `argv` to completion, capturing its output.
+
+    `die_with_parent` (Linux): the kernel kills the child (SIGKILL) when vpatch ends, however it ends (kill -9,
+    SIGTERM), so that it cannot go on writing into a folder the next command cleans (a tree being extracted).
+    It costs a fork instead of a vfork, so it is for the long commands whose work lands in vpatch's own folders.
 
     `own_group`: the child leads a new process group, and a timeout kills the whole group (what
     the child started too, e.g. a probe's workers), not just the child. `cancel` (with `own_group`): once it
@@ -95,15 +105,16 @@ def run(
     `shown` is how errors name the command (default: argv).
     """
     command = tuple(argv)
+    preexec = _dies_with(os.getpid()) if die_with_parent and _prctl is not None else None
     try:
         if own_group:
             proc = _run_group(command, cwd=cwd, input=input, env=child_env(env), timeout=timeout,
-                              merge_output=merge_output, cancel=cancel)
+                              merge_output=merge_output, cancel=cancel, preexec=preexec)
         else:
             proc = subprocess.run(
                 command, cwd=cwd, input=input, env=child_env(env), timeout=timeout, check=False,
                 stdin=None if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE,
+                stderr=subprocess.STDOUT if merge_output else subprocess.PIPE, preexec_fn=preexec,
             )
     except subprocess.TimeoutExpired as exc:
         output = _tail(_as_bytes(exc.stdout) + _as_bytes(exc.stderr))
@@ -120,6 +131,17 @@ def run(
     return result
 
 
+def _dies_with(parent: int) -> Callable[[], None]:
+    """What a child runs between fork and exec to die with `parent` (PR_SET_PDEATHSIG). The signal comes when the
+    thread that started the child ends; `run` waits for its child in that thread, so that is when vpatch ends."""
+    def arm() -> None:
+        assert _prctl is not None
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the call: no signal will come
+            os._exit(1)
+    return arm
+
+
 class _Cancelled(Exception):
     def __init__(self, output: bytes) -> None:
         super().__init__("cancelled")
@@ -127,10 +149,10 @@ class _Cancelled(Exception):
 
 
 def _run_group(command: tuple[str, ...], *, cwd: Path | None, input: bytes | None, env: Mapping[str, str],
-               timeout: float | None, merge_output: bool,
-               cancel: threading.Event | None = None) -> subprocess.CompletedProcess[bytes]:
+               timeout: float | None, merge_output: bool, cancel: threading.Event | None = None,
+               preexec: Callable[[], None] | None = None) -> subprocess.CompletedProcess[bytes]:
     """subprocess.run in a new session; on timeout, cancel (or any interruption) the whole group is killed."""
-    with subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True,
+    with subprocess.Popen(command, cwd=cwd, env=env, start_new_session=True, preexec_fn=preexec,
                           stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge_output else subprocess.PIPE) as proc:
         try:

@@ -48,10 +48,12 @@ def run(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     timeout: float | None = None,
+    die_with_parent: bool = False,
 ) -> Result:
-    """Run one git command; on failure raise GitError naming the command, exit code and output."""
-    return process.run(command(args), cwd=cwd, input=input, env=env, check=check,
-                       timeout=timeout, shown=["git", *args], error=GitError)
+    """Run one git command; on failure raise GitError naming the command, exit code and output.
+    `die_with_parent`: git is killed when vpatch ends (see process.run)."""
+    return process.run(command(args), cwd=cwd, input=input, env=env, check=check, timeout=timeout,
+                       die_with_parent=die_with_parent, shown=["git", *args], error=GitError)
 
 
 def is_object_id(name: str) -> bool:

@@ -13,9 +13,9 @@ from vpatch.git.objects import hash_object, ls_tree
 
 
 @contextmanager
-def temp_index(repo: Path) -> Iterator[dict[str, str]]:
-    """An environment whose GIT_INDEX_FILE is a fresh, throwaway index file."""
-    fd, name = tempfile.mkstemp(prefix="vpatch-index-")
+def temp_index(repo: Path, folder: Path | None = None) -> Iterator[dict[str, str]]:
+    """An environment whose GIT_INDEX_FILE is a fresh, throwaway index file, in `folder` (default: TMPDIR)."""
+    fd, name = tempfile.mkstemp(prefix="vpatch-index-", dir=folder)
     os.close(fd)
     os.unlink(name)  # git wants to create it itself
     try:

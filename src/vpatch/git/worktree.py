@@ -107,11 +107,52 @@ def extract_tree(repo: Path, treeish: str, dest: Path) -> None:
 
     A throwaway index and checkout-index rather than `git archive`: archive would apply the
     tree's own export-ignore/export-subst attributes, and a probe must see the tree as it is.
+
+    Nothing outlives a kill of vpatch (kill -9, SIGTERM) in the middle: the index lies beside `dest`, in its
+    parent folder, so whoever cleans up a half-done extraction (the probe workspace's owned run folder) removes
+    it too, and git dies with vpatch instead of writing on into a folder the next command is removing.
+    A filesystem that ran full says so (git's own message only says "unable to write file ...").
     """
     dest.mkdir(parents=True, exist_ok=True)
-    with temp_index(repo) as env:
-        run(repo, ["read-tree", treeish], env=env)
-        run(repo, ["--work-tree", str(dest), "checkout-index", "--all", "--force"], env=env)
+    with temp_index(repo, dest.parent) as env:
+        try:
+            run(repo, ["read-tree", treeish], env=env, die_with_parent=True)
+            run(repo, ["--work-tree", str(dest), "checkout-index", "--all", "--force"], env=env, die_with_parent=True)
+        except GitError as exc:
+            full = disk_full(exc, dest)
+            if full is None:
+                raise
+            raise full from exc
+
+
+# Below this much free space a failed write is taken for a full disk (git may not say ENOSPC).
+_FULL_BYTES = 1 << 20
+
+
+def disk_full(exc: GitError, folder: Path) -> GitError | None:
+    """The error for a git command that failed writing under `folder` because its filesystem is full (git's
+    message says "No space left", or under 1 MiB is free there), naming that filesystem; None when it is not full."""
+    try:
+        stats = os.statvfs(folder)
+        free = stats.f_bavail * stats.f_frsize
+    except OSError:
+        free = None
+    if "no space left" not in exc.output.lower() and (free is None or free >= _FULL_BYTES):
+        return None
+    mount = _mount_point(folder)
+    left = "" if free is None else f" ({free:,} bytes free)"
+    return GitError(f"no space left on the filesystem of {mount}{left}: {exc.message}",
+                    command=exc.command, returncode=exc.returncode, output=exc.output,
+                    hint=f"free space on {mount}, or set VPATCH_CACHE to a folder on a filesystem with room")
+
+
+def _mount_point(path: Path) -> Path:
+    """The folder `path`'s filesystem is mounted at (the highest ancestor on the same device)."""
+    path = path.resolve()
+    device = path.stat().st_dev
+    while path.parent != path and path.parent.stat().st_dev == device:
+        path = path.parent
+    return path
 
 
 def dirty_paths(worktree: Path, pathspec: Sequence[str] = ()) -> list[str]:
