@@ -6,7 +6,7 @@ from __future__ import annotations
 from vpatch.deploy import Figures, PassSeries, Side
 from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.deploy.ledger import parse_start_log
-from vpatch.deploy.noise import Call, chance, compare, load_moved
+from vpatch.deploy.noise import FLOOR_S, Call, chance, compare, load_moved
 from vpatch.deploy.series import MemoryPoint
 from vpatch.report import deploy_verdict
 
@@ -23,6 +23,22 @@ def test_overlapping_ranges_are_within_noise_and_apart_ranges_are_real() -> None
     assert compare([1.0], [2.0], higher_is_better=False, min_change=0.1)[0] is Call.UNJUDGED  # one run: no rule
     assert compare(None, [2.0, 2.1, 2.2], higher_is_better=False, min_change=0.1)[0] is Call.UNJUDGED
     assert round(1 / chance(5, 5)) == 126 and round(1 / chance(3, 3)) == 10
+
+
+def test_times_under_the_floor_are_within_noise_and_above_it_are_judged() -> None:
+    """The same image measured twice in the suite's cold run (2-core machine, load ~4): its time to first token
+    0.04 s median one pass and 0.01 s the next, both ranges tight: apart, -75%, yet 30 ms. A time's medians must
+    differ by FLOOR_S too; the same shape at seconds is still called."""
+    jitter = compare([0.04, 0.03, 0.10, 0.04, 0.04], [0.01, 0.01, 0.02, 0.01, 0.01], higher_is_better=False,
+                     min_change=0.1, floor=FLOOR_S)
+    assert jitter[0] is Call.NOISE and "30 ms apart, under 50 ms" in jitter[1], jitter
+    seconds = compare([4.0, 3.0, 10.0, 4.0, 4.0], [1.0, 1.0, 2.0, 1.0, 1.0], higher_is_better=False,
+                      min_change=0.1, floor=FLOOR_S)
+    assert seconds[0] is Call.BETTER, seconds
+    # a rate has no floor: the same samples as tokens per second are judged on the relative rule alone
+    rate = compare([0.04, 0.03, 0.10, 0.04, 0.04], [0.01, 0.01, 0.02, 0.01, 0.01], higher_is_better=True,
+                   min_change=0.1)
+    assert rate[0] is Call.WORSE, rate
 
 
 def test_a_difference_measured_under_another_load_is_not_judged() -> None:

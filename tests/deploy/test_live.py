@@ -218,7 +218,10 @@ def test_a_dropped_patch_failing_its_live_check_on_the_candidate_is_a_false_drop
     # The plain server's answer to case 1, in the live-check table: the name swallows the rest, no content.
     (row,) = [line for line in out.splitlines() if f" {CASE_1} " in line and "(dropped)" in line]
     assert "name 'get_weather\\n</tool_call>\\nIt is sunny.', expected 'get_weather'" in row, row
-    assert "content '', expected 'It is sunny.'" in row, row
+    # The cell wraps since 0003's longer well-formed case labels widened the table: its rest is on the next line.
+    assert "content '', expected" in row, row
+    rest = out.splitlines()[out.splitlines().index(row) + 1]
+    assert "'It is sunny.'" in rest, row + "\n" + rest
     # The baseline ran the same live check, for the report: production, with 0003, passes every case where
     # the candidate fails case 1. The live-check table's rows: patch, case, baseline, candidate, answered.
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
@@ -252,19 +255,19 @@ def test_deploy_refuses_a_candidate_whose_files_do_not_match_its_labels(loop: Lo
 def test_verify_live_starts_the_image_and_runs_its_live_checks(loop: Loop) -> None:
     code, out, err = loop.cli("verify", loop.candidate, "--live")
     lines = [line for line in out.splitlines() if line.startswith(("ok   live", "FAIL live"))]
-    assert len(lines) == 7, out + err
+    assert len(lines) == 9, out + err
     assert f"ok   live {P0003}: well-formed call (control)" in lines
     # 0003 as on main fixes every case through the server (its check forces the tags as tokens).
     assert [line for line in lines if line.startswith("FAIL")] == [] and code == 0, out + err
     assert "healthy after" in err
-    # Its page, beside the deploys' reports, as a browser shows it: the verdict and all 7 cases passed.
+    # Its page, beside the deploys' reports, as a browser shows it: the verdict and all 9 cases passed.
     (shown,) = [line for line in out.splitlines() if line.startswith("report: ")]
     page = Path(shown.removeprefix("report: "))
     assert page.parent == Path(loop.env["VPATCH_STATE"]) / "deploy" / "reports"
     loaded = browser.load(page)
     assert not [line for line in loaded.console if "error" in line.lower()], loaded.console
-    assert f"Passed: {loop.candidate} shows every fix its live checks name (7 case(s))." in loaded.dom
-    assert loaded.dom.count('<td class="pass">pass</td>') == 7 and 'class="fail"' not in loaded.dom
+    assert f"Passed: {loop.candidate} shows every fix its live checks name (9 case(s))." in loaded.dom
+    assert loaded.dom.count('<td class="pass">pass</td>') == 9 and 'class="fail"' not in loaded.dom
     leftovers = loop.docker.client.containers.list(all=True, filters={"name": f"{loop.container}-verify-"})
     assert not leftovers  # the container it started is gone; production was never touched
     print(out)

@@ -8,13 +8,14 @@ from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
 from vpatch.deploy.ledger import LedgerRow, StartLedger, absent_note, ledger_rows, shown_per_worker
 from vpatch.deploy.live import LivePlan, LiveReport, live_json, plan_live, verify_live
-from vpatch.deploy.noise import Call, compare, load_moved, rule, spread
+from vpatch.deploy.noise import FLOOR_S, Call, compare, load_moved, rule, spread
 from vpatch.deploy.prune import Pruned, prune_containers
 from vpatch.deploy.record import DeployRecord, Side, Source, age
 from vpatch.deploy.series import PassSeries
 from vpatch.deploy.switch import BaselineMode, Report, Where, deploy, describe, holders, rollback, where
 
 __all__ = [
+    "FLOOR_S",
     "LEDGER_FIELDS",
     "BaselineMode",
     "Call",

@@ -76,12 +76,15 @@ class Regressions:
     patch: str  # the patch file
     ref: str  # what the base is called
     tests: tuple[str, ...]
-    base: TestRun | None  # None: no tests to run
+    base: TestRun | None  # None: no tests to run, or (with `unavailable`) nowhere to run them
     patched: TestRun | None
+    unavailable: str = ""  # why the tests could not be run at all (no probe venv): no evidence either way
 
     @property
     def complete(self) -> bool:
         """Both sides ran (or there was nothing to run): the evidence says something either way."""
+        if self.unavailable:
+            return False
         return not self.tests or (self.base is not None and self.patched is not None
                                   and self.base.ran and self.patched.ran)
 
@@ -113,6 +116,8 @@ class Regressions:
         """One line: what upstream's tests said about the patch."""
         if not self.tests:
             return "upstream tests: none found for the files it touches"
+        if self.unavailable:
+            return f"upstream tests not run: {self.unavailable}"
         if not self.complete:
             broken = next(r for r in (self.base, self.patched) if r is not None and not r.ran)
             side = "without" if broken is self.base else "with"
@@ -153,15 +158,14 @@ def tests_for(repo: Path, trees: Sequence[str], paths: Sequence[str]) -> tuple[s
     return tuple(found)
 
 
-def requirements_for(patch: Patch, probe: Probe | None) -> Requirements:
-    """The probe venv upstream's tests run in: the probe's own lock, else the series' (probes/requirements.lock)."""
+def requirements_for(patch: Patch, probe: Probe | None) -> Requirements | None:
+    """The probe venv upstream's tests run in: the probe's own lock, else the series' (probes/requirements.lock);
+    None when the series has none (a series of file probes only)."""
     if probe is not None and probe.lock is not None:
         return Requirements.from_lock(probe.lock)
     lock = patch.path.parent / "probes" / LOCK_NAME
     if not lock.is_file():
-        raise RegressionError(f"{patch.filename}: no probe venv to run upstream's tests in: {lock.name} is missing",
-                              hint=f"add patches/probes/{LOCK_NAME} (with pytest), or `upstream_tests: []` to the "
-                                   "patch's probe to run none")
+        return None
     return Requirements.from_lock(lock)
 
 
@@ -176,6 +180,12 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
     if not tests:
         return Regressions(patch.filename, ref, (), None, None)
     requirements = requirements_for(patch, probe)
+    if requirements is None:
+        # Said on every answer, never a refusal: without a venv there is no evidence either way, and the
+        # decision rests on the probe alone, as it did before upstream's tests were evidence.
+        return Regressions(patch.filename, ref, tests, None, None,
+                           unavailable=f"no probe venv to run them in (add patches/probes/{LOCK_NAME} with pytest "
+                                       "to run them, or `upstream_tests: []` in the patch's probe to run none)")
     try:
         python = probe_venv(requirements, cache=session.cache, report=report)
     except EnvError as exc:

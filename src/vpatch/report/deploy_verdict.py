@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpatch.deploy import (
+    FLOOR_S,
     LEDGER_FIELDS,
     Call,
     Figures,
@@ -66,7 +67,8 @@ def timing_rows(base: Figures | None, cand: Figures) -> list[TimingRow]:
         c = getattr(cand, key)
         if not b and not c:
             continue
-        call, why = compare(b, c, higher_is_better=higher, min_change=min_change, load=load)
+        call, why = compare(b, c, higher_is_better=higher, min_change=min_change, load=load,
+                            floor=FLOOR_S if unit == "s" else 0.0)
         sb, sc = spread(b), spread(c)
         out.append(TimingRow(label, unit, sb.shown() if sb else "-", sc.shown() if sc else "-", call, why))
     return out
