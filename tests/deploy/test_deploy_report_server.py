@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from helpers import browser
-from helpers.deployhost import BLOCK_COST, IMAGE_PYTHON, NAME, SUITE, Host, Spawned, cue_at_parallel, cue_image
+from helpers.deployhost import BLOCK_COST, NAME, SUITE, Host, Spawned, cue_at_parallel, cue_image, wrapper_image
 
 from vpatch.config.definition import ImageDefinition
 from vpatch.deploy import load_moved
@@ -352,20 +352,8 @@ sys.exit(child.wait())
 
 
 def slow_image(docker: Docker, base: str) -> str:
-    """The server image `base` behind the SLOW wrapper (built once per wrapper text)."""
-    import hashlib
-    import tempfile
-
-    info = docker.image(base)
-    ref = f"vpatch-test/tiny-slow:{info.id[7:19]}-{hashlib.sha256(SLOW.encode()).hexdigest()[:8]}"
-    if docker.has_image(ref):
-        return ref
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "slow.py").write_text(SLOW)
-        entry = json.dumps([IMAGE_PYTHON, "/vpatch-test/slow.py", *info.entrypoint])
-        (Path(tmp) / "Dockerfile").write_text(f"FROM {base}\nCOPY slow.py /vpatch-test/slow.py\nENTRYPOINT {entry}\n")
-        docker.build(Path(tmp), tag=ref, buildargs={}, labels={})
-    return ref
+    """The server image `base` behind the SLOW wrapper."""
+    return wrapper_image(docker, base, "slow", SLOW)
 
 
 def _stamp_seconds(log: str, started_at: str) -> float:

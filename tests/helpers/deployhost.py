@@ -317,20 +317,27 @@ sys.exit(child.wait())
 '''
 
 
-def cue_image(docker: Docker, base: str) -> str:
-    """The server image `base` behind the CUE wrapper (built once per wrapper text: a new CUE, a new tag)."""
+def wrapper_image(docker: Docker, base: str, name: str, wrapper: str) -> str:
+    """The server image `base` with `wrapper` (a Python script given vLLM's command line) as its entrypoint, tagged
+    vpatch-test/tiny-NAME and built once per wrapper text: a new text, a new tag."""
     import tempfile
 
     info = docker.image(base)
-    ref = f"vpatch-test/tiny-cue:{info.id[7:19]}-{hashlib.sha256(CUE.encode()).hexdigest()[:8]}"
+    ref = f"vpatch-test/tiny-{name}:{info.id[7:19]}-{hashlib.sha256(wrapper.encode()).hexdigest()[:8]}"
     if docker.has_image(ref):
         return ref
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "cue.py").write_text(CUE)
-        entry = json.dumps([IMAGE_PYTHON, "/vpatch-test/cue.py", *info.entrypoint])
-        (Path(tmp) / "Dockerfile").write_text(f"FROM {base}\nCOPY cue.py /vpatch-test/cue.py\nENTRYPOINT {entry}\n")
+        (Path(tmp) / f"{name}.py").write_text(wrapper)
+        entry = json.dumps([IMAGE_PYTHON, f"/vpatch-test/{name}.py", *info.entrypoint])
+        (Path(tmp) / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY {name}.py /vpatch-test/{name}.py\nENTRYPOINT {entry}\n")
         docker.build(Path(tmp), tag=ref, buildargs={}, labels={})
     return ref
+
+
+def cue_image(docker: Docker, base: str) -> str:
+    """The server image `base` behind the CUE wrapper."""
+    return wrapper_image(docker, base, "cue", CUE)
 
 
 def cue_at_parallel(host: Host, run: Spawned) -> None:
