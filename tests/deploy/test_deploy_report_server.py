@@ -184,7 +184,11 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     # Never better or worse: within noise, or not judged where the host's load moved between the sides (the
     # candidate's repeats ran at load 24 where the baseline's ran at 5 in one run of this test).
     assert {t.call.value for t in timings} <= {"within noise", "not judged"}, timings
-    assert all(t.call.value == "within noise" for t in timings) or load_moved(*loads), timings
+    # "not judged" only for a reason the rule states: the load moved, or a side kept too few samples (decode rates
+    # read in one burst are not rates; the full suite at load ~3.6 kept fewer than 3 on one side once).
+    moved = load_moved(*loads)
+    for t in timings:
+        assert t.call.value == "within noise" or moved or "no rule can tell" in t.why or "one side only" in t.why, t
     assert len(kept.candidate.figures.ttft_samples or ()) == 5 == len(kept.baseline.figures.ttft_samples or ())
     ledger = {r.field: r for r in deploy_verdict.side_ledger_rows(kept.baseline, kept.candidate)}
     assert ledger["kv_tokens"].baseline == {"EngineCore": 8192.0} == ledger["kv_tokens"].candidate
@@ -196,7 +200,7 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     assert set(plots) == {"kv-blocks", "requests", "parallel", "memory", "throughput"}
     keep(page, "deployed.html")
     png = tmp_path / "report.png"
-    done = subprocess.run([str(ROOT / "scripts" / "report-screenshot"), str(page), str(png)], capture_output=True,
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "report-screenshot"), str(page), str(png)], capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0 and png.stat().st_size > 20_000, done.stderr
 
@@ -414,7 +418,7 @@ def test_a_candidate_that_holds_more_and_starts_later_shows_both_in_the_ledger_a
     assert loaded.console == ()
     keep(page, "slow-candidate.html")
     png = tmp_path / "slow.png"
-    done = subprocess.run([str(ROOT / "scripts" / "report-screenshot"), str(page), str(png)], capture_output=True,
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "report-screenshot"), str(page), str(png)], capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     if KEEP:
