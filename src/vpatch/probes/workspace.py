@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
-from vpatch.base import Event, Reporter, cache_dir, process, silent
+from vpatch.base import Event, Reporter, cache_dir, child_env, silent
 from vpatch.probes.env import own_run_folder, remove_stale_runs
 from vpatch.probes.zygote import Zygote
 
@@ -46,7 +46,7 @@ ZYGOTE_DEFAULT = True
 
 def zygote_env() -> dict[str, str]:
     """The environment a probe run is started with, its PYTHONPATH aside: what a zygote is started with."""
-    return process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+    return child_env({"PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def default_jobs() -> int:
