@@ -114,7 +114,7 @@ def test_vacuous_0003_probe_on_the_real_history_is_flagged_and_keeps_0003(tmp_pa
     assert code == 4, out
     assert ("0003-qwen3-tool-call-unclosed-function.patch: its probe is INVALID: probe "
             "0003-qwen3-tool-call-unclosed-function.yaml does not discriminate for "
-            "0003-qwen3-tool-call-unclosed-function.patch: it passes on v0.29.0 without the patch") in out
+            "0003-qwen3-tool-call-unclosed-function.patch: it passes on v0.29.0 without the patch") in " ".join(out.split())
     assert "0003-qwen3-tool-call-unclosed-function.patch: not landed in any target" in out
     code, out = vpatch(root, "update", "--to", "v0.31.0")
     assert code == 1, out
