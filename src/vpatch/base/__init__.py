@@ -18,7 +18,7 @@ from vpatch.base.errors import (
 from vpatch.base.fs import atomic_write
 from vpatch.base.lock import exclusive, host_lock_folder, host_resources
 from vpatch.base.paths import cache_dir, state_dir
-from vpatch.base.process import Output
+from vpatch.base.process import Output, interruptible
 from vpatch.base.progress import Event, Progress, Reporter, silent
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "exit_code_help",
     "host_lock_folder",
     "host_resources",
+    "interruptible",
     "silent",
     "state_dir",
 ]
