@@ -43,8 +43,8 @@ class FollowedProbe:
 def followed(repo: Path, patch: Patch, row: PatchPlan | None, *, pin: str, target: str) -> FollowedProbe | None:
     """`patch`'s `files` probe with its checks where the code went from `pin` to `target` (None: no `files` probe,
     or nothing of it moved). Raises VpatchError for a string whose place cannot be told."""
-    if patch.probe_path is None:
-        return None
+    if patch.probe_path is None or not patch.probe_path.is_file():
+        return None  # no probe to follow (a missing file is the validation's error, said there)
     probe = Probe.load(patch.probe_path)
     if probe.kind is not ProbeKind.FILES:
         return None  # a behavioural probe enters through the code, wherever the file is
