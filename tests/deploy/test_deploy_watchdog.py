@@ -79,7 +79,7 @@ def test_metrics_that_move_excuse_a_quiet_stream_and_frozen_ones_do_not() -> Non
 
 CHILD = r"""
 import os, signal, sys, time
-from vpatch.deploy.container import interruptible
+from vpatch.base import interruptible
 assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # inherited, as a shell's background job has it
 try:
     with interruptible():

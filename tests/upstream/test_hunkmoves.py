@@ -120,6 +120,9 @@ PATCHES = {
     "dup": {"vllm/shared.py": KEEP + local(DUP, "dup_me", 6)},
     "nv": {"vllm/nv/model.py": local(KERNEL, "kernel", 6)},
     "beta": {"vllm/engine.py": ALPHA + local(BETA, "beta", 8) + GAMMA},
+    # a copy of the lines around beta's step 8 (steps 5 to 11) put after its step 15
+    "beta-copy": {"vllm/engine.py": ALPHA + BETA.replace("    beta_step_15 = run_beta(state, 15)\n", "".join(
+        f"    beta_step_{i} = run_beta(state, {i})\n" for i in (15, *range(5, 12)))) + GAMMA},
     "helper": {"vllm/utils.py": local(HELPERS, "helper", 10) + PARSE},
 }
 
@@ -269,9 +272,9 @@ def test_relocation_runs_only_for_hunks_that_need_it_and_is_cached(
     assert searched == ["grep", "grep"]
 
 
-def test_update_retargets_the_hunks_proves_them_by_the_probe_and_apply_ref_follows(
+def test_update_carries_the_hunks_where_the_relocation_is_exact_and_apply_ref_follows(
         tmp_path: Path, history: History) -> None:
-    # behavioural, wherever the code lives: the local call is somewhere in the package (a files probe names one path)
+    # behavioural, wherever the code lives: the local call is somewhere in the package
     probe = 'kind: command\nrun: ["{python}", "{probe_dir}/beta.py"]\ntimeout: 60\n'
     root = make_project(tmp_path, history, ["split", "parse"], probes={"split": probe})
     # apply onto the new release follows the code, and export writes the patch on the new files
@@ -282,28 +285,74 @@ def test_update_retargets_the_hunks_proves_them_by_the_probe_and_apply_ref_follo
     assert "run_alpha(state, 30, local=True)" in (tree / "vllm/engine/core.py").read_text()
     assert "run_parse_flags(state, 6, local=True)" in (tree / "vllm/config.py").read_text()
 
-    # `parse` has no probe and `git am -3` of it cannot place code moved to another file: the update stops
-    code, out = vpatch(root, "update", "--to", "v1.2.0")
-    assert code != 0 and "0002-parse.patch was re-targeted where upstream moved its code" in out, out
-    assert "has no probe to prove the result; the project is unchanged" in out
-    assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
-    assert len(git(root, "log", "--format=%H").split()) == 1
-    print(out)
-
-    (tmp_path / "again").mkdir()
-    root = make_project(tmp_path / "again", history, ["split"], probes={"split": probe})
+    # `git am -3` of either old patch cannot place code moved to another file; each relocation is exact: carried,
+    # `parse` without a probe, `split` proven by the same (its probe re-validated as for every kept patch)
     code, out = vpatch(root, "update", "--to", "v1.2.0")
     assert code == 0, out
     assert "moved: vllm/engine.py hunk 2 (@@ -70,7 +70,7 @@) -> vllm/engine/beta.py line 6" in out
-    assert "`git am -3` of the old patch cannot place code that moved to another file" in out
+    assert ("proof: `git am -3` of the old patch cannot place code that moved to another file; the relocation is "
+            "exact: vllm/engine.py hunk 2 -> vllm/engine/beta.py line 6, each hunk's whole pre-image (context and "
+            "removed lines, byte for byte) at exactly one place there and replaced by its post-image, the rest of the "
+            "patch by `git am -3`, gives the re-targeted patch's tree ") in out, out
+    assert "the relocation is exact: vllm/utils.py hunk 1 -> vllm/config.py line 28, " in out
     patch = (root / "patches" / "0001-split.patch").read_text()
     assert "diff --git a/vllm/engine/core.py b/vllm/engine/core.py" in patch
     assert "diff --git a/vllm/engine/beta.py b/vllm/engine/beta.py" in patch and "vllm/engine.py" not in patch
+    assert "diff --git a/vllm/config.py b/vllm/config.py" in (root / "patches" / "0002-parse.patch").read_text()
     message = git(root, "log", "-1", "--format=%B")
     assert "Re-targeted: upstream moved vllm/engine.py hunk 2" in message
+    assert "Proof: `git am -3` of the old patch cannot place code that moved to another file; the relocation is " \
+           "exact: vllm/utils.py hunk 1 -> vllm/config.py line 28" in message, message
+    code, rows = status(root)
+    for name in ("split", "parse"):
+        cell = rows[name]["results"]["v1.2.0"]
+        assert code == 0 and cell["state"] == "needed" and cell["applies"] == "clean" and not moved(cell), cell
+
+
+def test_a_relocation_that_is_not_exact_stops_the_update_where_no_probe_proves_it(
+        tmp_path: Path, history: History) -> None:
+    """The search ran on the release; the proof runs where the patch goes, after the patches before it: there an
+    earlier patch put a copy of the code the beta hunk changes into beta.py, so its pre-image is at two places and
+    the relocation is not taken on trust (git apply put the hunk at one of them: nothing says it is the right one)."""
+    root = make_project(tmp_path, history, ["beta-copy", "beta"])
+    code, rows = status(root, "v1.2.0")
+    cell = rows["beta"]["results"]["v1.2.0"]
+    assert cell["state"] == "needed" and cell["hunk_moves"][0]["new"] == "vllm/engine/beta.py", cell
+    code, out = vpatch(root, "update", "--to", "v1.2.0")
+    assert code != 0, out
+    assert ("0002-beta.patch was re-targeted where upstream moved its code (hunks to another file), but `git am -3` "
+            "of the old patch cannot apply there, the relocation is not exact (vllm/engine.py hunk 1 -> "
+            "vllm/engine/beta.py: its whole pre-image (context and removed lines) is at 2 places of it (lines 6, 17)),"
+            " and the patch has no probe to prove the result; the project is unchanged") in " ".join(out.split()), out
+    assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
+    assert len(git(root, "log", "--format=%H").split()) == 1
+
+
+def test_a_files_probe_follows_its_strings_to_where_each_hunk_went(tmp_path: Path, history: History) -> None:
+    """split's probe names the file the pin has: its alpha string stays with the hunk git's pairing took to
+    core.py, its beta strings follow the beta hunk to beta.py; validated there, written so."""
+    probe = ("kind: files\nfiles:\n  vllm/engine.py:\n    contains: ['run_alpha(state, 30, local=True)', "
+             "'run_beta(state, 8, local=True)']\n    not_contains: [\"run_beta(state, 8)\\n\"]\n")
+    root = make_project(tmp_path, history, ["split"], probes={"split": probe})
+    code, out = vpatch(root, "update", "--to", "v1.2.0")
+    assert code == 0, out
+    assert "probe check probes/split.yaml: vllm/engine.py -> vllm/engine/beta.py, its strings followed hunk 2" in out
+    assert "probe check probes/split.yaml: vllm/engine.py -> vllm/engine/core.py, the file moved (similarity " in out
+    assert "re-validated on v1.2.0: split.yaml fails without the patch and passes with it" in out, out
+    from vpatch.probes import Probe
+
+    written = Probe.load(root / "patches" / "probes" / "split.yaml")
+    assert {c.path: (c.contains, c.not_contains) for c in written.files} == {
+        "vllm/engine/core.py": (("run_alpha(state, 30, local=True)",), ()),
+        "vllm/engine/beta.py": (("run_beta(state, 8, local=True)",), ("run_beta(state, 8)\n",)),
+    }
+    message = git(root, "log", "-1", "--format=%B")
+    assert "Probe followed: probe check probes/split.yaml: vllm/engine.py -> vllm/engine/beta.py" in message
+    assert "- patches/probes/split.yaml" in message
     code, rows = status(root)
     cell = rows["split"]["results"]["v1.2.0"]
-    assert code == 0 and cell["state"] == "needed" and cell["applies"] == "clean" and not moved(cell), cell
+    assert code == 0 and cell["state"] == "needed", cell
+    assert any(e["kind"] == "probe" and e["says"] == "not-landed" for e in cell["evidence"]), cell
 
 
 def test_a_hunk_in_one_half_of_a_split_follows_it(tmp_path: Path, history: History) -> None:

@@ -1,10 +1,15 @@
-"""Hunks that follow their code on the real vLLM release history, where git's file pairing cannot:
+"""Hunks that follow their code on the real vLLM release history, where git's file pairing cannot, and updates
+that carry them (the relocation proven exact where the patch goes, a `files` probe following its strings):
 
 (a) v0.33.0 cut vllm/renderers/chat_utils.py into the package vllm/renderers/chat_utils/ (seven modules, none of
     which git pairs with it at 50 %): a local change to validate_chat_template follows it to chat_template.py,
-    is needed there, and `update --to v0.33.0` keeps it re-targeted (proven by its probe: `git am -3` cannot).
+    is needed there, and `update --to v0.33.0` keeps it re-targeted (the relocation is exact); a `files` probe on
+    the old path follows its strings there, and a string none of the patch's lines hold stops the update.
 (b) v0.33.0 moved estimate_max_model_len out of vllm/v1/core/kv_cache_utils.py, which stays, into the new
-    vllm/v1/core/kv_cache_planning.py: a local change to it follows the code there.
+    vllm/v1/core/kv_cache_planning.py: a local change to it follows the code there and is carried without a
+    probe; where an earlier patch put a copy of that code there, the relocation is not exact and the update stops.
+(c) v0.31.0 cut vllm/multimodal/cache.py into vllm/multimodal/cache/ (git pairs the old name with base.py): a
+    change to ShmObjectStoreSenderCache and its `files` probe follow the code to shm.py.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ TEMPLATE_CHANGE = ('raise FileNotFoundError("the supplied chat template path doe
 KV = "vllm/v1/core/kv_cache_utils.py"
 PLANNING = "vllm/v1/core/kv_cache_planning.py"
 KV_CHANGE = ("left, right = 1, original_max_model_len", "left, right = 1, max(original_max_model_len, 1)")
+MM = "vllm/multimodal/cache.py"
+MM_BASE, MM_SHM = "vllm/multimodal/cache/base.py", "vllm/multimodal/cache/shm.py"
+MM_CHANGE = ("if len(self._p0_cache) >= 2 * len(self._shm_cache.key_index):",
+             "if len(self._p0_cache) > 2 * len(self._shm_cache.key_index):")
 # behavioural, wherever the code lives: validate_chat_template names the missing path in its error
 PROBE_PY = """import pathlib
 import sys
@@ -75,19 +84,14 @@ def diff_on(history: Path, tmp_path: Path, ref: str, path: str, change: tuple[st
     return git(scratch, "diff", "--full-index").encode()
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> Path:
-    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
-    # the moves are real: git pairs neither old file with where the code went
-    late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.32.0", "v0.33.0", "--"]).out.splitlines()
-    assert f"D\t{CHAT}" in late and f"A\t{TEMPLATE}" in late and f"A\t{PLANNING}" in late and f"M\t{KV}" in late
-    root = tmp_path / "project"
+def chat_project(root: Path, history: Path, probes: dict[str, str]) -> Path:
+    """Pinned at v0.32.0, one patch on validate_chat_template with the probe probes/template.yaml (`probes`: the
+    files of patches/probes/)."""
     (root / "patches" / "probes").mkdir(parents=True)
-    (root / "patches" / "probes" / "template.yaml").write_text(
-        'kind: command\nrun: ["{python}", "{probe_dir}/template.py"]\ntimeout: 300\n')
-    (root / "patches" / "probes" / "template.py").write_text(PROBE_PY)
+    for name, text in probes.items():
+        (root / "patches" / "probes" / name).write_text(text)
     (root / "patches" / "0001-template-path.patch").write_bytes(mail(
-        "Name the missing chat template path", diff_on(release_history, tmp_path, "v0.32.0", CHAT, TEMPLATE_CHANGE),
+        "Name the missing chat template path", diff_on(history, root.parent, "v0.32.0", CHAT, TEMPLATE_CHANGE),
         "Probe: probes/template.yaml\n"))
     (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
                                       "patches: patches\n")
@@ -95,6 +99,23 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Pa
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "project")
     return root
+
+
+def files_probe(path: str, *more: str) -> str:
+    """A `files` probe of the template change on `path` (JSON strings are YAML's double-quoted ones)."""
+    contains = ", ".join(json.dumps(s) for s in (TEMPLATE_CHANGE[1], *more))
+    return f"kind: files\nfiles:\n  {path}:\n    contains: [{contains}]\n    not_contains: [{json.dumps(TEMPLATE_CHANGE[0])}]\n"
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> Path:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    # the moves are real: git pairs neither old file with where the code went
+    late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.32.0", "v0.33.0", "--"]).out.splitlines()
+    assert f"D\t{CHAT}" in late and f"A\t{TEMPLATE}" in late and f"A\t{PLANNING}" in late and f"M\t{KV}" in late
+    return chat_project(tmp_path / "project", release_history, {
+        "template.yaml": 'kind: command\nrun: ["{python}", "{probe_dir}/template.py"]\ntimeout: 300\n',
+        "template.py": PROBE_PY})
 
 
 def test_a_hunk_follows_validate_chat_template_into_the_package_and_update_keeps_it_there(
@@ -111,7 +132,12 @@ def test_a_hunk_follows_validate_chat_template_into_the_package_and_update_keeps
     code, out = vpatch(project, "update", "--to", "v0.33.0")
     assert code == 0, out
     assert f"moved: {CHAT} hunk 1 (@@ -1460,7 +1460,7 @@) -> {TEMPLATE}" in out
-    assert "its probe probes/template.yaml must fail on the new pin and pass with the re-targeted patch" in out
+    # `git am -3` cannot place it; the relocation is exact (its probe is re-validated as every kept patch's is)
+    assert (f"proof: `git am -3` of the old patch cannot place code that moved to another file; the relocation is "
+            f"exact: {CHAT} hunk 1 -> {TEMPLATE} line 24, each hunk's whole pre-image (context and removed lines, "
+            "byte for byte) at exactly one place there and replaced by its post-image, gives the re-targeted "
+            "patch's tree ") in out, out
+    assert "probe probes/template.yaml re-validated on v0.33.0" in out
     patch = Patch.load(project / "patches" / "0001-template-path.patch")
     assert patch.paths == (TEMPLATE,) and CHAT.encode() not in patch.diff
     assert TEMPLATE_CHANGE[1].encode() in patch.diff
@@ -147,7 +173,133 @@ def test_a_hunk_follows_code_moved_out_of_a_file_that_stays(
     assert code == 0, out
     assert KV_CHANGE[1] in (root / ".vpatch" / "tree" / PLANNING).read_text()
     assert KV_CHANGE[1] not in (root / ".vpatch" / "tree" / KV).read_text()
-    # no probe, and `git am -3` of the old patch cannot place it: the update stops rather than trust the search
+    # no probe, and `git am -3` of the old patch cannot place it; the relocation is exact: carried
     code, out = vpatch(root, "update", "--to", "v0.33.0")
-    assert code != 0 and "has no probe to prove the result; the project is unchanged" in out, out
+    assert code == 0, out
+    proof = (f"`git am -3` of the old patch cannot place code that moved to another file; the relocation is exact: "
+             f"{KV} hunk 1 -> {PLANNING} line 127, each hunk's whole pre-image (context and removed lines, byte for "
+             "byte) at exactly one place there and replaced by its post-image, gives the re-targeted patch's tree ")
+    assert f"proof: {proof}" in out, out
+    patch = Patch.load(root / "patches" / "0001-max-model-len.patch")
+    assert patch.paths == (PLANNING,) and KV_CHANGE[1].encode() in patch.diff
+    message = git(root, "log", "-1", "--format=%B")
+    assert f"Re-targeted: upstream moved {KV} hunk 1 (@@ -1080,7 +1080,7 @@) -> {PLANNING}" in message
+    assert f"Proof: {proof}" in message, message
+    assert "pin:\n  ref: v0.33.0" in (root / "vpatch.yaml").read_text()
+    code, out = vpatch(root, "apply")
+    assert code == 0, out
+    assert KV_CHANGE[1] in (root / ".vpatch" / "tree" / PLANNING).read_text()
+    after = cells(root)["0001"]["v0.33.0"]
+    assert after["state"] == "needed" and after["applies"] == "clean" and not moved(after), after
+
+
+def test_a_files_probe_on_the_split_file_follows_its_strings_into_the_package(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    root = chat_project(tmp_path / "files", release_history, {"template.yaml": files_probe(CHAT)})
+    # the probe names the file the pin has; on v0.33.0 that file is gone with no successor git pairs
+    code, out = vpatch(root, "update", "--to", "v0.33.0")
+    assert code == 0, out
+    assert f"probe check probes/template.yaml: {CHAT} -> {TEMPLATE}, its strings followed hunk 1" in out, out
+    assert ("probe probes/template.yaml re-validated on v0.33.0: template.yaml fails without the patch and passes "
+            "with it") in out, out
+    # its key renamed, nothing else of it touched
+    assert (root / "patches" / "probes" / "template.yaml").read_text() == files_probe(TEMPLATE)
+    message = git(root, "log", "-1", "--format=%B")
+    assert f"Probe followed: probe check probes/template.yaml: {CHAT} -> {TEMPLATE}" in message, message
+    assert "Files probes re-targeted to the moved paths (their keys rewritten):\n- patches/probes/template.yaml" in message
+    after = cells(root)["0001"]["v0.33.0"]
+    assert after["state"] == "needed" and after["decided_by"] == "probe", after
+
+
+def test_a_files_probe_string_no_hunk_holds_is_not_guessed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    # a string of the file that none of the patch's lines hold: where it is checked after the split is unknown
+    root = chat_project(tmp_path / "files", release_history,
+                        {"template.yaml": files_probe(CHAT, "def validate_chat_template(")})
+    code, out = vpatch(root, "update", "--to", "v0.33.0")
+    assert code != 0, out
+    said = " ".join(out.split())
+    assert (f"0001-template-path.patch: probe probes/template.yaml: the string 'def validate_chat_template(' of its "
+            f"check on {CHAT} is in none of the patch's hunks there (the result), and upstream moved that file's code "
+            f"({CHAT} hunk 1 -> {TEMPLATE}): where the string is checked now is not guessed; the project is "
+            "unchanged") in said, out
+    assert f"move that string to the file that holds its code now ({TEMPLATE})" in said, out
     assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
+    assert len(git(root, "log", "--format=%H").split()) == 1
+
+
+def kv_project(root: Path, history: Path, patches: dict[str, bytes]) -> Path:
+    (root / "patches").mkdir(parents=True)
+    for name, data in patches.items():
+        (root / "patches" / name).write_bytes(data)
+    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
+                                      "patches: patches\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    return root
+
+
+def test_a_relocation_whose_code_is_at_two_places_where_it_goes_stops_the_update(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    """The search ran on v0.33.0, where the code the change needs is at one place of kv_cache_planning.py. The
+    update applies the series in order, and 0001 (a vendor's copy of estimate_max_model_len, carried into
+    kv_cache_planning.py too: its own relocation is exact) puts that code at a second place: which one the change
+    belongs at is not taken on trust, and without a probe the update stops."""
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    text = (vgit.read_blobs(release_history, "v0.32.0", [KV])[KV] or b"").decode()
+    body = text[text.index("def estimate_max_model_len("):text.index("def check_enough_kv_cache_memory(")]
+    copy = body.replace("def estimate_max_model_len(", "def estimate_max_model_len_per_group(", 1)
+    root = kv_project(tmp_path / "kv", release_history, {
+        "0001-per-group.patch": mail("Estimate per KV cache group", diff_on(
+            release_history, tmp_path / "one", "v0.32.0", KV,
+            ("def check_enough_kv_cache_memory(", copy + "def check_enough_kv_cache_memory("))),
+        "0002-max-model-len.patch": mail("Never search below length 1", diff_on(
+            release_history, tmp_path / "two", "v0.32.0", KV, KV_CHANGE))})
+    at33 = cells(root, "v0.33.0")
+    assert [at33[n]["v0.33.0"]["state"] for n in ("0001", "0002")] == ["needed", "needed"], at33
+    code, out = vpatch(root, "update", "--to", "v0.33.0")
+    assert code != 0, out
+    said = " ".join(out.split())
+    assert (f"0002-max-model-len.patch was re-targeted where upstream moved its code (hunks to another file), but "
+            f"`git am -3` of the old patch cannot apply there, the relocation is not exact ({KV} hunk 1 -> "
+            f"{PLANNING}: its whole pre-image (context and removed lines) is at 2 places of it (lines 127, ") in said, out
+    assert "and the patch has no probe to prove the result; the project is unchanged" in said
+    assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
+    assert len(git(root, "log", "--format=%H").split()) == 1
+
+
+def test_v0_31_0_cut_multimodal_cache_into_a_package_a_files_probe_on_it_follows_the_code_not_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    """v0.31.0 cut vllm/multimodal/cache.py into vllm/multimodal/cache/: git pairs the old name with base.py (52 %),
+    while ShmObjectStoreSenderCache went to shm.py. A change there and a `files` probe on the old path follow the
+    code to shm.py (the file move alone would have sent the probe to base.py, which holds none of it)."""
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    late = vgit.run(release_history, ["diff", "-M", "--name-status", "v0.30.0", "v0.31.0", "--"]).out.splitlines()
+    assert any(line.startswith("R") and line.endswith(f"\t{MM}\t{MM_BASE}") for line in late), late
+    root = tmp_path / "mm"
+    (root / "patches" / "probes").mkdir(parents=True)
+    (root / "patches" / "probes" / "p0.yaml").write_text(
+        f"kind: files\nfiles:\n  {MM}:\n    contains: [{json.dumps(MM_CHANGE[1])}]\n"
+        f"    not_contains: [{json.dumps(MM_CHANGE[0])}]\n")
+    (root / "patches" / "0001-p0-cache.patch").write_bytes(mail(
+        "Clean the p0 cache only past twice the shm cache", diff_on(release_history, tmp_path, "v0.30.0", MM, MM_CHANGE),
+        "Probe: probes/p0.yaml\n"))
+    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.30.0\n"
+                                      "patches: patches\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+    code, out = vpatch(root, "update", "--to", "v0.31.0")
+    assert code == 0, out
+    assert f"moved: {MM} hunk 1 (@@ " in out and f") -> {MM_SHM} line " in out, out
+    assert f"the relocation is exact: {MM} hunk 1 -> {MM_SHM} line 109, " in out, out
+    assert f"probe check probes/p0.yaml: {MM} -> {MM_SHM}, its strings followed hunk 1" in out, out
+    assert "probe probes/p0.yaml re-validated on v0.31.0: p0.yaml fails without the patch and passes with it" in out
+    patch = Patch.load(root / "patches" / "0001-p0-cache.patch")
+    assert patch.paths == (MM_SHM,) and MM_CHANGE[1].encode() in patch.diff
+    assert f"  {MM_SHM}:\n" in (root / "patches" / "probes" / "p0.yaml").read_text()
+    after = cells(root)["0001"]["v0.31.0"]
+    assert after["state"] == "needed" and after["applies"] == "clean" and after["decided_by"] == "probe", after

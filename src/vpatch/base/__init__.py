@@ -26,7 +26,7 @@ from vpatch.base.fs import atomic_write
 from vpatch.base.lock import exclusive, host_lock_folder, host_resources
 from vpatch.base.paths import cache_dir, state_dir
 from vpatch.base.process import Child as ChildProcess
-from vpatch.base.process import Output, child_env
+from vpatch.base.process import Output, child_env, interruptible
 from vpatch.base.process import failure as process_failure
 from vpatch.base.process import feed as feed_process
 from vpatch.base.process import run as run_process
@@ -89,6 +89,7 @@ __all__ = [
     "feed_process",
     "host_lock_folder",
     "host_resources",
+    "interruptible",
     "json_kind",
     "json_shown",
     "lazy_exports",

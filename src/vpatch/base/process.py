@@ -18,7 +18,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -421,3 +422,23 @@ def _as_bytes(data: bytes | str | None) -> bytes:
 
 def _tail(data: bytes) -> str:
     return data.decode("utf-8", "replace")[-TAIL_CHARS:].strip()
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (an SSH drop, `kill`) both raise KeyboardInterrupt here, whatever the process
+    inherited: a shell starts background jobs with SIGINT ignored, and Python then never installs its own
+    handler, so without this an operator's Ctrl-C (or a test's SIGINT) would be ignored (by a deploy, by an update's --continue)."""
+    def interrupt(_signum: int, _frame: object) -> None:
+        # One interrupt is enough: a second Ctrl-C must not break into the rollback this one starts.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous: dict[signal.Signals, object] = {}
+    previous.update({s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)})
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]

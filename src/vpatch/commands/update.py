@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import update as core
-from vpatch.base import ExitCode, VpatchError
+from vpatch.base import ExitCode, VpatchError, interruptible
 from vpatch.commands import console, echo, load_config, warn_tree_work
 from vpatch.probes import Witness
 from vpatch.report import ProgressView, furthest_lines, status_table, update_lines, update_plan_table
@@ -108,9 +108,11 @@ def _where(project: Path, *, json_out: bool) -> ExitCode:
 
 
 def _continue(config: Config, validator: core.Validator) -> core.Result:
-    """--continue; a Ctrl-C while it runs (its probes take a while) leaves the stop as it was: say how to go on."""
+    """--continue; a Ctrl-C or SIGTERM while it runs (its probes take a while) leaves the stop as it was: say how
+    to go on. Taken whatever the process inherited (a background job starts with SIGINT ignored)."""
     try:
-        return core.resume(config, validator=validator)
+        with interruptible():
+            return core.resume(config, validator=validator)
     except KeyboardInterrupt:
         stopped = core.stopped_update(config)
         if stopped is None:

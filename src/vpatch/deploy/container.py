@@ -135,26 +135,6 @@ def _gone(cid: str) -> NoReturn:
 
 
 @contextmanager
-def interruptible() -> Iterator[None]:
-    """Ctrl-C and SIGTERM (an SSH drop, `kill`) both raise KeyboardInterrupt here, whatever the process
-    inherited: a shell starts background jobs with SIGINT ignored, and Python then never installs its own
-    handler, so without this an operator's Ctrl-C (or a test's SIGINT) would be ignored by the deploy."""
-    def interrupt(_signum: int, _frame: object) -> None:
-        # One interrupt is enough: a second Ctrl-C must not break into the rollback this one starts.
-        for sig in previous:
-            signal.signal(sig, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    previous: dict[signal.Signals, object] = {}
-    previous.update({s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)})
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
-
-
-@contextmanager
 def uninterruptible() -> Iterator[None]:
     """A rollback runs to its end: a second Ctrl-C or SIGTERM is ignored (kill -9 leaves the journal)."""
     previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -11,14 +11,13 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, run_process
+from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, interruptible, run_process
 from vpatch.config import Suite
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
     Restored,
     RollbackError,
     held,
-    interruptible,
     park,
     restore,
     stamp,

@@ -87,6 +87,11 @@ class Probe:
         except OSError as exc:
             raise ProbeError(f"{path}: cannot read the probe: {exc}",
                              hint="a patch's Probe: trailer is relative to the patches folder") from exc
+        return cls.read(raw, path=path)
+
+    @classmethod
+    def read(cls, raw: bytes, *, path: Path) -> Probe:
+        """The probe that `raw` says, as if read from `path` (an update checks a probe it rewrote before writing it)."""
         import yaml  # lazy: status imports this module and rarely needs YAML
 
 

@@ -44,6 +44,7 @@ def update_lines(result: Result) -> list[str]:
         lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
         if row.move_proof:
             lines.append(f"  {'':<14} proof: {row.move_proof}")
+        lines += [f"  {'':<14} {line}" for line in row.probe_moves]
         if row.action is FileAction.DROP:
             lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
         if row.narrowing is not None:

@@ -20,7 +20,7 @@ from vpatch.update.journal import (
 )
 from vpatch.update.narrow import record
 from vpatch.update.plan import FileAction, Result, Revalidation, UpdateOutcome, UpdatePlan, commit_message
-from vpatch.update.retarget import probe_writes
+from vpatch.update.probefollow import probe_writes
 
 
 def commit_update(project: Project, series: Series, state: UpdateState, plan: UpdatePlan, exported: ExportResult,
@@ -34,8 +34,8 @@ def commit_update(project: Project, series: Series, state: UpdateState, plan: Up
     removes += gone_probes
 
     kept = [p for p in series.patches if p.filename not in plan.files(FileAction.DROP)]
-    moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, pin=plan.from_commit,
-                                target=plan.to_commit)
+    moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, {p.file: p for p in plan.patches},
+                                pin=plan.from_commit, target=plan.to_commit)
     writes.update(moved_probes)
     retired = _retired_entries(project, series, plan, old)
     if retired:

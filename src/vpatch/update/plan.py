@@ -61,6 +61,7 @@ class PatchPlan:
     move_proof: str = ""  # re-targeted: why the result is what `git am -3` of the old patch gives
     # (old path, hunk, new path, line, image) of each hunk whose code moved to another file (hunkmoves.py)
     relocate: tuple[tuple[str, int, str, int, str], ...] = ()
+    probe_moves: tuple[str, ...] = ()  # its `files` probe's checks that followed the code or files (probefollow.py)
 
     @property
     def state(self) -> str:
@@ -119,6 +120,7 @@ class UpdatePlan:
                                      "case": Case(r.get("case") or r["state"]),
                                      "action": FileAction(r["action"]), "evidence": tuple(r["evidence"]),
                                      "moves": tuple(r.get("moves", ())),
+                                     "probe_moves": tuple(r.get("probe_moves", ())),
                                      "retarget": tuple((str(o), str(n)) for o, n in r.get("retarget", ())),
                                      "relocate": tuple((str(o), int(h), str(n), int(at), str(image))
                                                        for o, h, n, at, image in r.get("relocate", ())),

@@ -1,26 +1,27 @@
-"""A kept patch whose file upstream moved: applied at the new path, proven against `git am -3`, named in the message.
+"""A kept patch whose file or code upstream moved: applied at the new place, proven, named in the message.
 
-The verdict followed the move (moves.py); the update applies the re-targeted patch in its tree and exports it
-from there, so the patch file's diff header and index lines name the new path and the new pin's blobs. The
-proof: in a scratch work tree at the same parent commit, `git am -3` of the patch as it was (old path) must
-give exactly the tree the re-targeted patch gave; otherwise the update stops and changes nothing. A kept
-patch's `files` probe names the new paths afterwards too: each of its keys whose file moved from the old pin
-to the new one is rewritten, nothing else (the probe was validated on the new pin following those moves).
+The verdict followed the move (moves.py: a file git pairs; hunkmoves.py: code gone to another file); the update
+applies the re-targeted patch in its tree and exports it from there, so the patch file's diff header and index
+lines name the new path and the new pin's blobs. The proof, in a scratch work tree at the same parent commit:
+`git am -3` of the patch as it was (old path) gives exactly the tree the re-targeted patch gave; or, for code gone
+to another file (which `git am -3` cannot place: it pairs files), the relocation is exact: the rest of the patch
+by `git am -3`, each moved hunk's whole pre-image at exactly one place of its new file, replaced by its
+post-image, give that tree; or else the patch's probe must tell the two trees apart. Otherwise the update stops
+and changes nothing. A kept patch's `files` probe follows too (probefollow.py).
 """
 
 from __future__ import annotations
 
-import re
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import VpatchError
-from vpatch.probes import Probe, ProbeKind
-from vpatch.series import Patch
+from vpatch.series import LAST_UPDATE, Hunk, Patch, hunk_name
 from vpatch.tree import Stack
+from vpatch.update import narrow
 from vpatch.upstream import hunkmoves, moves
 
 if TYPE_CHECKING:
@@ -40,84 +41,147 @@ def retargeted(patch: Patch, row: PatchPlan) -> Patch:
 
 
 def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch], rows: Sequence[PatchPlan]) -> dict[str, str]:
-    """file -> the proof for every applied patch that was re-targeted; raises VpatchError when `git am -3` of the
-    old patch on the same parent gives other files than the re-targeted patch did."""
-    moved = {r.file for r in rows if r.retarget or r.relocate}
-    relocated = {r.file for r in rows if r.relocate}
-    todo = [a for a in applied.applied if a.file in moved]
+    """file -> the proof for every applied patch that was re-targeted (`_proof`); raises VpatchError, the project
+    unchanged, for the first whose result nothing proves."""
+    by_file = {r.file: r for r in rows if r.retarget or r.relocate}
+    todo = [a for a in applied.applied if a.file in by_file]
     if not todo:
         return {}
     scratch = work / "am-proof"
     shutil.rmtree(scratch, ignore_errors=True)
     git.forget_worktrees(repo, scratch)
-    proofs: dict[str, str] = {}
     git.add_worktree(repo, scratch, applied.base)
     try:
-        for entry in todo:
-            parent = git.parents(applied.worktree, entry.commit)[0]
-            git.checkout_detached(scratch, parent)
-            result = git.am_three_way(scratch, originals[entry.file].raw)
-            ours = git.tree_of(repo, entry.commit)
-            theirs = git.tree_of(scratch, "HEAD") if result.returncode == 0 else None
-            if theirs is None and entry.file in relocated:
-                # git pairs files, not code: `git am -3` cannot place a hunk whose code went to another file.
-                # The patch's probe must then tell the trees apart (validated right after, on this tree).
-                if originals[entry.file].probe_path is None:
-                    raise VpatchError(
-                        f"{entry.file} was re-targeted where upstream moved its code (hunks to another file), but "
-                        "`git am -3` of the old patch cannot apply there and the patch has no probe to prove the "
-                        "result; the project is unchanged",
-                        hint="give the patch a probe that fails without it and passes with it (a Probe: trailer), "
-                             "or port it by hand at the new place (vpatch apply --ref NEW-PIN), then run the update "
-                             "again")
-                proofs[entry.file] = (f"`git am -3` of the old patch cannot place code that moved to another file; "
-                                      f"its probe {originals[entry.file].trailer('Probe')} must fail on the new pin and "
-                                      f"pass with the re-targeted patch (tree {ours[:12]})")
-                continue
-            if theirs != ours:
-                why = ("`git am -3` of the old patch fails there:\n" + result.err.strip()) if theirs is None else (
-                    f"`git am -3` of the old patch gives tree {theirs[:12]}, the re-targeted patch {ours[:12]}")
-                raise VpatchError(f"{entry.file} was re-targeted to follow upstream's move, but the result is not proven: "
-                                  f"{why}; the project is unchanged",
-                                  hint="vpatch apply --ref with the new pin shows the re-targeted patch; fix the patch by "
-                                       "hand at the new path, commit it, then run the update again")
-            proofs[entry.file] = (f"the new pin plus the re-targeted patch gives the same files as `git am -3` of the old "
-                                  f"patch (tree {ours[:12]})")
+        return {entry.file: _proof(repo, scratch, git.parents(applied.worktree, entry.commit)[0],
+                                   git.tree_of(repo, entry.commit), originals[entry.file], by_file[entry.file])
+                for entry in todo}
     finally:
         git.remove_worktree(repo, scratch)
         shutil.rmtree(scratch, ignore_errors=True)
-    return proofs
 
 
-def probe_writes(repo: Path, root: Path, rel: str, series: Sequence[Patch], *, pin: str, target: str) -> dict[str, bytes]:
-    """Project path -> new content of each kept patch's `files` probe whose keys name a path that moved from
-    `pin` to `target` (the patch's own files or any other the probe reads)."""
+def _proof(repo: Path, scratch: Path, parent: str, ours: str, old: Patch, row: PatchPlan) -> str:
+    """Why `ours` (the tree of the re-targeted patch on `parent`) is the old patch's result: `git am -3` of the old
+    patch gives it; else, for code that moved to another file, the exact relocation gives it, or the patch's probe
+    will have to tell (validated right after, on this tree); else VpatchError."""
+    git.checkout_detached(scratch, parent)
+    result = git.am_three_way(scratch, old.raw)
+    theirs = git.tree_of(scratch, "HEAD") if result.returncode == 0 else None
+    if theirs == ours:
+        return (f"the new pin plus the re-targeted patch gives the same files as `git am -3` of the old patch "
+                f"(tree {ours[:12]})")
+    if row.relocate:
+        # git pairs files, not code: `git am -3` cannot place a hunk whose code went to another file
+        git.checkout_detached(scratch, parent)
+        exact, why = _exact_relocation(repo, scratch, old, row, ours)
+        if exact:
+            return exact
+        if old.probe_path is None:
+            raise VpatchError(
+                f"{old.filename} was re-targeted where upstream moved its code (hunks to another file), but "
+                f"`git am -3` of the old patch cannot apply there, the relocation is not exact ({why}), and the "
+                "patch has no probe to prove the result; the project is unchanged",
+                hint="port it by hand at the new place (vpatch apply --ref NEW-PIN shows the re-targeted patch), or "
+                     "give the patch a probe that fails without it and passes with it (a Probe: trailer), then run "
+                     "the update again")
+        return (f"`git am -3` of the old patch cannot place code that moved to another file and the relocation is "
+                f"not exact ({why}); its probe {old.trailer('Probe')} must fail on the new pin and pass with the "
+                f"re-targeted patch (tree {ours[:12]})")
+    why = ("`git am -3` of the old patch fails there:\n" + result.err.strip()) if theirs is None else (
+        f"`git am -3` of the old patch gives tree {theirs[:12]}, the re-targeted patch {ours[:12]}")
+    raise VpatchError(f"{old.filename} was re-targeted to follow upstream's move, but the result is not proven: "
+                      f"{why}; the project is unchanged",
+                      hint="vpatch apply --ref with the new pin shows the re-targeted patch; fix the patch by "
+                           "hand at the new path, commit it, then run the update again")
 
-    out: dict[str, bytes] = {}
-    for patch in series:
-        if patch.probe_path is None:
+
+def _exact_relocation(repo: Path, scratch: Path, old: Patch, row: PatchPlan, ours: str) -> tuple[str, str]:
+    """(the proof, "") when the relocation is exact, else ("", why not). Exact: on the scratch tree (the parent),
+    `git am -3` of the old patch without its relocated hunks applies (nothing to apply: nothing run), then each
+    relocated hunk's whole pre-image (context and removed lines, byte for byte) is at exactly one place of its new
+    file and is replaced there by its post-image (a hunk found already changed: its post-image at exactly one
+    place), and the files that gives are exactly the re-targeted patch's tree `ours`. The search's answer is not
+    trusted: where it found the code is not used, only the hunk's own text and the file it names."""
+    moved = {(o, n): (new, image) for o, n, new, _, image in row.relocate}
+    placed = [(path, n, hunk, *moved[(path, n)]) for fd in old.files if (path := fd.old_path) is not None
+              for n, hunk in enumerate(fd.hunks, 1) if (path, n) in moved]
+    if len(placed) != len(moved):
+        return "", "the plan names hunks the patch does not have"
+    total = sum(len(fd.hunks) for fd in old.files)
+    if total > len(placed):
+        drop = [hunk_name(fd, n, h) for fd in old.files for n, h in enumerate(fd.hunks, 1)
+                if (fd.old_path, n) in moved]
+        rest = narrow.narrowed_patch(old, drop, old.trailer(LAST_UPDATE) or "unknown")
+        result = git.am_three_way(scratch, rest.raw)
+        if result.returncode != 0:
+            return "", ("`git am -3` of the old patch without its relocated hunks fails there: "
+                        + (result.err.strip().splitlines() or ["no output"])[0])
+    texts = git.read_blobs(scratch, "HEAD", sorted({p[3] for p in placed}))
+    where = []
+    for path, n, hunk, new, image in placed:
+        text = texts.get(new)
+        if text is None:
+            return "", f"{path} hunk {n}: {new} is not on the new pin"
+        done, said = _placed(text, hunk, image)
+        if done is None:
+            return "", f"{path} hunk {n} -> {new}: {said}"
+        texts[new] = done
+        where.append(f"{path} hunk {n} -> {new} line {said}")
+    tree = git.tree_with(repo, git.head(scratch), {p: t for p, t in texts.items() if t is not None}, [])
+    if tree != ours:
+        return "", f"that gives tree {tree[:12]}, the re-targeted patch {ours[:12]}"
+    return (f"`git am -3` of the old patch cannot place code that moved to another file; the relocation is exact: "
+            f"{'; '.join(where)}, each hunk's whole pre-image (context and removed lines, byte for byte) at exactly "
+            f"one place there and replaced by its post-image, "
+            + ("the rest of the patch by `git am -3`, " if total > len(placed) else "")
+            + f"gives the re-targeted patch's tree {ours[:12]}"), ""
+
+
+def _placed(text: bytes, hunk: Hunk, image: str) -> tuple[bytes | None, str]:
+    """`text` with the hunk made at the one place its pre-image is, and that line ("12", or "12 (already changed
+    there)" for a hunk whose post-image is there); (None, why) when the image is at no place or at several."""
+    pre, post = exact_images(hunk)
+    want = post if image == "post" else pre
+    lines = _lines(text)
+    size = len(want)
+    if not size:
+        return None, "it has no lines to find"
+    at = [i for i in range(len(lines) - size + 1) if lines[i] == want[0] and lines[i:i + size] == want]
+    name = "post-image (the change made)" if image == "post" else "pre-image (context and removed lines)"
+    if not at:
+        return None, f"its whole {name} is not in it byte for byte"
+    if len(at) > 1:
+        return None, f"its whole {name} is at {len(at)} places of it (lines {', '.join(str(i + 1) for i in at)})"
+    if image == "post":
+        return text, f"{at[0] + 1} (already changed there)"
+    return b"".join([*lines[:at[0]], *post, *lines[at[0] + size:]]), str(at[0] + 1)
+
+
+def exact_images(hunk: Hunk) -> tuple[list[bytes], list[bytes]]:
+    """The hunk's pre-image and post-image as the file's lines, newlines kept ("\\ No newline at end of file"
+    taken off the line before it)."""
+    pre: list[bytes] = []
+    post: list[bytes] = []
+    last: tuple[list[bytes], ...] = ()
+    for line in _lines(hunk.text)[1:]:
+        tag, body = line[:1], line[1:]
+        if tag == b"\\":
+            for side in last:
+                side[-1] = side[-1].removesuffix(b"\n")
             continue
-        probe = Probe.load(patch.probe_path)
-        if probe.kind is not ProbeKind.FILES:
-            continue  # a behavioural probe enters through the code, wherever the file is
-        named = [check.path for check in probe.files]
-        found = moves.follow(repo, pin, target, moves.missing_paths(repo, pin, target, named), describe=False)
-        pairs = [(old, m.new) for old, m in found.items() if m.followed and m.new]
-        if not pairs:
-            continue
-        text = probe.raw.decode("utf-8")
-        for old, new in pairs:
-            # a key of the files: mapping, plain or quoted, at the start of its line
-            key = re.compile(rf"^(\s*)(['\"]?){re.escape(old)}\2(\s*):", re.MULTILINE)
-            text = key.sub(_renamed_key(new), text)
-        if text.encode() != probe.raw:
-            name = patch.probe_path.resolve().relative_to(root.resolve()).as_posix()
-            out[f"{rel}/{name}" if rel else name] = text.encode()
-    return out
+        if line in (b"\n", b"\r\n"):  # a blank context line written without its space
+            tag, body = b" ", line
+        last = {b" ": (pre, post), b"-": (pre,), b"+": (post,)}.get(tag, ())
+        for side in last:
+            side.append(body)
+    return pre, post
 
 
-def _renamed_key(new: str) -> Callable[[re.Match[str]], str]:
-    return lambda m: f"{m[1]}{m[2]}{new}{m[2]}{m[3]}:"
+def _lines(data: bytes) -> list[bytes]:
+    """`data` cut after each newline (git's lines: a lone carriage return is part of its line)."""
+    parts = data.split(b"\n")
+    out = [p + b"\n" for p in parts[:-1]]
+    return [*out, parts[-1]] if parts[-1] else out
 
 
 def message_lines(row: PatchPlan) -> list[str]:
@@ -125,4 +189,5 @@ def message_lines(row: PatchPlan) -> list[str]:
     lines = [f"  Re-targeted: upstream moved {m}" for m in row.moves if " -> " in m]
     if row.move_proof:
         lines.append(f"  Proof: {row.move_proof}")
+    lines += [f"  Probe followed: {m}" for m in row.probe_moves]
     return lines

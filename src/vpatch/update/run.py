@@ -19,7 +19,7 @@ from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
 from vpatch.probes import Witness
 from vpatch.series import Patch, Series
 from vpatch.tree import ExportResult, apply_series, commit_patch, export_series, load_stack
-from vpatch.update import furthest, guard, handwork, resolution, retarget
+from vpatch.update import furthest, guard, handwork, probefollow, resolution, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
 from vpatch.update.journal import (
     JOURNAL_FILE,
@@ -296,7 +296,8 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     proofs = retarget.prove(repo, project.work, applied, originals, plan.patches)
     plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
                                        for p in plan.patches))
-    probes = tuple(_validate(repo, config, by_file[a.file], applied.base, a.commit, validator) for a in applied.applied)
+    plan, checked = _follow_probes(project, repo, plan, originals, by_file)
+    probes = tuple(_validate(repo, config, checked[a.file], applied.base, a.commit, validator) for a in applied.applied)
     failed = [p for p in probes if not p.ok]
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
@@ -307,6 +308,22 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     done_result = commit_update(project, series, state, plan, exported, probes)
     resolution.forget(project, [f for f in state.resolved if f in state.replayed])  # in the project's commit now
     return done_result
+
+
+def _follow_probes(project: Project, repo: Path, plan: UpdatePlan, originals: dict[str, Patch],
+                   by_file: dict[str, Patch]) -> tuple[UpdatePlan, dict[str, Patch]]:
+    """The plan with what each kept patch's `files` probe followed (probefollow.py), and file -> the patch as the
+    update applies it, reading its probe as it will be written (the probe validated is the one committed)."""
+    rows = {p.file: p for p in plan.patches}
+    checked = dict(by_file)
+    for file, row in rows.items():
+        if row.action is FileAction.DROP or file not in originals:
+            continue
+        found = probefollow.followed(repo, originals[file], row, pin=plan.from_commit, target=plan.to_commit)
+        if found is not None:
+            checked[file] = probefollow.validating(project.work, by_file[file], found)
+            rows[file] = replace(row, probe_moves=found.lines)
+    return replace(plan, patches=tuple(rows[p.file] for p in plan.patches)), checked
 
 
 def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch], pending: list[str]) -> set[str]:
