@@ -133,8 +133,6 @@ KNOWN_INNER: dict[tuple[str, str], str] = {
     ("probes", "vpatch.base.process"): _IN_FLIGHT,  # probes/runner.py, probes/zygote.py
     ("probes", "vpatch.upstream.mirror"): _IN_FLIGHT,  # probes/runner.py
     ("probes", "vpatch.upstream.moves"): _IN_FLIGHT,  # probes/runner.py
-    ("update", "vpatch.upstream.hunkmoves"): _IN_FLIGHT,  # update/retarget.py
-    ("update", "vpatch.upstream.moves"): _IN_FLIGHT,  # update/retarget.py
 }
 
 
