@@ -61,18 +61,19 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
             patched = stacked_tree(repo, patches, base, target, name=where)
             tested = evidence.regressions(target, base=base, patched=patched, ref=where,
                                          use_cache=not no_cache) if upstream_tests else None
-    if covered is not None:
-        for line in coverage_lines(covered):
-            echo(line)
-    if tested is not None:
-        for line in regression_lines(tested):
-            echo(line)
-        if tested.regressed:
-            raise VpatchError(f"{target.filename} breaks upstream's own tests on {ref or config.pin.ref}: "
-                              f"{', '.join(tested.regressed)}",
-                              hint="they pass without the patch: change the patch so that they pass with it")
-        if not tested.complete:  # no evidence either way (e.g. a module the probe venv lacks): said, not refused
-            echo(f"warning: {tested.says()}", err=True)
+        # said before the session ends: removing its trees takes seconds the answer need not wait for
+        if covered is not None:
+            for line in coverage_lines(covered):
+                echo(line)
+        if tested is not None:
+            for line in regression_lines(tested):
+                echo(line)
+            if tested.regressed:
+                raise VpatchError(f"{target.filename} breaks upstream's own tests on {where}: "
+                                  f"{', '.join(tested.regressed)}",
+                                  hint="they pass without the patch: change the patch so that they pass with it")
+            if not tested.complete:  # no evidence either way (e.g. a module the probe venv lacks): said, not refused
+                echo(f"warning: {tested.says()}", err=True)
     return ExitCode.OK
 
 
