@@ -12,6 +12,7 @@ from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, int
 from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
+from vpatch.probes.workspace import zygote_pays
 
 __all__ = [
     "LOCK_NAME",
@@ -44,4 +45,5 @@ __all__ = [
     "refresh_lock",
     "stacked_tree",
     "write_probe_template",
+    "zygote_pays",
 ]
