@@ -70,6 +70,9 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     site = next(root.glob("lib/python*/site-packages"))
     (site / "heavy.py").write_text(HEAVY)
     (site / "threaded.py").write_text(THREADED)
+    # two packages that import each other, as asyncio and its accelerator _asyncio do
+    (site / "cyc.py").write_text("import _cyc\nVALUE = 1\n")
+    (site / "_cyc.py").write_text("import cyc\n")
     return root / "bin" / "python"
 
 
@@ -282,3 +285,31 @@ def test_a_module_that_starts_a_thread_is_tried_apart_and_never_preloaded(zygote
         assert ran is not None and ran.output == output
     finally:
         again.close()
+
+
+CYCLIC = "import cyc\nprint('cyc', cyc.VALUE)\n"
+
+
+def test_a_recorded_list_with_packages_importing_each_other_holds_in_the_next_command(venv: Path,
+                                                                                       tmp_path: Path) -> None:
+    """The list learned in one command is imported by the next one's zygote as it is: packages that import each
+    other (asyncio and _asyncio) were learned together and must not make the recorded list "not hold" (which
+    re-learned the whole list in every command of the real probe venv)."""
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    script = tmp_path / "cyclic.py"
+    script.write_text(CYCLIC)
+    argv = [str(venv), str(script)]
+    env = process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+    seen: list[str] = []
+    for _command in range(2):
+        found = Zygote(venv, env=probe_runs.zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"))
+        try:
+            for _ in range(2):
+                ran = found.run(argv, cwd=tmp_path, env=env, timeout=60)
+                assert ran is not None and ran.output == b"cyc 1\n", ran
+            assert found.broken is None, found.broken
+        finally:
+            found.close()
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert {"cyc", "_cyc"} <= set(recorded["preload"]), recorded
+    assert not [line for line in seen if "does not hold" in line], seen

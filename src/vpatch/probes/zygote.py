@@ -310,7 +310,10 @@ class Zygote:
             refused.update({str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {})
             if part.get("unsafe"):
                 unsafe = str(part["unsafe"])
-                if part.get("traced"):  # it left a trace: never again; a failure or an order is measured again
+                # never again what left a trace, or imports a package refused before (frozenlist under aiohttp);
+                # a failure, an order or a package never learned is measured again
+                barred = {n.split(".")[0] for n in self._refused}.intersection(_names(part.get("outside")))
+                if part.get("traced") or barred:
                     refused.update((n, unsafe) for n in _names(part.get("at")))
                 break
         self._preloaded.update(loaded)
@@ -613,10 +616,12 @@ def groups(names):
     return list(found.items())
 
 
-def check(todo, out):
+def check(todo, out, recorded=()):
     # Import the groups of `todo` in turn, each checked against what was there before it; stop at the first that
     # imports another package first (its "deps"), leaves a trace, starts a thread, loads a foreign module, or fails.
-    # `out(done, stop)` gets the names imported clean, in order, and why it stopped (None: it did not).
+    # A package of a `recorded` list (learned clean, its packages that import each other learned together) is no
+    # "deps": it is checked with the group that imports it. `out(done, stop)` gets the names imported clean, in
+    # order, and why it stopped (None: it did not).
     done = []
     before, settled = bindings(), settings()
     for top, names in todo:
@@ -630,7 +635,8 @@ def check(todo, out):
             return out(done, {"top": top, "names": names, "failed": f"{type(exc).__name__}: {exc}"})
         new = [m for m in sys.modules if m not in loaded]
         own = {top, *(n.split(".")[0] for n in names)}
-        deps = [m for m in new if m.split(".")[0] not in own and not m.startswith("__")]
+        deps = [m for m in new if m.split(".")[0] not in own and m.split(".")[0] not in recorded
+                and not m.startswith("__")]
         why = None
         if threads() > 1:
             why = "its import started a thread"
@@ -698,7 +704,8 @@ def preload(names, tried_apart):
                 importlib.import_module(name)  # what the child imported clean, in its order
         else:
             result = {}
-            check(todo, lambda done, stop: result.update(done=done, stop=stop))
+            check(todo, lambda done, stop: result.update(done=done, stop=stop),
+                  {n.split(".")[0] for _, group in todo for n in group})
         answer["loaded"] += result["done"]
         stop = result["stop"]
         if threads() > 1:
@@ -706,9 +713,13 @@ def preload(names, tried_apart):
         if stop is None:
             break
         if not tried_apart:
-            why = stop.get("refused") or stop.get("failed") or "a package imports others listed after it"
+            # the recorded packages import each other in any order (check's `recorded`): what a group imports
+            # beyond the list was never learned, or refused since (the caller then refuses the group too)
+            outside = sorted({m.split(".")[0] for m in stop.get("deps", ())})
+            why = stop.get("refused") or stop.get("failed") or (
+                f"it imports {', '.join(outside)}, which the list does not hold")
             return {**answer, "unsafe": f"{stop['top']}: {why}", "at": stop["names"],
-                    "traced": bool(stop.get("refused"))}
+                    "traced": bool(stop.get("refused")), "outside": outside}
         rest = [(top, group) for top, group in todo if top != stop["top"]]
         if "deps" in stop and moved.get(stop["top"], 0) < 3:
             # what it imports of other packages goes first, each with its own names; packages that import each
