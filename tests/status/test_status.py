@@ -142,7 +142,7 @@ def test_probe_results_are_counted_and_the_probe_decides(project: Project) -> No
     repo = refresh(project)
     cache: dict[str, ProbeCheck] = {}
 
-    def probe(patch, commit):  # type: ignore[no-untyped-def]
+    def probe(patch, commit, moved):  # type: ignore[no-untyped-def]
         # a behavioural probe in miniature: the fix is there when kv.py skips null blocks, either way;
         # status asks it on commits and, to validate it on the pin, on the tree of the pin + the patch
         if commit in cache:
