@@ -144,8 +144,12 @@ def test_status_flags_a_probe_that_never_passes(project: Project) -> None:
     kv_patch(project, NEVER_PASSES)
     code, out = run(project, "status", "--exit-code")
     assert code == 4, out
-    assert "probe INVALID: it fails with the patch too" in out
-    assert "0001-kv.patch: its probe is INVALID: it fails with the patch too, on the pin v1.0" in out
+    assert "probe INVALID: it fails on v1.0 without the patch and fails with it" in out
+    # the words of the rule update and `probe check` apply (runner.validation), and its advice
+    said = " ".join(out.split())  # the line under the table, as the terminal wraps it
+    assert ("0001-kv.patch: its probe is INVALID: probe 0001-kv.yaml does not discriminate for 0001-kv.patch: it fails "
+            "on v1.0 without the patch and fails with it (it must fail, then pass); the probe still fails with the "
+            "patch: make it test what the patch changes") in said
 
 
 def test_update_dry_run_refuses_what_the_real_update_refuses(project: Project) -> None:
@@ -156,7 +160,7 @@ def test_update_dry_run_refuses_what_the_real_update_refuses(project: Project) -
     dry_code, dry = run(project, "update", "--to", "v1.1", "--dry-run")
     real_code, real = run(project, "update", "--to", "v1.1")
     assert (dry_code, real_code) == (1, 1), dry + real
-    assert "would re-apply" not in dry and "probe INVALID: it fails with the patch too" in dry  # the table, then
+    assert "would re-apply" not in dry and "probe INVALID: it fails on v1.0 without the patch" in dry  # the table, then
     error = "error: probe 0001-kv.yaml does not discriminate for 0001-kv.patch: it fails on"
     assert error in dry and error in real
     assert dry.split("error: ")[1] == real.split("error: ")[1]  # word for word
@@ -188,9 +192,10 @@ def test_a_mistyped_path_under_not_contains_says_the_file_does_not_exist(project
                       "  vllm/kv_cache.py:\n    not_contains: [break]\n")
     code, out = run(project, "status", "--exit-code")
     assert code == 4, out
-    assert "vllm/kv_cache.py: no such file on the pin v1.0" in out
+    missing = "files: vllm/kv_cache.py: no such file on v1.0 nor with the patch"
+    assert missing in " ".join(out.split())  # status says it in the words of `probe check`: one rule
     code, out = run(project, "probe", "check", "1")
-    assert code == 1 and "files: vllm/kv_cache.py: no such file on v1.0 nor with the patch" in out
+    assert code == 1 and missing in out
 
 
 # --- placeholders and a Probe: naming no file ------------------------------------------------------

@@ -262,3 +262,29 @@ def test_the_supervisor_passes_on_the_probe_s_exit_code_or_signal(toy_upstream: 
 
     assert result.outcome is ProbeOutcome.ERROR
     assert result.detail.startswith(says) and result.detail.endswith("about to end"), result.detail
+
+
+def test_probe_check_runs_a_lone_probe_fresh_unless_a_warm_interpreter_pays(project: Project,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VPATCH_PROBE_ZYGOTE", raising=False)
+    two_probes(project)
+
+    # its sides and one run without its hunk, 2 at a time: 2 rounds, which a warm interpreter's imports do not pay
+    code, out = run(project, "probe", "check", "1", "--jobs", "2", "--no-cache")
+
+    assert code == 0, out
+    assert "ok: kv.yaml fails without the patch and passes with it" in out
+    assert "probe zygote" not in out, out
+    assert leftovers() == []
+
+    # one at a time, 3 rounds: through the warm interpreter, with the same verdicts
+    code, warm = run(project, "probe", "check", "1", "--jobs", "1", "--no-cache")
+
+    assert code == 0, warm
+    assert "probe zygote" in warm, warm
+    assert _verdicts(out) and _verdicts(out) == _verdicts(warm)
+
+
+def _verdicts(output: str) -> list[str]:
+    """The lines of `probe check` that say what the probe said, their durations aside."""
+    return [line.split(" in ")[0] for line in output.splitlines() if line.startswith(("kv.yaml on", "ok:", "coverage:"))]

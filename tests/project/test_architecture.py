@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,83 +117,22 @@ def resolve(target: str, names: tuple[str, ...], modules: set[str]) -> list[str]
 # --- the rooms: the folders of src/vpatch, in the order docs/architecture.md writes them down -----------
 
 # Why an import of another room's inner module stays for now (the face does not replace it yet):
-_DEPLOY_PAGES = (
-    "report/deploy.py and deploy_html.py import the deploy room: the report face importing them would load 102 "
-    "vpatch modules for every command that shows progress, not 18 (measured: 0.39 s against 0.09 s)"
-)
-_SERVE_NAMES = (
-    "serve's alive, health, lint and render, imported whole for room-local names (open_url, samples, down, "
-    "NotAlive, check, render): they need names of their own before the serve face can export them"
-)
-_PER_COMMAND = (
-    "report/status.py and update.py import the status and update rooms: the report face importing them would "
-    "load those rooms for every command that shows progress (fetch, releases, probe)"
-)
-_NAMES = (
-    "imported whole for functions with room-local names (diff, check, serve, fetch, update): they need "
-    "names of their own before the face can export them"
-)
-_HISTORY = (
-    "upstream's history part (lineage, commitcache, moves, hunkmoves), imported whole: names such as "
-    "follow, plan, relocate, identity, declare and save need names of their own in the face"
-)
-_PROCESS = (
-    "base/process.py is used as `process.run`, `process.child_env`, `process.TAIL_CHARS`: the face would "
-    "need names of their own (run is everyone's)"
-)
-_PROBES_IN_FLIGHT = (
-    "probes/zygote.py, runner.py and workspace.py are being hardened in parallel: their imports move "
-    "after that merge"
-)
-_RECORDS = (
-    "base/records.py's load and save: the face would need names of their own"
+_IN_FLIGHT = (
+    "probes/runner.py, probes/zygote.py and update/retarget.py are being changed in parallel (probe speed, the "
+    "retarget work): their bodies use the module (`process.run`, `process.child_env`, `process.TAIL_CHARS`, "
+    "`process.Child`; `mirror.prefetch_tree`; `moves.follow`, `moves.missing_paths`, `moves.retarget`, "
+    "`moves.Fate`; `hunkmoves.relocated`), and this round touched only their import lines. The faces export "
+    "all of these (vpatch.base: run_process, child_env, ChildProcess; vpatch.upstream: follow_file_moves, "
+    "missing_paths, retarget_paths, Fate, relocated_patch), except TAIL_CHARS and prefetch_tree, which only "
+    "runner.py uses: after that merge the bodies switch and these entries go"
 )
 
 # Imports of another room's inner module, each with the reason it stays; the test fails on an entry no longer
 # seen, so the list only shrinks.
 KNOWN_INNER: dict[tuple[str, str], str] = {
-    ("commands", "vpatch.report.status"): _PER_COMMAND,
-    ("commands", "vpatch.report.update"): _PER_COMMAND,
-    ("commands", "vpatch.serve.drift"): _NAMES,
-    ("commands", "vpatch.serve.render"): _NAMES,
-    ("commands", "vpatch.serve.run"): _NAMES,
-    ("commands", "vpatch.upstream.mirror"): _NAMES,
-    ("commands", "vpatch.upstream.releases"): _NAMES,
-    # a type the report names; the face importing releases would load the PyPI client (http, ssl) for every command
-    ("report", "vpatch.upstream.releases"): "type only: the upstream face importing releases.py would load the PyPI client",
-    ("commands", "vpatch.report.deploy"): _DEPLOY_PAGES,
-    ("commands", "vpatch.report.deploy_html"): _DEPLOY_PAGES,
-    ("deploy", "vpatch.serve.alive"): _SERVE_NAMES,
-    ("deploy", "vpatch.serve.health"): _SERVE_NAMES,
-    ("deploy", "vpatch.serve.lint"): _SERVE_NAMES,
-    ("deploy", "vpatch.serve.render"): _SERVE_NAMES,
-    ("deploy", "vpatch.config.yamlload"): "yamlload.load: the config face would need a name of its own for it",
-    ("deploy", "vpatch.base.records"): _RECORDS,
-    ("deploy", "vpatch.base.process"): _PROCESS,
-    ("docker", "vpatch.base.process"): _PROCESS,
-    ("git", "vpatch.base.process"): _PROCESS,
-    ("upstream", "vpatch.base.process"): _PROCESS,
-    ("probes", "vpatch.base.process"): _PROBES_IN_FLIGHT,
-    ("probes", "vpatch.base.errors"): _PROBES_IN_FLIGHT,
-    ("probes", "vpatch.base.fs"): _PROBES_IN_FLIGHT,
-    ("probes", "vpatch.base.progress"): _PROBES_IN_FLIGHT,
-    ("probes", "vpatch.upstream.mirror"): _PROBES_IN_FLIGHT,
-    ("probes", "vpatch.upstream.moves"): _HISTORY,
-    ("probes", "vpatch.config.yamlload"): 'yamlload.load: the config face would need a name of its own for it',
-    ("status", "vpatch.upstream.commitcache"): _HISTORY,
-    ("status", "vpatch.upstream.lineage"): _HISTORY,
-    ("tree", "vpatch.base.records"): _RECORDS,
-    ("tree", "vpatch.upstream.hunkmoves"): _HISTORY,
-    ("tree", "vpatch.upstream.moves"): _HISTORY,
-    ("update", "vpatch.base.records"): _RECORDS,
-    ("update", "vpatch.upstream.hunkmoves"): _HISTORY,
-    ("update", "vpatch.upstream.lineage"): _HISTORY,
-    ("update", "vpatch.upstream.moves"): _HISTORY,
-    ("update", "vpatch.verdict.applycheck"): 'applycheck.check: the verdict face would need a name of its own for it',
-    ("verdict", "vpatch.upstream.commitcache"): _HISTORY,
-    ("verdict", "vpatch.upstream.hunkmoves"): _HISTORY,
-    ("verdict", "vpatch.upstream.lineage"): _HISTORY,
-    ("verdict", "vpatch.upstream.moves"): _HISTORY,
+    ("probes", "vpatch.base.process"): _IN_FLIGHT,  # probes/runner.py, probes/zygote.py
+    ("probes", "vpatch.upstream.mirror"): _IN_FLIGHT,  # probes/runner.py
+    ("probes", "vpatch.upstream.moves"): _IN_FLIGHT,  # probes/runner.py
 }
 
 
@@ -304,6 +246,47 @@ def test_a_face_holds_what_it_exports_and_shadows_no_module() -> None:
         assert not missing, f"{face.relative_to(ROOT)}: __all__ names what it does not hold: {sorted(missing)}"
         modules = {p.stem for p in face.parent.glob("*.py")} | {p.name for p in face.parent.iterdir() if p.is_dir()}
         assert not exported & modules, f"{face.relative_to(ROOT)} exports names of its modules: {sorted(exported & modules)}"
+
+
+
+def lazy_exports(face: Path) -> dict[str, tuple[str, str]]:
+    """A face's `_LAZY` table (name -> (module, name there)): the names it loads on first use (PEP 562)."""
+    tree = ast.parse(face.read_text(encoding="utf-8"))
+    return next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.AnnAssign | ast.Assign)
+                 and getattr(n.targets[0] if isinstance(n, ast.Assign) else n.target, "id", "") == "_LAZY"
+                 and n.value is not None), {})
+
+
+def test_a_lazy_export_is_typed_and_loads_only_when_used() -> None:
+    """A name a face loads on first use is in its __all__, imported under TYPE_CHECKING from the module `_LAZY` names
+    (what mypy reads), is that module's object when used, and importing the face loads none of those modules."""
+    faces = {room: SRC / "vpatch" / room / "__init__.py" for room in room_folders()}
+    lazy = {room: table for room, face in faces.items() if (table := lazy_exports(face))}
+    assert set(lazy) >= {"base", "report", "upstream"}, f"faces with lazy exports: {sorted(lazy)}"
+    for room, table in lazy.items():
+        face = faces[room]
+        tree = ast.parse(face.read_text(encoding="utf-8"))
+        exported = next(set(ast.literal_eval(n.value)) for n in tree.body if isinstance(n, ast.Assign)
+                        and getattr(n.targets[0], "id", "") == "__all__")
+        typed = {(a.asname or a.name): (i.module, a.name) for n in tree.body if isinstance(n, ast.If)
+                 and "TYPE_CHECKING" in ast.unparse(n.test) for i in n.body if isinstance(i, ast.ImportFrom)
+                 for a in i.names}
+        for name, (module, attribute) in table.items():
+            assert name in exported, f"{face.relative_to(ROOT)}: {name} is loaded lazily but not in __all__"
+            assert module.startswith(f"vpatch.{room}."), f"{face.relative_to(ROOT)}: {name} comes from {module}"
+            assert typed.get(name) == (module, attribute), (
+                f"{face.relative_to(ROOT)}: {name} needs `from {module} import {attribute}` under TYPE_CHECKING")
+    for room, table in lazy.items():
+        # a fresh interpreter per face: what the face alone loads
+        script = ("import importlib, json, sys\n"
+                  f"face, table = importlib.import_module('vpatch.{room}'), {table!r}\n"
+                  "early = sorted({m for m, _ in table.values()} & set(sys.modules))\n"
+                  "same = [n for n, (m, a) in table.items() if getattr(face, n) is getattr(importlib.import_module(m), a)]\n"
+                  "print(json.dumps([early, sorted(same)]))\n")
+        early, same = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                                check=True).stdout)
+        assert early == [], f"importing vpatch.{room} loads what it exports lazily: {early}"
+        assert same == sorted(table), f"vpatch.{room}: lazy names that are not their module's: {sorted(set(table) - set(same))}"
 
 
 @functools.cache

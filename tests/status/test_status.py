@@ -11,15 +11,14 @@ from conftest import KV_V1, PARSER_V1, Project
 from conftest import vpatch_cli as run
 from typer.testing import CliRunner
 
-from vpatch import git
 from vpatch.base.paths import cache_dir
 from vpatch.commands.cli import app
 from vpatch.config.project import Config
-from vpatch.probes import ProbeCheck, ProbeOutcome, Witness
+from vpatch.probes import Witness
 from vpatch.series.files import Series
 from vpatch.status import Status, Target, bisect_first, compute_status, resolve_targets
 from vpatch.upstream import mirror
-from vpatch.verdict import State
+from vpatch.verdict import Kind, State
 
 FIX_20 = PARSER_V1.replace("line 20\n", "line 20 fixed\n")
 KV_FIX = KV_V1.replace("break", "continue")
@@ -137,27 +136,22 @@ def test_bisect_first_counts_its_checks() -> None:
 
 
 def test_probe_results_are_counted_and_the_probe_decides(project: Project) -> None:
-    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks")
-    fixed = project.upstream.commit({"vllm/kv.py": KV_V1 + "# fixed differently\n"}, "Fix kv differently", tag="v1.1")
+    # a files probe: the fix is there when kv.py skips null blocks, whichever way the code around it says so
+    (project.patches / "probes").mkdir()
+    (project.patches / "probes" / "kv.yaml").write_text("kind: files\nfiles:\n  vllm/kv.py:\n    contains: [continue]\n")
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
+                       trailers="Origin: vendor\nProbe: probes/kv.yaml")
+    fixed = project.upstream.commit({"vllm/kv.py": KV_V1.replace("break", "continue  # fixed differently")},
+                                    "Fix kv differently", tag="v1.1")
     repo = refresh(project)
-    cache: dict[str, ProbeCheck] = {}
-
-    def probe(patch, commit, moved):  # type: ignore[no-untyped-def]
-        # a behavioural probe in miniature: the fix is there when kv.py skips null blocks, either way;
-        # status asks it on commits and, to validate it on the pin, on the tree of the pin + the patch
-        if commit in cache:
-            return ProbeCheck(cache[commit].outcome, ran=False)
-        text = git.read_blobs(repo, commit, ["vllm/kv.py"])["vllm/kv.py"] or b""
-        outcome = ProbeOutcome.PASS if b"continue" in text or b"fixed differently" in text else ProbeOutcome.FAIL
-        cache[commit] = ProbeCheck(outcome)
-        return cache[commit]
-
-    first = compute_for(project, ["v1.1"], evidence=Witness(repo, probe=probe))
+    first = compute_for(project, ["v1.1"], evidence=Witness(repo, Config.load(project.root)))
     (row,) = first.patches
     assert [v.state for v in row.results] == [State.NEEDED, State.LANDED]
+    decided = row.results[1].decided_by
+    assert decided is not None and decided.kind is Kind.PROBE  # the diff neither applies nor reverse-applies on v1.1
     assert row.landed_in is not None and row.landed_in.commit == fixed
-    assert first.probes_run == 3  # the pin, the pin + the patch (the validation), v1.1
-    second = compute_for(project, ["v1.1"], evidence=Witness(repo, probe=probe))
+    assert (first.probes_run, first.probes_cached) == (3, 0)  # the pin, the pin + the patch (the validation), v1.1
+    second = compute_for(project, ["v1.1"], evidence=Witness(repo, Config.load(project.root)))
     assert (second.probes_run, second.probes_cached) == (0, 3)
 
 

@@ -131,6 +131,38 @@ def test_abort_keeps_the_resolution_and_the_next_update_replays_it(stopped: Proj
     assert not kept.exists()  # in the project's commit now
 
 
+def test_the_same_conflict_at_a_later_target_is_replayed_and_says_so(stopped: Project) -> None:
+    resolve_in_tree(stopped)
+    assert run(stopped, "update", "--abort")[0] == 0
+    # v1.2 keeps v1.1's parser line and changes another file: the conflict is the same
+    release(stopped, {"vllm/other.py": "x = 1\n"}, "v1.2")
+    code, out = run(stopped, "update", "--to", "v1.2")
+    assert code == 5, out
+    assert "replayed your resolution of 0002-parser-fix.patch" in out and "since an update to v1.1" in out, out
+    assert (tree_of(stopped) / "vllm/parser.py").read_text() == RESOLVED
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    assert "Rewritten: by hand for v1.2" in (stopped.patches / "0002-parser-fix.patch").read_text()
+    assert Config.load(stopped.root).pin.ref == "v1.2"
+
+
+def test_a_kept_resolution_that_no_longer_applies_leaves_the_conflict_and_stays_kept(stopped: Project) -> None:
+    resolve_in_tree(stopped)
+    assert run(stopped, "update", "--abort")[0] == 0
+    kept = stopped.root / ".git" / "vpatch-resolutions" / "0002-parser-fix"
+    # v1.2 rewrites the same line again: the resolution made for v1.1 does not apply there
+    release(stopped, {"vllm/parser.py": PARSER_V1.replace("line 20\n", "line XX\n")}, "v1.2")
+    code, out = run(stopped, "update", "--to", "v1.2")
+    assert code == 5, out
+    assert "replayed" not in out, out
+    assert f"kept in {kept} since an update to v1.1, does not apply on v1.2 as it is" in " ".join(out.split()), out
+    text = (tree_of(stopped) / "vllm/parser.py").read_text()
+    assert "<<<<<<< " in text and ">>>>>>> 0002-parser-fix.patch" in text and "line XX" in text, text
+    assert (kept / "files" / "vllm/parser.py").read_text() == RESOLVED  # nothing lost
+    assert run(stopped, "update", "--abort")[0] == 0
+    assert (kept / "files" / "vllm/parser.py").read_text() == RESOLVED
+
+
 def test_a_hand_edit_of_patches_committed_during_the_stop_is_taken_in(stopped: Project) -> None:
     # the person writes the patch as it must be on v1.1 in patches/ (not in the update tree) and commits it
     patch = stopped.patches / "0002-parser-fix.patch"

@@ -11,8 +11,17 @@ from vpatch.commands import console, echo, load_config, progress
 from vpatch.config import ImageDefinition
 from vpatch.deploy import BaselineMode, DeployRecord, Journal, deploy, holders, plan_live, prune_containers, rollback, where
 from vpatch.docker import Docker
-from vpatch.report import deploy as shown
-from vpatch.report import deploy_html
+from vpatch.report import (
+    deploy_json,
+    deploy_lines,
+    deploy_page,
+    deploy_status_lines,
+    deploy_tables,
+    live_plan_notes,
+    page_line,
+    prune_lines,
+    rolled_back_line,
+)
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
@@ -50,7 +59,7 @@ def show_report(name: str, *, out: Path | None) -> ExitCode:
                           hint=f"`vpatch deploy {name}` writes one (and its report) as it runs")
     journal = Journal.load(name)
     phase = journal.phase.value if journal is not None and journal.started == record.started else None
-    echo(shown.page_line(_write_report(record, out, phase)))
+    echo(page_line(_write_report(record, out, phase)))
     return ExitCode.OK
 
 
@@ -60,7 +69,7 @@ def show_status(project: Path, name: str) -> ExitCode:
     serve = _serve_if_readable(project, name)
     found = where(definition=name, docker=docker, container=serve.container.name if serve else None,
                           port=serve.port if serve else None)
-    for line in shown.status_lines(name, found):
+    for line in deploy_status_lines(name, found):
         echo(line)
     unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
     return ExitCode.UNFINISHED if unfinished else ExitCode.OK
@@ -76,14 +85,14 @@ def roll_back(project: Path, name: str) -> ExitCode:
                           f"{other.definition} ({other.phase.value}) holds {other.container} (port {other.port})",
                           hint=f"`vpatch deploy {other.definition} --rollback` restores production")
     restored = rollback(definition=name, docker=docker, progress=progress)
-    echo(shown.rolled_back_line(restored))
+    echo(rolled_back_line(restored))
     return ExitCode.OK
 
 
 def prune_old(name: str, *, keep: int) -> ExitCode:
     """`--prune`: remove old parked and candidate containers, keeping the `keep` newest of each kind."""
 
-    for line in shown.prune_lines(prune_containers(Docker.connect(), name, keep=keep)):
+    for line in prune_lines(prune_containers(Docker.connect(), name, keep=keep)):
         echo(line)
     return ExitCode.OK
 
@@ -103,23 +112,23 @@ def deploy_image(project: Path, name: str, *, image: str | None, as_json: bool, 
     # Before anything is touched: verify the candidate against its labels and gather the live checks it owes.
     plan = plan_live(config, candidate=candidate, docker=docker, serve=definition.serve, progress=progress,
                      baseline=production.image_id if production is not None and production.status == "running" else None)
-    for line in shown.plan_notes(plan):
+    for line in live_plan_notes(plan):
         echo(line, err=True)
     result = deploy(definition=name, serve=definition.serve, suite=definition.deploy, image=candidate,
                            docker=docker, cache=cache_dir(), progress=progress, live=plan, baseline=baseline)
     page = _write_report(result.record, None, None) if result.record is not None else None
     if as_json:
-        echo(json.dumps(shown.to_json(result), indent=2))
+        echo(json.dumps(deploy_json(result), indent=2))
         if page is not None:
-            progress(shown.page_line(page))
+            progress(page_line(page))
     else:
         shell = console()
-        for table in shown.tables(result):
+        for table in deploy_tables(result):
             shell.print(table)
-        for line in shown.lines(result):
+        for line in deploy_lines(result):
             echo(line)
         if page is not None:
-            echo(shown.page_line(page))
+            echo(page_line(page))
     return result.decision.exit_code
 
 
@@ -159,5 +168,5 @@ def _write_report(record: DeployRecord, out: Path | None, phase: str | None) -> 
     """The deploy's HTML page, written atomically beside its record (or to `out`); its path."""
 
     path = out or record.html_path
-    atomic_write(path, deploy_html.render(record, phase=phase).encode(), durable=False)
+    atomic_write(path, deploy_page(record, phase=phase).encode(), durable=False)
     return path

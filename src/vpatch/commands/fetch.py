@@ -7,7 +7,7 @@ from pathlib import Path
 from vpatch.base import ExitCode, VpatchError, cache_dir
 from vpatch.commands import echo, load_config
 from vpatch.report import ProgressView
-from vpatch.upstream import mirror
+from vpatch.upstream import fetch_mirror
 
 
 def run(*, project: Path, blob_filter: str | None) -> ExitCode:
@@ -16,6 +16,6 @@ def run(*, project: Path, blob_filter: str | None) -> ExitCode:
         raise VpatchError("this project reads upstream from the release history, not a git mirror",
                           hint="vpatch releases refreshes the release history")
     with ProgressView() as view:
-        path = mirror.fetch(cache_dir(), config.upstream.git, blob_filter=blob_filter, report=view)
+        path = fetch_mirror(cache_dir(), config.upstream.git, blob_filter=blob_filter, report=view)
     echo(f"mirror of {config.upstream.git} is up to date at {path}")
     return ExitCode.OK

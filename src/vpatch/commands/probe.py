@@ -17,6 +17,7 @@ from vpatch.probes import (
     probe_target,
     stacked_tree,
     write_probe_template,
+    zygote_pays,
 )
 from vpatch.report import ProgressView, checked_lines, coverage_lines, dirty_warning, regression_lines, tree_lines, written_lines
 from vpatch.series import PROBE
@@ -38,33 +39,41 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
                           hint="make the change in the applied tree and `git commit --amend -a` it first")
     repo = upstream.open_upstream(config)
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
-    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs) as evidence:
-        checked = check_probe(evidence, patches, target, base=base, ref=ref or config.pin.ref, use_cache=not no_cache)
-    for line in checked_lines(checked, target.name):
-        echo(line)
-    result_of = checked.validation
-    if not result_of.ok:
-        raise VpatchError(result_of.detail, hint=result_of.hint or None)
-    echo(f"ok: {result_of.detail}")
-    # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
-    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs, zygote=False) as evidence:
-        covered = hunk_coverage(repo, patches, target, base=base, ref=ref or config.pin.ref,
-                                use_cache=not no_cache, report=view, jobs=jobs) if hunks else None
-        patched = stacked_tree(repo, patches, base, target, name=ref or config.pin.ref)
-        tested = evidence.regressions(target, base=base, patched=patched, ref=ref or config.pin.ref,
-                                     use_cache=not no_cache) if upstream_tests else None
-    if covered is not None:
-        for line in coverage_lines(covered):
+    where = ref or config.pin.ref
+    # One session for the whole check: each tree extracted once (the two sides' trees serve upstream's tests too);
+    # its runs - the two sides, then one without each hunk - go through a warm interpreter only where it pays
+    runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0)
+    with Witness(repo, config, jobs=jobs, zygote=zygote_pays(runs, jobs)) as evidence:
+        with ProgressView() as view:
+            evidence.report = view
+            checked = check_probe(evidence, patches, target, base=base, ref=where, use_cache=not no_cache)
+        for line in checked_lines(checked, target.name):
             echo(line)
-    if tested is not None:
-        for line in regression_lines(tested):
-            echo(line)
-        if tested.regressed:
-            raise VpatchError(f"{target.filename} breaks upstream's own tests on {ref or config.pin.ref}: "
-                              f"{', '.join(tested.regressed)}",
-                              hint="they pass without the patch: change the patch so that they pass with it")
-        if not tested.complete:  # no evidence either way (e.g. a module the probe venv lacks): said, not refused
-            echo(f"warning: {tested.says()}", err=True)
+        result_of = checked.validation
+        if not result_of.ok:
+            raise VpatchError(result_of.detail, hint=result_of.hint or None)
+        echo(f"ok: {result_of.detail}")
+        # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
+        with ProgressView() as view:
+            evidence.report = view
+            covered = hunk_coverage(repo, patches, target, base=base, ref=where, use_cache=not no_cache, report=view,
+                                    session=evidence.session) if hunks else None
+            patched = stacked_tree(repo, patches, base, target, name=where)
+            tested = evidence.regressions(target, base=base, patched=patched, ref=where,
+                                         use_cache=not no_cache) if upstream_tests else None
+        # said before the session ends: removing its trees takes seconds the answer need not wait for
+        if covered is not None:
+            for line in coverage_lines(covered):
+                echo(line)
+        if tested is not None:
+            for line in regression_lines(tested):
+                echo(line)
+            if tested.regressed:
+                raise VpatchError(f"{target.filename} breaks upstream's own tests on {where}: "
+                                  f"{', '.join(tested.regressed)}",
+                                  hint="they pass without the patch: change the patch so that they pass with it")
+            if not tested.complete:  # no evidence either way (e.g. a module the probe venv lacks): said, not refused
+                echo(f"warning: {tested.says()}", err=True)
     return ExitCode.OK
 
 

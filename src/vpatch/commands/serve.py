@@ -12,8 +12,7 @@ from vpatch.config import ImageDefinition, image_reference_ok
 from vpatch.deploy import Journal, holders
 from vpatch.docker import Docker
 from vpatch.report import container_check_line, drift_json, drift_lines, served_lines
-from vpatch.serve import drift, render
-from vpatch.serve import run as serve_run
+from vpatch.serve import check_container, container_drift, health_url, serve_command, serve_definition
 
 if TYPE_CHECKING:
     from vpatch.config import ImageDefinition, Pin, ServeConfig
@@ -38,7 +37,7 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     config = load_config(project)
     definition = ImageDefinition.load(config.root, name).validate()
     if print_only:
-        for line in render.for_serve(definition, image=image).shell_lines():
+        for line in serve_command(definition, image=image).shell_lines():
             echo(line)
         return ExitCode.OK
 
@@ -53,7 +52,7 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
 def check_alive(docker: Docker, definition: ImageDefinition) -> ExitCode:
     """`--check`: is the running server alive (the container health check's rule)."""
 
-    checked = serve_run.check(docker, definition, state_dir=Journal.folder().parent / "serve")
+    checked = check_container(docker, definition, state_dir=Journal.folder().parent / "serve")
     echo(container_check_line(checked))
     return ExitCode.OK if checked.alive else ExitCode.ERROR
 
@@ -61,7 +60,7 @@ def check_alive(docker: Docker, definition: ImageDefinition) -> ExitCode:
 def show_drift(docker: Docker, definition: ImageDefinition, *, image: str | None, pin: Pin, json_out: bool) -> ExitCode:
     """`--diff`: the running container against the yaml; exit 7 on drift."""
 
-    result = drift.diff(docker, definition, image=image, pin=pin)
+    result = container_drift(docker, definition, image=image, pin=pin)
     if json_out:
 
         echo(json.dumps(drift_json(result), indent=2))
@@ -74,8 +73,8 @@ def show_drift(docker: Docker, definition: ImageDefinition, *, image: str | None
 def start(docker: Docker, definition: ImageDefinition, *, image: str | None, replace: bool) -> ExitCode:
     """Lint the command against the image, run it, wait for /health."""
     _refuse_unfinished_deploys(definition.name, definition.serve)
-    served = serve_run.serve(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
-    url = serve_run.health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
+    served = serve_definition(docker, definition, cache=cache_dir(), image=image, replace=replace, progress=progress)
+    url = health_url(definition.serve.port, definition.serve.host) if definition.serve else ""
     for line in served_lines(served, url):
         echo(line)
     return ExitCode.OK

@@ -10,8 +10,7 @@ from vpatch import upstream
 from vpatch.base import ExitCode
 from vpatch.commands import console, echo, load_config, load_series, stopped_update, warn_tree_work
 from vpatch.probes import Witness
-from vpatch.report import ProgressView
-from vpatch.report import status as report
+from vpatch.report import ProgressView, status_json, status_table
 from vpatch.series import refuse_unfinished
 
 
@@ -32,10 +31,10 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
     stopped = stopped_update(config)
     if json_out:
 
-        echo(json.dumps({**report.status_json(result),
+        echo(json.dumps({**status_json(result),
                          "stopped_update": None if stopped is None else stopped.to_json()}, indent=2))
     else:
-        console().print(report.status_table(result))
+        console().print(status_table(result))
         if stopped is not None:
             echo(stopped.line())
     return result.exit_code() if exit_code else ExitCode.OK

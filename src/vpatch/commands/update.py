@@ -11,9 +11,7 @@ from vpatch import update as core
 from vpatch.base import ExitCode, VpatchError, interruptible
 from vpatch.commands import console, echo, load_config, warn_tree_work
 from vpatch.probes import Witness
-from vpatch.report import ProgressView
-from vpatch.report import status as report
-from vpatch.report import update as update_report
+from vpatch.report import ProgressView, furthest_lines, status_table, update_lines, update_plan_table
 from vpatch.status import Status
 
 if TYPE_CHECKING:
@@ -50,17 +48,17 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
                 # the dry run's refusal comes after the judging: show the table it refused on, then the error
 
                 if isinstance(refused.report, Status) and not json_out:
-                    console().print(report.status_table(refused.report))
+                    console().print(status_table(refused.report))
                 raise
     if json_out:
 
         echo(json.dumps(result.to_json(), indent=2))
     else:
 
-        table = update_report.plan_table(result)
+        table = update_plan_table(result)
         if table is not None:
             console().print(table)
-        for line in update_report.update_lines(result):
+        for line in update_lines(result):
             echo(line)
     # a dry run exits as the real run would: one that would stop at a patch exits as the stop does
     would_stop = result.outcome is core.UpdateOutcome.PLANNED and bool(result.plan.files(core.FileAction.STOP))
@@ -136,9 +134,9 @@ def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow:
 
         echo(json.dumps(reach.to_json(), indent=2))
     else:
-        table = update_report.plan_table(reach.result)
+        table = update_plan_table(reach.result)
         if table is not None:
             console().print(table)
-        for line in [*update_report.update_lines(reach.result), *update_report.furthest_lines(reach)]:
+        for line in [*update_lines(reach.result), *furthest_lines(reach)]:
             echo(line)
     return reach.exit_code()

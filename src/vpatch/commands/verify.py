@@ -10,8 +10,7 @@ from vpatch.commands import echo, load_config, progress
 from vpatch.deploy import Journal, stamp, verify_live
 from vpatch.docker import Docker
 from vpatch.image import CheckKind, verify_image
-from vpatch.report import check_lines, deploy_html, live_lines, live_summary, matched_line
-from vpatch.report import deploy as deploy_report
+from vpatch.report import check_lines, live_lines, live_page, live_summary, matched_line, page_line
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -46,8 +45,8 @@ def _verify_live(config: Config, image: str, definition: str | None) -> None:
         echo(line)
     # The page beside the deploys' reports, written before a failure is raised: the failing cases are on it.
     page = Journal.folder() / "reports" / f"verify-{started}-{image.replace('/', '_').replace(':', '_')}.html"
-    atomic_write(page, deploy_html.live_page(image, result, started=started).encode(), durable=False)
-    echo(deploy_report.page_line(page))
+    atomic_write(page, live_page(image, result, started=started).encode(), durable=False)
+    echo(page_line(page))
     failed = [o for o in result.candidate if not o.ok]
     if failed:
         raise VpatchError(f"image {image} fails the live check of {', '.join(o.planned.patch for o in failed)}",

@@ -7,6 +7,7 @@ from vpatch.config.definition import Base, ImageDefinition, Strategy, definition
 from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite, TimingCheck
 from vpatch.config.project import CONFIG_NAME, Config, Pin, find_root, repin_text
 from vpatch.config.serve import ServeConfig
+from vpatch.config.yamlload import load as load_yaml
 
 __all__ = [
     "CONFIG_NAME",
@@ -27,5 +28,6 @@ __all__ = [
     "definition_name_ok",
     "find_root",
     "image_reference_ok",
+    "load_yaml",
     "repin_text",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from vpatch.base import VpatchError
 from vpatch.deploy.readings import Metrics, StreamedChat, assemble_chat, sse_events
-from vpatch.serve import alive
+from vpatch.serve import HttpError, Unreachable, open_url
 
 # Lines of filler a long prompt is made of; numbered so no two lines and no two prompts share a prefix
 # (a prefix-cache hit would hide the blocks a request costs).
@@ -45,10 +45,10 @@ class Server:
 
     def _open(self, path: str, body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
         try:
-            return alive.open_url(self.base_url + path, body, timeout=timeout or self.timeout)
-        except alive.HttpError as exc:
+            return open_url(self.base_url + path, body, timeout=timeout or self.timeout)
+        except HttpError as exc:
             raise ServerError(f"{self.base_url}{path} answered HTTP {exc.status}: {exc.body}") from exc
-        except alive.Unreachable as exc:
+        except Unreachable as exc:
             raise ServerError(str(exc)) from exc
 
     def healthy(self) -> bool:

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
 
+from vpatch import serve
 from vpatch.base import Progress, VpatchError, host_lock_folder, host_resources
 from vpatch.deploy.journal import Journal, Phase
 from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.docker import ContainerInfo, DaemonGone, Docker
-from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, health
+from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY
 
 DAEMON_WAIT_S = 300.0  # how long a rollback waits for a docker daemon that stopped answering (a restart)
 
@@ -95,7 +96,7 @@ def watch_start(docker: Docker, cid: str, seconds: float) -> CheckResult:
     """'Started and not restarting': the container stays up for `seconds`; a crash loop fails within them."""
     start = time.monotonic()
     while (elapsed := time.monotonic() - start) < seconds:
-        why = health.down(docker, cid)
+        why = serve.why_down(docker, cid)
         if why is not None:
             return CheckResult("started", CheckStatus.FAIL, f"down after {elapsed:.0f}s", why, elapsed)
         time.sleep(0.5)
@@ -108,9 +109,9 @@ def wait_alive(docker: Docker, cid: str, url: str, timeout: float, progress: Pro
     an exit or a restart fails at once), as a check whose detail is the line that says why it is not alive."""
     start = time.monotonic()
     try:
-        seconds = health.wait_alive(docker, cid, url, timeout=timeout, progress=progress, model=model,
+        seconds = serve.wait_alive(docker, cid, url, timeout=timeout, progress=progress, model=model,
                                     timeout_key=timeout_key)
-    except health.NotAlive as exc:
+    except serve.NotAlive as exc:
         elapsed = time.monotonic() - start
         return CheckResult(name, CheckStatus.FAIL, f"not alive after {elapsed:.0f}s", exc.why, elapsed)
     return CheckResult(name, CheckStatus.PASS, f"alive after {seconds:.0f}s (a 1-token completion answered)", "", seconds)

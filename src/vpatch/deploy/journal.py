@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from vpatch.base import ConfigError, JournalError, records, state_dir
+from vpatch.base import ConfigError, JournalError, json_kind, json_shown, load_record, save_record, state_dir
 from vpatch.config import definition_name_ok
 from vpatch.serve import base_url
 
@@ -104,7 +104,7 @@ class Journal:
     def load(cls, definition: str) -> Journal | None:
         """The journal of `definition`, None when there is none; every field checked (JournalError naming it)."""
         path = cls.path_for(definition)
-        journal = records.load(path, lambda data: cls.from_json(data, source=str(path)), what="the deploy journal",
+        journal = load_record(path, lambda data: cls.from_json(data, source=str(path)), what="the deploy journal",
                                hint=_HINT)
         if journal is not None and journal.definition != definition:
             # Saved again it would land under another definition's name (and take over its journal).
@@ -122,7 +122,7 @@ class Journal:
     def from_json(cls, data: Any, *, source: str) -> Journal:
         """The journal a JSON document describes, field by field: the right type in each, no unknown one."""
         if not isinstance(data, dict):
-            _refuse(source, "", f"must be a JSON object, not {records.json_kind(data)}")
+            _refuse(source, "", f"must be a JSON object, not {json_kind(data)}")
         known = {f.name: f for f in fields(cls)}
         for name in data:
             if name not in known:
@@ -137,29 +137,29 @@ class Journal:
             if name == "phase":
                 phases = {p.value: p for p in Phase}
                 if value not in phases:
-                    _refuse(source, name, f"must be one of {', '.join(phases)}, not {records.json_shown(value)}")
+                    _refuse(source, name, f"must be one of {', '.join(phases)}, not {json_shown(value)}")
                 value = phases[value]
             elif spec.type == "bool":
                 if not isinstance(value, bool):
-                    _refuse(source, name, f"must be true or false, not {records.json_shown(value)}")
+                    _refuse(source, name, f"must be true or false, not {json_shown(value)}")
             elif spec.type == "int | None":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
-                    _refuse(source, name, f"must be a port number (1-65535) or null, not {records.json_shown(value)}")
+                    _refuse(source, name, f"must be a port number (1-65535) or null, not {json_shown(value)}")
             elif spec.type == "float | None":
                 if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                           or not math.isfinite(value) or value <= 0):
-                    _refuse(source, name, f"must be a positive number of seconds or null, not {records.json_shown(value)}")
+                    _refuse(source, name, f"must be a positive number of seconds or null, not {json_shown(value)}")
                 value = None if value is None else float(value)
             elif spec.type == "str | None":
                 if value is not None and (not isinstance(value, str) or not value):
-                    _refuse(source, name, f"must be a non-empty string or null, not {records.json_shown(value)}")
+                    _refuse(source, name, f"must be a non-empty string or null, not {json_shown(value)}")
             elif not isinstance(value, str) or (not value and name != "note"):
-                _refuse(source, name, f"must be a non-empty string, not {records.json_shown(value)}")
+                _refuse(source, name, f"must be a non-empty string, not {json_shown(value)}")
             values[name] = value
         return validate(cls(**values), source)
 
     def save(self) -> Journal:
-        records.save(self.path, self)
+        save_record(self.path, self)
         return self
 
     def advance(self, phase: Phase, **changes: str | bool | int | float | None) -> Journal:
@@ -194,7 +194,7 @@ def validate(journal: Journal, source: str = "the deploy journal") -> Journal:
     for name in ("parked_id", "candidate_id"):
         value = getattr(journal, name)
         if value is not None and not _ID.match(value):
-            _refuse(source, name, f"must be a container id (12 to 64 hex digits, as docker gives it), not {records.json_shown(value)}")
+            _refuse(source, name, f"must be a container id (12 to 64 hex digits, as docker gives it), not {json_shown(value)}")
     if journal.parked_id and journal.candidate_id and (journal.parked_id.startswith(journal.candidate_id)
                                                        or journal.candidate_id.startswith(journal.parked_id)):
         _refuse(source, "candidate_id", f"names the parked production container ({journal.parked_id[:12]}): the "

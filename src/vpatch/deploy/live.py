@@ -25,8 +25,7 @@ from vpatch.deploy.livejudge import Observed, forced_token_problems, judge
 from vpatch.deploy.readings import assemble_chat, sse_events
 from vpatch.image import LABEL_PREFIX, verify_image
 from vpatch.series import Series, live_check_file, retired_entries
-from vpatch.serve import health_url, lint, start, wait_alive
-from vpatch.serve.render import render
+from vpatch.serve import health_url, lint_command, render_command, start, wait_alive
 
 if TYPE_CHECKING:
     from vpatch.config import Config, ServeConfig
@@ -205,8 +204,8 @@ def verify_live(config: Config, image: str, *, definition: str | None, docker: D
     live = plan_live(config, candidate=image, baseline=None, serve=serve, docker=docker, progress=progress, verify=False)
     if not live.checks:
         return LiveReport(live, ())
-    command = render(serve, image, definition=name, name=container, restart="no")
-    lint.check(docker, command, definition=name, cache=cache, progress=progress)
+    command = render_command(serve, image, definition=name, name=container, restart="no")
+    lint_command(docker, command, definition=name, cache=cache, progress=progress)
     progress(f"start: {image} as {container} on port {port} (removed afterwards)")
     cid = start(docker, command)
     try:

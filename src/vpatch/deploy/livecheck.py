@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from vpatch.base import ConfigError
-from vpatch.config import yamlload
+from vpatch.config import load_yaml
 
 LIVE_DIR = "checks/live"
 # Serve keys a check may require, and their types (a subset of serve:'s typed keys that change behaviour
@@ -136,7 +136,7 @@ class LiveCheck:
 
 
         try:
-            data = yamlload.load(raw)
+            data = load_yaml(raw)
         except yaml.YAMLError as exc:
             raise LiveCheckError(f"{where}: not valid YAML: {exc}", hint="fix the YAML syntax") from exc
         return cls.parse(data, path=path, source=where)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vpatch.base import ProcessError, VpatchError, process
+from vpatch.base import ProcessError, VpatchError, run_process
 from vpatch.deploy.series import MemoryPoint, Recorder
 from vpatch.docker import Docker
 
@@ -59,7 +59,7 @@ def gpu_source() -> Source:
     to install). Untestable here: the test machines have no GPU; parse_nvidia_smi is tested on its output."""
     def read() -> list[DeviceMemory]:
         try:
-            done = process.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
+            done = run_process(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
                                 "--format=csv,noheader,nounits"], timeout=10)
         except ProcessError:
             return []

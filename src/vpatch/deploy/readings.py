@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from vpatch.serve import alive
+from vpatch.serve import metric_samples
 
 # "GPU KV cache size: 1,050,422 tokens" / "CPU KV cache size: 2,048 tokens": one number per engine
 # (data-parallel engines each log their own line; the first is the pool every request sees).
@@ -56,7 +56,7 @@ class Metrics:
 
     @classmethod
     def parse(cls, text: str) -> Metrics:
-        return cls(tuple(Sample(name, labels, value) for name, labels, value in alive.samples(text)))
+        return cls(tuple(Sample(name, labels, value) for name, labels, value in metric_samples(text)))
 
     def find(self, name: str) -> list[Sample]:
         return [s for s in self.samples if s.name == name]

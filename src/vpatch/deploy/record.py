@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vpatch.base import JournalError, records
+from vpatch.base import JournalError, load_record, save_record
 from vpatch.config import Suite
 from vpatch.deploy.journal import Journal
 from vpatch.deploy.judge import CheckResult, CheckStatus, Figures
@@ -110,7 +110,7 @@ class DeployRecord:
         return Journal.folder() / "reports" / f"{self.definition}-{self.started}.html"
 
     def save(self) -> DeployRecord:
-        records.save(self.path, self)
+        save_record(self.path, self)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,7 +133,7 @@ class DeployRecord:
 
     @classmethod
     def load(cls, path: Path) -> DeployRecord | None:
-        return records.load(path, cls.from_dict, what="the deploy record", hint=_HINT)
+        return load_record(path, cls.from_dict, what="the deploy record", hint=_HINT)
 
     @classmethod
     def latest(cls, definition: str) -> DeployRecord | None:

@@ -11,7 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, interruptible, process
+from vpatch.base import ExitCode, ProcessError, Progress, VpatchError, interruptible, run_process
 from vpatch.config import Suite
 from vpatch.deploy.client import Server
 from vpatch.deploy.container import (
@@ -36,14 +36,13 @@ from vpatch.deploy.record import DeployRecord, Side, now_iso, recorded_baseline,
 from vpatch.deploy.record import Source as BaselineSource
 from vpatch.deploy.series import PassSeries
 from vpatch.docker import Docker
-from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint, refuse_taken_port, start
+from vpatch.serve import LABEL_DEFINITION, LABEL_DEPLOY, lint_command, refuse_taken_port, render_command, start
 from vpatch.serve import base_url as alive_url
-from vpatch.serve.render import render
 
 if TYPE_CHECKING:
     from vpatch.config import ServeConfig
     from vpatch.docker import ContainerInfo
-    from vpatch.serve.render import RunCommand
+    from vpatch.serve import RunCommand
 
 
 class DeployDecision(str, Enum):
@@ -228,8 +227,8 @@ def _prepare(*, definition: str, serve: ServeConfig, suite: Suite, image: str, d
     started = stamp()
     # Lint before anything is stopped: an entrypoint that already serves plus `serve` again, or a flag the
     # image's vLLM does not know, is refused while production still runs untouched.
-    command = render(serve, image, definition=definition, restart="no", labels={LABEL_DEPLOY: started})
-    lint.check(docker, command, definition=definition, cache=cache, progress=progress)
+    command = render_command(serve, image, definition=definition, restart="no", labels={LABEL_DEPLOY: started})
+    lint_command(docker, command, definition=definition, cache=cache, progress=progress)
     server = Server(alive_url(serve.port, serve.host), timeout=suite.request_timeout_s)
     journal = Journal(definition, serve.container.name, image, Phase.BASELINE, started=started, port=serve.port,
                       health_timeout_s=suite.health_timeout_s, host=serve.host, model=serve.model_name,
@@ -504,7 +503,7 @@ def _hooks(commands: Sequence[Sequence[str]], label: str, progress: Progress, *,
     for argv in commands:
         progress(f"{label}: {' '.join(argv)}")
         try:
-            process.run(argv, timeout=600, merge_output=True,
+            run_process(argv, timeout=600, merge_output=True,
                         hint="nothing was switched; fix the hook in deploy.hooks of the image definition")
         except ProcessError as exc:
             if strict:

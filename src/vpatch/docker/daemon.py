@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, ParamSpec, Self, TypeVar
 
 from vpatch.base import Output as RunResult
-from vpatch.base import ProcessError, VpatchError, process
+from vpatch.base import ProcessError, VpatchError, run_process
 
 if TYPE_CHECKING:
     import docker as dockersdk
@@ -78,7 +78,7 @@ class Daemon:
         this runs that very argv); DockerError with the command, exit code and output on failure."""
 
         try:
-            result = process.run(argv, timeout=timeout, check=False)
+            result = run_process(argv, timeout=timeout, check=False)
         except ProcessError as exc:
             if exc.timed_out:
                 raise DockerError(f"{shlex.join(argv)} did not finish within {timeout:.0f}s") from exc

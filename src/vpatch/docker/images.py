@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
-from vpatch.base import ProcessError, Progress, process
+from vpatch.base import ProcessError, Progress, run_process, stream_process
 from vpatch.docker.daemon import TAIL_LINES, Daemon, DockerError, output_tail
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class Images(Daemon):
                 progress(line)
 
         try:
-            result = process.stream(invocation.argv, on_line, env=invocation.env, check=False)
+            result = stream_process(invocation.argv, on_line, env=invocation.env, check=False)
         except ProcessError as exc:
             raise DockerError("the docker CLI cannot run: " + exc.message, hint="install docker.io") from exc
         if result.returncode != 0:
@@ -336,9 +336,9 @@ def buildkit_cli() -> tuple[list[str], dict[str, str]]:
     daemon's own BuildKit."""
     legacy: str | None = None
     for cli in _docker_clis():
-        if process.run([cli, "buildx", "version"], check=False).returncode == 0:
+        if run_process([cli, "buildx", "version"], check=False).returncode == 0:
             return [cli, "buildx", "build", "--load"], {}
-        version = process.run([cli, "version", "--format", "{{.Client.Version}}"], check=False).out.strip()
+        version = run_process([cli, "version", "--format", "{{.Client.Version}}"], check=False).out.strip()
         major = version.split(".", 1)[0]
         if legacy is None and major.isdigit() and int(major) < 23:
             legacy = cli

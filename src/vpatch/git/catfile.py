@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from vpatch.base import GitError, process
+from vpatch.base import ChildProcess, GitError
 
 # Readers kept open at once: a test session or a library caller walks many repositories; the least recently
 # used is closed, so the open processes (and their pipes) stay few.
@@ -40,7 +40,7 @@ class Reader:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         try:
-            self.child = process.Child(argv, cwd=repo, shown=shown, error=GitError)
+            self.child = ChildProcess(argv, cwd=repo, shown=shown, error=GitError)
         except BaseException:
             os.close(self.held)
             raise

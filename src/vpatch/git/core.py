@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import GitError, Output, process
+from vpatch.base import GitError, Output, run_process
 
 Result = Output  # what a git command gave back: exit code, stdout, stderr
 
@@ -52,7 +52,7 @@ def run(
 ) -> Result:
     """Run one git command; on failure raise GitError naming the command, exit code and output.
     `die_with_parent`: git is killed when vpatch ends (see process.run)."""
-    return process.run(command(args), cwd=cwd, input=input, env=env, check=check, timeout=timeout,
+    return run_process(command(args), cwd=cwd, input=input, env=env, check=check, timeout=timeout,
                        die_with_parent=die_with_parent, shown=["git", *args], error=GitError)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import GitError, process
+from vpatch.base import GitError, feed_process
 from vpatch.git import catfile
 from vpatch.git.core import command, is_object_id, run
 
@@ -106,7 +106,7 @@ def fast_import(repo: Path, stream: Iterable[bytes]) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="vpatch-fast-import-") as tmp:
         marks = Path(tmp, "marks")
         args = ["fast-import", "--quiet", "--done", f"--export-marks={marks}"]
-        process.feed(command(args), stream, cwd=repo, shown=["git", *args[:3]], error=GitError)
+        feed_process(command(args), stream, cwd=repo, shown=["git", *args[:3]], error=GitError)
         result: dict[str, str] = {}
         for line in marks.read_text().splitlines():
             mark, sha = line.split()

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.base import GitError, process
+from vpatch.base import GitError, process_failure, stream_process
 from vpatch.git.core import Result, command, run
 
 
@@ -57,7 +57,7 @@ def is_ancestor(repo: Path, ancestor: str, descendant: str) -> bool:
     args = ["merge-base", "--is-ancestor", ancestor, descendant]
     result = run(repo, args, check=False)
     if result.returncode not in (0, 1):
-        raise process.failure(["git", *args], result, error=GitError)
+        raise process_failure(["git", *args], result, error=GitError)
     return result.returncode == 0
 
 
@@ -152,7 +152,7 @@ def fetch_mirror(repo: Path, on_progress: Callable[[str], None], *, blob_filter:
         run(repo, ["config", "remote.origin.promisor", "true"])
         run(repo, ["config", "remote.origin.partialclonefilter", blob_filter])
     args = ["fetch", "--progress", "--prune", "--tags", *([f"--filter={blob_filter}"] if blob_filter else []), "origin"]
-    return process.stream(command(args), on_progress, cwd=repo, check=False, shown=["git", *args],
+    return stream_process(command(args), on_progress, cwd=repo, check=False, shown=["git", *args],
                           error=GitError)
 
 
@@ -161,7 +161,7 @@ def fetch_blobs(repo: Path, blobs: Sequence[str], on_progress: Callable[[str], N
     lazy fetch asks for one object at a time, with the same options; git's progress lines go to `on_progress`."""
     args = ["-c", "fetch.negotiationAlgorithm=noop", "fetch", "--progress", "origin", "--no-tags",
             "--no-write-fetch-head", "--recurse-submodules=no", f"--filter={blob_filter}", "--stdin"]
-    return process.stream(command(args), on_progress, cwd=repo, check=False, shown=["git", *args[2:5]],
+    return stream_process(command(args), on_progress, cwd=repo, check=False, shown=["git", *args[2:5]],
                           input="".join(f"{b}\n" for b in blobs).encode(), error=GitError)
 
 

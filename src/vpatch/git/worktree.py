@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from vpatch.base import GitError, exclusive, process
+from vpatch.base import GitError, exclusive, process_failure
 from vpatch.git.core import Identity, Result, run
 from vpatch.git.index import temp_index
 from vpatch.git.moves import MERGE_RENAME_LIMIT
@@ -171,7 +171,7 @@ def index_matches(worktree: Path, treeish: str) -> bool:
     """Whether the index holds exactly `treeish`; read-only, so it works while another git holds index.lock."""
     result = run(worktree, ["diff-index", "--cached", "--quiet", treeish, "--"], check=False)
     if result.returncode not in (0, 1):
-        raise process.failure(["git", "diff-index", "--cached", "--quiet", treeish], result, error=GitError)
+        raise process_failure(["git", "diff-index", "--cached", "--quiet", treeish], result, error=GitError)
     return result.returncode == 0
 
 

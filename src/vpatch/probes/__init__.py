@@ -13,6 +13,7 @@ from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, int
 from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
+from vpatch.probes.workspace import zygote_pays
 
 __all__ = [
     "LOCK_NAME",
@@ -50,4 +51,5 @@ __all__ = [
     "rename_key",
     "stacked_tree",
     "write_probe_template",
+    "zygote_pays",
 ]

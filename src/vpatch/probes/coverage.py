@@ -12,7 +12,7 @@ from typing import Any
 from vpatch import git
 from vpatch.base import Reporter, silent
 from vpatch.probes import workspace as probe_runs
-from vpatch.probes.file import ProbeError, probe_for
+from vpatch.probes.file import Probe, ProbeError, probe_for
 from vpatch.probes.runner import ProbeOutcome, ProbeRequest, run_ahead, run_probe, says
 from vpatch.probes.witness import stacked_tree
 from vpatch.series import Patch, hunk_name
@@ -84,8 +84,10 @@ def without(patch: Patch, drop: str) -> bytes:
 
 
 def hunk_coverage(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: str, ref: str, cache: Path | None = None,
-             use_cache: bool = True, report: Reporter = silent, jobs: int | None = None) -> Coverage:
-    """The probe of `patch` on `base` + the series before it + the patch less one hunk, for each hunk."""
+                  use_cache: bool = True, report: Reporter = silent, jobs: int | None = None,
+                  session: probe_runs.Session | None = None) -> Coverage:
+    """The probe of `patch` on `base` + the series before it + the patch less one hunk, for each hunk. `session`:
+    the command's (its trees and its warm interpreter, if any, serve these runs too); None: one of its own."""
     probe = probe_for(patch)
     if probe is None:
         raise ProbeError(f"{patch.filename} names no probe, so no hunk of it is covered by one",
@@ -96,21 +98,28 @@ def hunk_coverage(repo: Path, patches: Sequence[Patch], patch: Patch, *, base: s
     # a patch of one hunk less may be no diff at all: then the tree is the one before the patch
     trees: list[str | None] = [git.tree_with_patch(repo, start, rest) if rest else start
                                for rest in (without(patch, name) for name in names)]
+    if session is None:
+        with probe_runs.Session(cache=cache, jobs=jobs) as own:
+            return _coverage(repo, probe, patch, names, trees, ref, own, use_cache, report)
+    return _coverage(repo, probe, patch, names, trees, ref, session, use_cache, report)
+
+
+def _coverage(repo: Path, probe: Probe, patch: Patch, names: Sequence[str], trees: Sequence[str | None], ref: str,
+              session: probe_runs.Session, use_cache: bool, report: Reporter) -> Coverage:
     label = patch.name[:4]
-    with probe_runs.Session(cache=cache, jobs=jobs) as session:
-        requests = [ProbeRequest(probe, tree, f"{label} on {ref} without {name}") for name, tree in zip(names, trees)
-                    if tree is not None]
-        if requests:
-            run_ahead(repo, requests, session, use_cache=use_cache, report=report)
-        found = []
-        for name, tree in zip(names, trees):
-            if tree is None:
-                found.append(HunkCoverage(name, None, "the rest of the patch does not apply without it"))
-                continue
-            result = run_probe(repo, probe, tree, cache=cache, use_cache=use_cache, report=report,
-                               label=f"{label} on {ref} without {name}", session=session)
-            # a command probe's detail starts with the last line it printed itself (probes/outcome.py: tail)
-            first = (result.detail.strip().splitlines() or [""])[0]
-            found.append(HunkCoverage(name, result.outcome, f"{says(result)} without it: {first}"))
+    requests = [ProbeRequest(probe, tree, f"{label} on {ref} without {name}") for name, tree in zip(names, trees)
+                if tree is not None]
+    if requests:
+        run_ahead(repo, requests, session, use_cache=use_cache, report=report)
+    found = []
+    for name, tree in zip(names, trees):
+        if tree is None:
+            found.append(HunkCoverage(name, None, "the rest of the patch does not apply without it"))
+            continue
+        result = run_probe(repo, probe, tree, use_cache=use_cache, report=report,
+                           label=f"{label} on {ref} without {name}", session=session)
+        # a command probe's detail starts with the last line it printed itself (probes/outcome.py: tail)
+        first = (result.detail.strip().splitlines() or [""])[0]
+        found.append(HunkCoverage(name, result.outcome, f"{says(result)} without it: {first}"))
     return Coverage(patch.filename, probe.name, ref, tuple(found))
 

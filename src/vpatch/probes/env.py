@@ -25,7 +25,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, exclusive, process, silent
+from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, exclusive, run_process, silent
 
 LOCK_NAME = "requirements.lock"
 _SUBJECT = "probe venv"
@@ -195,7 +195,7 @@ def _pip_step(args: Sequence[str], what: str, work: Path) -> None:
     tmp = work / ".pip-tmp"
     tmp.mkdir(exist_ok=True)
     try:
-        process.run(args, check=True, merge_output=True, env={"TMPDIR": str(tmp)},
+        run_process(args, check=True, merge_output=True, env={"TMPDIR": str(tmp)},
                     hint="check that pip reaches the package index, then run the command again")
     except ProcessError as exc:
         raise EnvError(f"cannot {what}: {exc.message}", hint=exc.hint) from None

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch.base import VpatchError
-from vpatch.config import yamlload
+from vpatch.config import load_yaml
 from vpatch.probes.env import LOCK_NAME, Requirements
 from vpatch.probes.outcome import PLACEHOLDER, ProbeKind
 from vpatch.series import missing_probe
@@ -96,7 +96,7 @@ class Probe:
 
 
         try:
-            data = yamlload.load(raw)
+            data = load_yaml(raw)
         except yaml.YAMLError as exc:
             raise ProbeError(f"{path}: not valid YAML: {exc}") from exc
         return cls.parse(data, path=path, raw=raw)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from vpatch.upstream import moves
+from vpatch.upstream import Fate
 
 if TYPE_CHECKING:
     from vpatch.probes.file import Probe
@@ -86,7 +86,7 @@ def judge_files(probe: Probe, place: Place) -> tuple[ProbeOutcome, str]:
             notes.append(f"{path} moved to {move.new} (similarity {move.similarity}%), checked there")
             path, blob = move.new, place.read([move.new])[move.new]
         if blob is None:
-            if check.absent_is_fix and (move is None or move.fate is moves.Fate.DELETED):
+            if check.absent_is_fix and (move is None or move.fate is Fate.DELETED):
                 notes.append(f"{path}: absent, which the probe says is the fix")
             else:
                 errors.append(f"{path}: " + (str(move) if move is not None else f"missing from the {place.name}")

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from vpatch import git
-from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, process, silent
+from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, run_process, silent
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes.env import LOCK_NAME, EnvError, Requirements, probe_venv
 from vpatch.probes.file import Probe, probe_for
@@ -274,7 +274,7 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: fl
                 "--junitxml", str(report_file), *tests]
         env = {"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch}
         try:
-            proc = process.run(argv, cwd=root, env=env, check=False, merge_output=True,
+            proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
                                timeout=timeout, own_group=True, cancel=session.cancel)
         except ProcessError as exc:
             return {}, exc.message, False

@@ -8,8 +8,9 @@ re-validation):
 
 It runs the probes (ahead of the order that reads them, in parallel, through the warm interpreter of the
 session it opens), answers from the result cache, counts runs, cache hits and errors, and validates a probe
-against the pin through one rule (runner.validation's: it fails on the pin and passes with the series up to
-its patch). A probe that does not validate on the pin is INVALID on every commit: never evidence.
+against the pin through one rule in one wording (runner.validation's: it fails on the pin and passes with the
+series up to its patch; update and `probe check` ask the same). A probe that does not validate on the pin is
+INVALID on every commit: never evidence.
 
 A new kind of evidence (upstream's own tests, per-hunk coverage) plugs in here and nowhere else: its own module
 under probes/ runs it; the Witness gains one method that answers it for (patch, commit) with the cache, the
@@ -99,21 +100,18 @@ class Witness:
 
     `repo`: the upstream repository (None: the project's, opened when first needed, so that a command that builds
     its Witness first still says first what else is wrong).
-    `probe`: answers one patch's probe on one tree in place of running it (tests); the Witness still counts,
-    validates on the pin and caches the validation, but runs nothing ahead. `names`: commit -> the ref that
-    names it in progress lines. `jobs`: the runs at once of the session `with` opens (default: the cores),
-    `zygote` whether they go through a warm interpreter (default: workspace.zygote_default); outside a `with`
-    each run goes alone."""
+    `names`: commit -> the ref that names it in progress lines. `jobs`: the runs at once of the session `with`
+    opens (default: the cores), `zygote` whether they go through a warm interpreter (default:
+    workspace.zygote_default); outside a `with` each run goes alone."""
 
     def __init__(self, repo: Path | None, config: Config | None = None, *, cache: Path | None = None,
                  report: Reporter | None = None, names: Mapping[str, str] | None = None, jobs: int | None = None,
-                 probe: ProbeFn | None = None, zygote: bool | None = None) -> None:
+                 zygote: bool | None = None) -> None:
         self._repo, self.config, self.cache, self.jobs, self.zygote = repo, config, cache, jobs, zygote
         self.report = report or silent
         self.names: dict[str, str] = dict(names or {})
         self.session: Session | None = None
         self.tally = Tally()
-        self._probe = probe
         self._loaded: dict[Path, Probe] = {}
         self._followed: dict[bytes, Probe] = {}
         self._base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
@@ -145,11 +143,11 @@ class Witness:
     def says(self, patch: Patch, commit: str, moved: Moved | None = None, *, pin: str, series: Sequence[Patch],
              vetted: dict[str, tuple[ProbeCheck | None, ProbeCheck | None]] | None = None) -> ProbeCheck | None:
         """The patch's probe on the unpatched `commit`: INVALID on every commit where it does not validate on the pin
-        (it fails there and passes on the pin plus `series` up to its patch). One that passes on the pin is vacuous
-        or landed on its own pin; one that still fails with the patch never passes; one that errors there, or
-        checks a file that is on neither side, decides nothing. None: the patch has no probe. `moved`: where the
-        patch's hunks' code went to another file on `commit` (the verdict's hunkmoves), which a files probe
-        follows (`answer`)."""
+        (runner.validation: it fails there and passes on the pin plus `series` up to its patch). One that passes on
+        the pin is vacuous or landed on its own pin; one that still fails with the patch never passes; one that
+        errors there, or checks a file that is on neither side, decides nothing. None: the patch has no probe.
+        `moved`: where the patch's hunks' code went to another file on `commit` (the verdict's hunk moves), which a
+        files probe follows (`answer`)."""
         vetted = {} if vetted is None else vetted
         if patch.filename not in vetted:
             vetted[patch.filename] = self._vet(patch, pin, series)
@@ -162,15 +160,9 @@ class Witness:
         """The patch's probe on the tree `commit` as it is (no validation), counted. `moved`: (a path of the pin,
         hunk number) -> the file its code is in on `commit`; a files probe's checks on such a path follow the
         code there (probes/follow.py), and the answer says so."""
-        moved = moved or {}
-        check = self._probe(patch, commit, moved) if self._probe is not None else self._run(patch, commit, moved)
+        check = self._run(patch, commit, moved or {})
         if check is not None:
-            if check.outcome is ProbeOutcome.ERROR:
-                self.tally = Tally(self.tally.ran, self.tally.cached, self.tally.errors + 1)
-            elif check.ran:
-                self.tally = Tally(self.tally.ran + 1, self.tally.cached, self.tally.errors)
-            else:
-                self.tally = Tally(self.tally.ran, self.tally.cached + 1, self.tally.errors)
+            self._count(check)
         return check
 
     def name(self, commits: Mapping[str, str]) -> None:
@@ -181,7 +173,7 @@ class Witness:
         """Run, in parallel, the command probes that the questions of a judging will ask, and only those: each
         probe on the pin; where it fails there, on the pin plus the series up to its patch; where it passes there,
         on every other commit. The questions then read the results in the verdicts' order."""
-        if self._probe is not None or self.session is None:
+        if self.session is None:
             return
         probed = [p for p in series if p.probe_path is not None]
         at_pin = self._ahead([(p, pin) for p in probed])
@@ -250,48 +242,38 @@ class Witness:
     # --- inside ---------------------------------------------------------------------------------------------
 
     def _vet(self, patch: Patch, pin: str, series: Sequence[Patch]) -> tuple[ProbeCheck | None, ProbeCheck | None]:
-        """The probe's answer on the pin, and the INVALID check to give instead when it does not validate."""
-        at_pin = self.answer(patch, pin)
-        if at_pin is None:
+        """The probe's answer on the pin, and the INVALID check to give instead when it does not validate there:
+        runner.validation on the pin and the pin plus the series up to the patch, its rule and its words (update
+        and `probe check` say the same of the same probe)."""
+        if patch.probe_path is None:
             return None, None
-        where = f"the pin {self.names.get(pin, pin[:12])} ({pin[:12]})"
-        why = ""
+        patched: str | None = None
+        why: str | None = None
         try:
-            patched: str | None = stacked_tree(self.repo, series, pin, patch)
-            probe = self._load(patch.probe_path) if patch.probe_path is not None else None
-        except VpatchError as exc:
-            patched, probe, why = None, None, exc.message
+            patched = stacked_tree(self.repo, series, pin, patch)
+            checked = self.validation(self._load(patch.probe_path), patch.filename, base=pin, patched=patched,
+                                      base_name=self.names.get(pin, pin[:12]), moves_from=self._moves_from())
+        except VpatchError as exc:  # a series that does not stack (nothing ran), a probe that cannot load or run
+            at_pin, why = ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message)), exc.message
+            if patched is not None:
+                self._count(at_pin)
+        else:
+            sides = [self._count(self._check(side)) if side is not None else None
+                     for side in (checked.base, checked.patched)]
+            at_pin = sides[0] or ProbeCheck(ProbeOutcome.ERROR)
+            why = None if checked.ok else "; ".join(filter(None, (checked.detail, checked.hint)))
         # The pin is where a decision rests: upstream's own tests of the touched files, without and with the series,
         # whatever the probe says (a patch that breaks a well-formed case may break its probe too).
         tests = self._pin_tests(patch, pin, patched)
         at_pin = replace(at_pin, regressions=tests.regressions, tests=tests.tests)
-
-        def invalid(why: str) -> tuple[ProbeCheck | None, ProbeCheck | None]:
-            return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True,
-                                      regressions=tests.regressions, tests=tests.tests)
-        absent = runner.absent_files(self.repo, probe, (pin, patched)) if probe and patched else []
-        if absent:
-            return invalid(f"files: {absent[0]}: no such file on {where} nor with the patch; a typo in the path, or "
-                           "the file moved: it reads nothing, fix the probe")
-        if at_pin.outcome is ProbeOutcome.PASS:
-            return invalid(f"it passes on {where}, the tree the patch is meant to fix: vacuous, or landed on its own "
-                           "pin; fix the probe")
-        if at_pin.outcome is ProbeOutcome.ERROR:
-            return invalid(f"it could not decide on {where}: {at_pin.detail}")
-        if patched is None:
-            return invalid(f"it cannot be checked with its patch on {where}: {why}")
-        with_patch = self.answer(patch, patched)
-        if with_patch is not None and with_patch.outcome is ProbeOutcome.FAIL:
-            return invalid(f"it fails with the patch too, on {where} plus the series up to it: it cannot tell the fix "
-                           "from the bug; fix the probe (vpatch probe check " + f"{patch.number:04d})")
-        if with_patch is not None and with_patch.outcome is ProbeOutcome.ERROR:
-            return invalid(f"it could not decide with the patch, on {where} plus the series up to it: "
-                           f"{with_patch.detail}")
-        return at_pin, None
+        if why is None:
+            return at_pin, None
+        return at_pin, ProbeCheck(ProbeOutcome.ERROR, why, ran=False, invalid=True, regressions=tests.regressions,
+                                  tests=tests.tests)
 
     def _pin_tests(self, patch: Patch, pin: str, patched: str | None) -> ProbeCheck:
         """Upstream's tests on the pin and the pin + the series up to `patch`, as the fields a ProbeCheck carries."""
-        if self._probe is not None or patched is None:  # answers given in place of runs (tests), or no patched tree
+        if patched is None:
             return ProbeCheck(ProbeOutcome.ERROR)
         try:
             found = self.regressions(patch, base=pin, patched=patched, ref=self.names.get(pin, pin[:12]))
@@ -343,7 +325,24 @@ class Witness:
                                       moves_from=self._moves_from(), session=self.session)
         except VpatchError as exc:
             return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message), followed=followed)
+        return self._check(result, followed)
+
+    @staticmethod
+    def _check(result: runner.ProbeResult, followed: tuple[str, ...] = ()) -> ProbeCheck:
+        """A probe's result on one tree as the verdict reads it (`followed`: where a files probe's checks went)."""
         return ProbeCheck(result.outcome, _last_lines(result.detail), ran=not result.cached, followed=followed)
+
+    def _count(self, check: ProbeCheck) -> ProbeCheck:
+        """Count an answer: it ran, came from the result cache, or could not decide (never counted as run)."""
+        ran, cached, errors = self.tally.ran, self.tally.cached, self.tally.errors
+        if check.outcome is ProbeOutcome.ERROR:
+            errors += 1
+        elif check.ran:
+            ran += 1
+        else:
+            cached += 1
+        self.tally = Tally(ran, cached, errors)
+        return check
 
     def _ahead(self, pairs: Sequence[tuple[Patch, str]]) -> list[ProbeOutcome | None]:
         """Run the command probes of (patch, commit) `pairs` at once, up to the session's jobs, for the questions

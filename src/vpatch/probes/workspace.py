@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
-from vpatch.base import Event, Reporter, cache_dir, process, silent
+from vpatch.base import Event, Reporter, cache_dir, child_env, silent
 from vpatch.probes.env import own_run_folder, remove_stale_runs
 from vpatch.probes.zygote import Zygote
 
@@ -42,11 +42,26 @@ def zygote_default() -> bool:
 # On: measured to pay on this 2-core machine at load ~2 (docs/benchmarks.md: scripts/bench-probes, 1.96x against
 # the same runs without it); VPATCH_PROBE_ZYGOTE=0 turns it off.
 ZYGOTE_DEFAULT = True
+# A warm interpreter imports every module the venv's probes import, checked, before its first fork: about 2.4 times
+# what one run imports for itself (docs/benchmarks.md, "Probe runs": 11.2 s against 4.6 s), more when its recorded
+# list must be measured again, and it learns what the first runs imported before the next may fork. It pays back
+# only over rounds of runs: from this many on (runs / jobs, rounded up), for a command that knows its runs ahead.
+ZYGOTE_ROUNDS = 3
+
+
+def zygote_pays(runs: int, jobs: int | None) -> bool:
+    """Whether a command that makes `runs` probe runs of one probe, `jobs` at a time (None: the cores), should run
+    them through a warm interpreter: as VPATCH_PROBE_ZYGOTE says where it is set, else from ZYGOTE_ROUNDS rounds on
+    (`vpatch probe check`: its sides and one run without each hunk; docs/benchmarks.md, "probe check")."""
+    if os.environ.get("VPATCH_PROBE_ZYGOTE", "").strip():
+        return zygote_default()
+    rounds = -(-runs // (default_jobs() if jobs is None else max(1, jobs)))
+    return ZYGOTE_DEFAULT and rounds >= ZYGOTE_ROUNDS
 
 
 def zygote_env() -> dict[str, str]:
     """The environment a probe run is started with, its PYTHONPATH aside: what a zygote is started with."""
-    return process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+    return child_env({"PYTHONDONTWRITEBYTECODE": "1"})
 
 
 def default_jobs() -> int:

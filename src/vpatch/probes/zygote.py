@@ -41,10 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vpatch.base import process
-from vpatch.base.errors import ProcessError
-from vpatch.base.fs import atomic_write
-from vpatch.base.progress import Event, Reporter, silent
+from vpatch.base import Event, ProcessError, Reporter, atomic_write, process, silent
 
 PRELOAD_FILE = "vpatch-preload.json"
 # Set in the zygote (not in what a probe sees): a BLAS or OpenMP pool started at import would not survive fork.

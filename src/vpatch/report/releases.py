@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vpatch.upstream.releases import Release
+    from vpatch.upstream import Release
 
 
 def release_lines(releases: Sequence[Release]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from vpatch.upstream import HunkMove, Move
@@ -135,9 +136,12 @@ def _probe_short(v: Verdict, limit: int = 100) -> str:
     """A probe that is no evidence here, with its reason: INVALID (it does not validate on the pin) or an error."""
     detail = v.probe.detail if v.probe is not None else ""
     if v.probe is not None and v.probe.invalid:
-        if detail.startswith("it passes on the pin"):
+        # the rule's sentence (runner.validation's words, as update and `probe check` say them), less the probe's
+        # name and the advice after "; ": "it fails on v1.0 without the patch and fails with it (...)"
+        rule = detail.split("; ")[0]
+        reason = "it " + rule.split(": it ", 1)[1] if ": it " in rule else re.sub(r"^probe \S+ ", "", rule)
+        if reason.startswith("it passes on "):  # on the pin, the tree the patch is meant to fix
             return "probe INVALID (passes on the pin)"
-        reason = detail.split("; ")[0].split(": it ")[0]
         return "probe INVALID: " + (reason if len(reason) <= limit else reason[:limit] + "...")
     if v.probe is not None and v.probe.unfollowed:
         return ("probe not followed: a string of its check is in none of the patch's hunks whose code moved, "

@@ -7,21 +7,42 @@
 
 Other rooms import these names from here; modules inside the room import each other directly."""
 
-from vpatch.serve.alive import base_url
+from vpatch.serve.alive import HttpError, Unreachable, base_url, open_url
+from vpatch.serve.alive import samples as metric_samples
 from vpatch.serve.drift import DriftReport
-from vpatch.serve.health import refuse_taken_port, wait_alive
-from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY
+from vpatch.serve.drift import diff as container_drift
+from vpatch.serve.health import NotAlive, refuse_taken_port, wait_alive
+from vpatch.serve.health import down as why_down
+from vpatch.serve.lint import check as lint_command
+from vpatch.serve.render import LABEL_DEFINITION, LABEL_DEPLOY, RunCommand
+from vpatch.serve.render import for_serve as serve_command
+from vpatch.serve.render import render as render_command
 from vpatch.serve.run import ContainerCheck, Served, health_url, start
+from vpatch.serve.run import check as check_container
+from vpatch.serve.run import serve as serve_definition
 
 __all__ = [
     "LABEL_DEFINITION",
     "LABEL_DEPLOY",
     "ContainerCheck",
     "DriftReport",
+    "HttpError",
+    "NotAlive",
+    "RunCommand",
     "Served",
+    "Unreachable",
     "base_url",
+    "check_container",
+    "container_drift",
     "health_url",
+    "lint_command",
+    "metric_samples",
+    "open_url",
     "refuse_taken_port",
+    "render_command",
+    "serve_command",
+    "serve_definition",
     "start",
     "wait_alive",
+    "why_down",
 ]

@@ -19,7 +19,7 @@ so there the bisection walks releases. When a target sits on a release branch (v
 releases/vX.Y), the bisection walks main between the merge-bases when main had the change where the
 branch forked, else the branch's own commits; it starts after the last revert of the change, if any.
 The release is the lowest final version tag carrying that commit, itself or as a cherry-pick on a
-release branch (lineage.first_release, which also names the proving commit and branch), or None
+release branch (first_release, which also names the proving commit and branch), or None
 ("on <branch>, in no release yet"). What the probes say comes from the probes room's Witness, which validates
 each on the pin: one that does not validate there is INVALID everywhere (never evidence).
 """
@@ -36,7 +36,18 @@ from vpatch import git, upstream
 from vpatch.base import ExitCode, Reporter, VpatchError, silent
 from vpatch.probes import ProbeFn, ProbeOutcome, Tally, Witness
 from vpatch.status.landing import search_landing
-from vpatch.upstream import commitcache, lineage
+from vpatch.upstream import (
+    ReleaseProof,
+    ancestry_order,
+    change_history_grep,
+    declare_commit_range,
+    diff_patch_ids,
+    first_release,
+    nearest_ancestor,
+    refs_digest,
+    release_tags,
+    save_commit_facts,
+)
 from vpatch.verdict import Decision, Kind, State, Verdict, decide, judge_series, worst
 
 if TYPE_CHECKING:
@@ -59,7 +70,7 @@ class Landing:
     checks: int = 0  # verdicts the bisection evaluated
     candidates: int = 0  # first-parent commits it searched
     since: str | None = None  # the target below, where the patch is not landed
-    proof: lineage.ReleaseProof | None = None  # the commit (maybe a cherry-pick) on which branch that puts it in `release`
+    proof: ReleaseProof | None = None  # the commit (maybe a cherry-pick) on which branch that puts it in `release`
 
 
 @dataclass(frozen=True)
@@ -130,7 +141,7 @@ class Status:
 
 def newest_release(repo: Path) -> str | None:
     """The tag of the highest final release (vX.Y.Z, no pre-releases) upstream has."""
-    versions = lineage.release_tags(git.tags(repo, "v*"))
+    versions = release_tags(git.tags(repo, "v*"))
     return versions[-1] if versions else None
 
 
@@ -153,9 +164,9 @@ def resolve_targets(repo: Path, config: Config, against: Sequence[str] = ()) -> 
     seen: dict[str, Target] = {pin.commit: pin}
     for ref in refs:
         seen.setdefault(commits[ref] or "", Target(ref, commits[ref] or ""))
-    # Oldest first by the commit graph, never by commit date (lineage.ancestry_order).
+    # Oldest first by the commit graph, never by commit date (ancestry_order).
     branch = config.upstream.branch if config.upstream.source == "git" else None
-    ordered = lineage.ancestry_order(repo, [(t.ref, t.commit) for t in seen.values()], branch=branch)
+    ordered = ancestry_order(repo, [(t.ref, t.commit) for t in seen.values()], branch=branch)
     return pin, [seen[commit] for _, commit in ordered]
 
 
@@ -181,10 +192,10 @@ def compute_status(
     paths = sorted({path for patch in patches for path in patch.paths})
     if history and history_evidence:
         # every identity question below is about pin..<a target or one of its ancestors>: one walk answers all
-        greps = sorted({g for patch in patches for g in lineage.identity_grep(patch.upstream_pr)})
-        commitcache.declare(repo, pin.commit, [t.commit for t in targets], path_sets=[p.paths for p in patches],
+        greps = sorted({g for patch in patches for g in change_history_grep(patch.upstream_pr)})
+        declare_commit_range(repo, pin.commit, [t.commit for t in targets], path_sets=[p.paths for p in patches],
                             greps=greps)
-        commitcache.diff_patch_ids(repo, [p.diff for p in patches])
+        diff_patch_ids(repo, [p.diff for p in patches])
     # a partial mirror: what the verdicts below will read, in one fetch rather than one per blob
     upstream.prefetch_for_status(repo, pin.commit, [t.commit for t in targets], paths, history=history and history_evidence,
                         report=report)
@@ -200,7 +211,7 @@ def compute_status(
     rows: list[PatchStatus] = []
     checks = 0
     # read once for every landing: where main is, and the tags and branches a first release depends on
-    refs = _Refs(git.resolve_commit(repo, branch) if history else None, lineage.refs_state(repo)) if landing else None
+    refs = _Refs(git.resolve_commit(repo, branch) if history else None, refs_digest(repo)) if landing else None
     for i, patch in enumerate(patches):
         results = tuple(col[i] for col in columns)
         where = None
@@ -210,7 +221,7 @@ def compute_status(
                              branch=branch, history_evidence=history_evidence, refs=refs)
             checks += where.checks if where else 0
         rows.append(PatchStatus(patch.number, patch.slug, patch.filename, patch.subject, results, where))
-    commitcache.save()
+    save_commit_facts()
     counted = evidence.tally.since(before) if evidence is not None else Tally()
     return Status(pin, tuple(targets), tuple(rows), branch, history, probes_run=counted.ran,
                   probes_cached=counted.cached, probe_errors=counted.errors, bisect_checks=checks)
@@ -219,7 +230,7 @@ def compute_status(
 @dataclass(frozen=True)
 class _Refs:
     main: str | None  # the commit upstream's main branch names (None: no per-commit history)
-    state: str  # lineage.refs_state
+    state: str  # refs_digest
 
 
 def _landing(
@@ -232,7 +243,7 @@ def _landing(
     top = targets[first]
     main = branch if history else None
     if first == 0:
-        proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
+        proof = first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
 
     def landed(commit: str) -> bool:
@@ -243,14 +254,14 @@ def _landing(
     # The baseline is the nearest earlier target the landed one descends from (the pin, for every target
     # it is an ancestor of); a target on another line only where none is.
     earlier = [t.commit for t in targets[:first]]
-    below = lineage.nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
+    below = nearest_ancestor(repo, earlier, top.commit) or targets[first - 1].commit
     since = next(t.ref for t in targets if t.commit == below)
     found = search_landing(repo, below=below, top=top.commit, main=refs.main, landed=landed,
                            floor=lambda line: _after_last_revert(line, results[first]))
     if found is None:
-        proof = lineage.first_release(repo, top.commit, branch=main, state=refs.state)
+        proof = first_release(repo, top.commit, branch=main, state=refs.state)
         return Landing(top.ref, top.commit, proof.release if proof else None, bisected=False, proof=proof)
-    proof = lineage.first_release(repo, found.commit, branch=main, state=refs.state)
+    proof = first_release(repo, found.commit, branch=main, state=refs.state)
     return Landing(top.ref, found.commit, proof.release if proof else None, bisected=True, checks=found.checks,
                    candidates=found.candidates, since=since, proof=proof)
 

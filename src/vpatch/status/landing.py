@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vpatch.upstream import commitcache
+from vpatch.upstream import cached_first_parent_commits, cached_is_ancestor, cached_merge_base
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ def search_landing(repo: Path, *, below: str, top: str, main: str | None, landed
     base, tip = _bisect_range(repo, below, top, main, landed)
     if base is None:
         return None
-    line = commitcache.first_parent_commits(repo, base, tip)
+    line = cached_first_parent_commits(repo, base, tip)
     start = floor(line)
     found, checks = bisect_first(line[start:], landed) if line[start:] else (tip, 0)
     return Search(found, checks, len(line) - start)
@@ -41,18 +41,18 @@ def _bisect_range(repo: Path, below: str, top: str, main: str | None,
     """The first-parent line to bisect: below..top when top descends from below; else, on a git upstream with
     release branches, main between the two merge-bases when main already had the change where `top`'s
     release branch forked, or that release branch's own commits when it did not."""
-    if main is not None and not commitcache.is_ancestor(repo, top, main):
-        top_base = commitcache.merge_base(repo, top, main)
+    if main is not None and not cached_is_ancestor(repo, top, main):
+        top_base = cached_merge_base(repo, top, main)
         if top_base is not None and landed(top_base):
-            below_base = commitcache.merge_base(repo, below, main)
-            if below_base is not None and below_base != top_base and commitcache.is_ancestor(repo, below_base, top_base):
+            below_base = cached_merge_base(repo, below, main)
+            if below_base is not None and below_base != top_base and cached_is_ancestor(repo, below_base, top_base):
                 return below_base, top_base
         elif top_base is not None:
-            start = below if commitcache.is_ancestor(repo, below, top) else top_base
+            start = below if cached_is_ancestor(repo, below, top) else top_base
             return start, top
-    if commitcache.is_ancestor(repo, below, top):
+    if cached_is_ancestor(repo, below, top):
         return below, top
-    return commitcache.merge_base(repo, below, top), top
+    return cached_merge_base(repo, below, top), top
 
 
 def bisect_first(line: Sequence[str], landed: Callable[[str], bool]) -> tuple[str, int]:

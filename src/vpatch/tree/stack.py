@@ -11,9 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from vpatch import git
-from vpatch.base import ApplyError, VpatchError, records
+from vpatch.base import ApplyError, VpatchError, load_record, save_record
 from vpatch.series import Patch, Series
-from vpatch.upstream import hunkmoves, moves
+from vpatch.upstream import (
+    Move,
+    follow_file_moves,
+    hunk_lost,
+    hunk_placements,
+    hunks_to_find,
+    missing_paths,
+    moves_read_by,
+    relocate_hunks,
+    relocated_patch,
+    retarget_paths,
+)
 
 # Each applied commit carries the file it came from, so export maps commits back to stable numbers
 # even after amends and reorders; export strips the line again.
@@ -98,7 +109,7 @@ def apply_series(
     is followed where upstream moved it (moves.py), so the commit, and what `export` writes, names the new path."""
     original = series
     digests = {p.filename: p.sha256 for p in original}
-    found: dict[str, moves.Move] = {}
+    found: dict[str, Move] = {}
     if moves_from is not None and moves_from != base:
         series, found = _following_moves(upstream, series, moves_from, base)
     _prepare_out(upstream, original, out, state_dir, force=force)
@@ -123,7 +134,7 @@ def apply_series(
                     save_stack(state_dir, Stack(out.resolve(), upstream, ref, base, tuple(applied)))
                     git.move_worktree(upstream, tmp, out)
                 raise _apply_error(failure, ref=ref, kept=out if keep else None,
-                                   unfollowed=[m for m in moves.touched(patch, found) if not m.followed])
+                                   unfollowed=[m for m in moves_read_by(patch, found) if not m.followed])
             # the digest of the file as read, not of the patch as applied (which may follow a move)
             applied.append(AppliedPatch(patch.filename, git.head(tmp), digests.get(patch.filename)))
     except BaseException:
@@ -139,25 +150,25 @@ def apply_series(
     return stack
 
 
-def _following_moves(upstream: Path, series: Series, pin: str, base: str) -> tuple[Series, dict[str, moves.Move]]:
+def _following_moves(upstream: Path, series: Series, pin: str, base: str) -> tuple[Series, dict[str, Move]]:
     """The series at the paths its files moved to on `base`, and every move found (deleted and split files
     too: they are not followed, and a patch failing on one is told why)."""
     reads = sorted({fd.old_path for patch in series for fd in patch.files if fd.old_path})
-    found = dict(moves.follow(upstream, pin, base, moves.missing_paths(upstream, pin, base, reads)))
+    found = dict(follow_file_moves(upstream, pin, base, missing_paths(upstream, pin, base, reads)))
     if not found:
         return series, found
-    return replace(series, patches=tuple(moves.retarget(p, found) for p in series)), found
+    return replace(series, patches=tuple(retarget_paths(p, found) for p in series)), found
 
 
 def _following_code(upstream: Path, original: Patch, patch: Patch, tree: Path, pin: str, base: str,
-                    found: dict[str, moves.Move]) -> Patch | None:
+                    found: dict[str, Move]) -> Patch | None:
     """`patch` with each hunk that is not in its file on the tree (neither image) moved to where its code went on
     `base` (hunkmoves.py: one clear place), or None when no hunk has such a place."""
 
     blobs = {fd.path: _read(tree / fd.path) for fd in patch.files}
-    asks = hunkmoves.asks(original, patch, lambda fd, n, hunk: hunkmoves.lost(fd, n, hunk, blobs), found)
-    placements = hunkmoves.plan(hunkmoves.relocate(upstream, pin, base, asks, describe=False))
-    return hunkmoves.relocated(original, patch, placements) if placements else None
+    asks = hunks_to_find(original, patch, lambda fd, n, hunk: hunk_lost(fd, n, hunk, blobs), found)
+    placements = hunk_placements(relocate_hunks(upstream, pin, base, asks, describe=False))
+    return relocated_patch(original, patch, placements) if placements else None
 
 
 def _read(path: Path) -> bytes | None:
@@ -213,7 +224,7 @@ def describe_failure(patch: Patch, stderr: str, three_way_ok: bool) -> Failure:
     return Failure(patch, tuple(files), tuple(dict.fromkeys(hunks)), three_way_ok, stderr.strip())
 
 
-def _apply_error(failure: Failure, *, ref: str, kept: Path | None, unfollowed: Sequence[moves.Move] = ()) -> ApplyError:
+def _apply_error(failure: Failure, *, ref: str, kept: Path | None, unfollowed: Sequence[Move] = ()) -> ApplyError:
     where = "; ".join(failure.hunks) or ", ".join(failure.files) or "see git's output below"
     msg = f"patch {failure.patch.filename} does not apply to {ref}: {where}"
     # a file it changes is gone from ref and was not followed: say where it went, or that nobody can tell
@@ -303,14 +314,14 @@ def _remove_tree(upstream: Path, tree: Path) -> None:
 
 def save_stack(state_dir: Path, stack: Stack) -> None:
     """Write the record of the applied tree (a `records` journal: atomic, fsynced)."""
-    records.save(state_dir / STATE_FILE, stack)
+    save_record(state_dir / STATE_FILE, stack)
 
 
 def load_stack(state_dir: Path, *, required: bool = True) -> Stack | None:
     """The record of the applied tree; None (or, when `required`, an error) when there is none, and a
     JournalError naming the file when it is unreadable."""
     path = state_dir / STATE_FILE
-    stack = records.load(path, Stack.from_dict, what="the record of the applied tree",
+    stack = load_record(path, Stack.from_dict, what="the record of the applied tree",
                          hint="save any work in that tree with git format-patch, then vpatch apply --force to rebuild it",
                          ) if path.is_file() else None
     if stack is None and required:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from vpatch import git
 from vpatch.base import Event, ExitCode, Reporter, VpatchError, silent
 from vpatch.update.plan import FileAction, PatchPlan, Result, UpdateOutcome
-from vpatch.upstream import lineage
+from vpatch.upstream import direction_between, release_tags, release_version
 from vpatch.verdict import Action
 
 if TYPE_CHECKING:
@@ -129,22 +129,22 @@ class Reach:
 
 def candidates(repo: Path, config: Config, *, current: str, to: str, target: str) -> tuple[str, list[Candidate]]:
     """The mode and the candidates between the pin (excluded) and the target (included), oldest first: the
-    release tags for a release target (lineage.direction: newer than the pin, not newer than the target), else
+    release tags for a release target (direction_between: newer than the pin, not newer than the target), else
     the first-parent commits, named by their 12-digit id (the target by its own name)."""
     branch = config.upstream.branch
-    if lineage.release_version(to) is not None and git.resolve_commit(repo, f"refs/tags/{to}") is not None:
-        top = lineage.release_version(to)
-        tags = [t for t in lineage.release_tags(git.tags(repo, "v*"))
-                if lineage.release_version(t) <= top]  # type: ignore[operator]
+    if release_version(to) is not None and git.resolve_commit(repo, f"refs/tags/{to}") is not None:
+        top = release_version(to)
+        tags = [t for t in release_tags(git.tags(repo, "v*"))
+                if release_version(t) <= top]  # type: ignore[operator]
         commits = git.resolve_commits(repo, tags)
         found: list[Candidate] = []
         for tag in tags:
             commit = commits[tag]
             if commit is None or commit == current or any(c.commit == commit for c in found):
                 continue
-            newer = lineage.direction(repo, current=current, current_ref=config.pin.ref, target=commit,
+            newer = direction_between(repo, current=current, current_ref=config.pin.ref, target=commit,
                                       target_ref=tag, branch=branch).forward
-            within = commit == target or lineage.direction(repo, current=commit, current_ref=tag, target=target,
+            within = commit == target or direction_between(repo, current=commit, current_ref=tag, target=target,
                                                            target_ref=to, branch=branch).forward
             if newer and within:
                 found.append(Candidate(to if commit == target else tag, commit))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from vpatch import git
 from vpatch.base import VpatchError
 from vpatch.update.plan import FileAction, Revalidation, UpdatePlan
-from vpatch.upstream import lineage
+from vpatch.upstream import direction_between
 from vpatch.verdict import Action, vetoed
 
 if TYPE_CHECKING:
@@ -30,8 +30,8 @@ Check = Callable[[Path, "Config", "Patch", str, str], Revalidation]
 
 
 def refuse_downgrade(repo: Path, config: Config, current: str, to: str, target: str) -> None:
-    """Only a move to a newer upstream goes without --allow-downgrade (lineage.direction says why)."""
-    way = lineage.direction(repo, current=current, current_ref=config.pin.ref, target=target, target_ref=to,
+    """Only a move to a newer upstream goes without --allow-downgrade (direction_between says why)."""
+    way = direction_between(repo, current=current, current_ref=config.pin.ref, target=target, target_ref=to,
                             branch=config.upstream.branch)
     if not way.forward:
         raise VpatchError(f"{to} is not newer than the pin {config.pin.ref}: {way.reason}",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch import git
-from vpatch.base import VpatchError, records
+from vpatch.base import VpatchError, load_record, save_record
 from vpatch.update.plan import UpdatePlan
 
 if TYPE_CHECKING:
@@ -192,11 +192,11 @@ def discard(project: Project, repo: Path) -> None:
 
 
 def save_state(project: Project, state: UpdateState) -> None:
-    records.save(project.work / STATE_FILE, state)
+    save_record(project.work / STATE_FILE, state)
 
 
 def load_state(project: Project) -> UpdateState:
-    state = records.load(project.work / STATE_FILE, UpdateState.from_dict, what="the state of the stopped update",
+    state = load_record(project.work / STATE_FILE, UpdateState.from_dict, what="the state of the stopped update",
                          hint="vpatch update --abort discards the stopped update (the project itself is untouched)")
     if state is None:
         raise VpatchError("no update in progress", hint="vpatch update --to REF starts one")
@@ -204,12 +204,12 @@ def load_state(project: Project) -> UpdateState:
 
 
 def save_journal(project: Project, journal: CommitJournal) -> None:
-    records.save(project.work / JOURNAL_FILE, journal)
+    save_record(project.work / JOURNAL_FILE, journal)
 
 
 def load_journal(project: Project) -> CommitJournal | None:
     """The commit journal of an update interrupted at its commit point, or None when there is none."""
-    return records.load(project.work / JOURNAL_FILE, CommitJournal.from_dict,
+    return load_record(project.work / JOURNAL_FILE, CommitJournal.from_dict,
                         what="the commit journal of an interrupted update",
                         hint="check `git log -1` and `git status`: if the update's commit is there, keep or reset it "
                              f"by hand; then delete {project.work}")

@@ -33,8 +33,8 @@ from vpatch import git
 from vpatch.base import VpatchError
 from vpatch.series import LAST_UPDATE, DroppedHunkRecord, Hunk, NarrowedPatch, Patch
 from vpatch.status import search_landing
-from vpatch.upstream import lineage
-from vpatch.verdict import ApplyOutcome, State, Verdict, applycheck, hunk_name
+from vpatch.upstream import first_release, revert_commits
+from vpatch.verdict import ApplyOutcome, State, Verdict, apply_check, hunk_name
 
 _HUNK_HEAD = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _LAST_UPDATE_LINE = re.compile(rf"^{LAST_UPDATE}:[^\n]*$", re.MULTILINE)
@@ -475,7 +475,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
     one = (replace(fd, hunks=(hunk,)),)
 
     def has(commit: str) -> bool:
-        found = applycheck.check(one, git.read_blobs(repo, commit, [fd.path]), reverse=True)
+        found = apply_check(one, git.read_blobs(repo, commit, [fd.path]), reverse=True)
         return found.outcome in (ApplyOutcome.CLEAN, ApplyOutcome.OFFSETS)
 
     base = pin if git.is_ancestor(repo, pin, target) else git.merge_base(repo, pin, target)
@@ -483,7 +483,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
         return f"{to_ref} (at or before commit {target[:12]})"
     if has(base):
         return f"{to_ref} (already upstream at the pin's commit {base[:12]})"
-    reverts = lineage.revert_commits(repo, pin, target)
+    reverts = revert_commits(repo, pin, target)
 
     floors: list[int] = []
 
@@ -498,7 +498,7 @@ def _hunk_landing(repo: Path, patch: Patch, name: str, *, pin: str, target: str,
     if found is None:
         return f"{to_ref} (at or before commit {target[:12]})"
     subject = git.commit_subject(repo, found.commit)
-    proof = lineage.first_release(repo, found.commit, branch=branch)
+    proof = first_release(repo, found.commit, branch=branch)
     # one release: the first that has the hunk leads (the target only says where it was found)
     if proof is None:
         lead, where = to_ref, ", in no release yet"

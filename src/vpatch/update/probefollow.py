@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from vpatch.base import VpatchError
 from vpatch.probes import Probe, ProbeKind, follow_strings, rename_key
 from vpatch.series import Patch
-from vpatch.upstream import moves
+from vpatch.upstream import follow_file_moves, missing_paths
 
 if TYPE_CHECKING:
     from vpatch.update.plan import PatchPlan
@@ -60,7 +60,7 @@ def followed(repo: Path, patch: Patch, row: PatchPlan | None, *, pin: str, targe
             lines += [f"probe check {name}: {m}" for m in found_strings.moves]
             probe = Probe.read(raw, path=probe.path)
     named = [check.path for check in probe.files]
-    found = moves.follow(repo, pin, target, moves.missing_paths(repo, pin, target, named), describe=False)
+    found = follow_file_moves(repo, pin, target, missing_paths(repo, pin, target, named), describe=False)
     pairs = [(old, m) for old, m in found.items() if m.followed and m.new]
     text = raw.decode("utf-8")
     for old, move in pairs:

@@ -22,7 +22,7 @@ from vpatch.base import VpatchError
 from vpatch.series import LAST_UPDATE, Hunk, Patch, exact_images, file_lines, hunk_name
 from vpatch.tree import Stack
 from vpatch.update import narrow
-from vpatch.upstream import hunkmoves, moves
+from vpatch.upstream import Fate, Move, relocated_patch, retarget_paths
 
 if TYPE_CHECKING:
     # only in annotations: plan imports this module to re-target its rows
@@ -34,9 +34,9 @@ def retargeted(patch: Patch, row: PatchPlan) -> Patch:
     new places (hunkmoves.py); the patch itself when nothing moved."""
     out = patch
     if row.retarget:
-        out = moves.retarget(patch, {old: moves.Move(old, moves.Fate.MOVED, new) for old, new in row.retarget})
+        out = retarget_paths(patch, {old: Move(old, Fate.MOVED, new) for old, new in row.retarget})
     if row.relocate:
-        out = hunkmoves.relocated(patch, out, {(old, n): (new, at, image) for old, n, new, at, image in row.relocate})
+        out = relocated_patch(patch, out, {(old, n): (new, at, image) for old, n, new, at, image in row.relocate})
     return out
 
 

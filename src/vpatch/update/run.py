@@ -370,9 +370,20 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan,
         reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
     if merged.returncode != 0 and not conflicts:
         reason += "\n" + merged.err.strip()
-    replayed = _replay(project, row.file)
-    if replayed is not None:  # the conflict is gone from the tree: the stop says where it was
-        return Stop(row.file, row.state, tree, (), reason), replayed, conflicts
+    found = resolution.kept(project, row.file)
+    if found is not None and not found.unresolved:
+        git.discard_changes(tree)
+        replayed = resolution.replay(project, row.file)
+        if replayed is not None:  # the conflict is gone from the tree: the stop says where it was
+            return Stop(row.file, row.state, tree, (), reason), replayed, conflicts
+        # it does not apply here: the merge comes back for the person, and the kept resolution stays kept
+        git.apply_to_worktree(tree, patch.diff, three_way=True)
+        conflicts = tuple(git.unmerged_paths(tree))
+    if found is not None:
+        reason += (f"\n{found.what()}, kept in {found.folder} since an update to {found.to_ref}, "
+                   + ("is not replayed (conflict markers left in it)" if found.unresolved else
+                      f"does not apply on {to_ref} as it is (upstream changed those lines again)")
+                   + ": it stays there to read")
     if conflicts:
         resolution.label_conflicts(tree, conflicts, ours=handwork.ours_label(to_ref), theirs=row.file)
         side = resolution.upstream_side(recorded.upstream, tree, conflicts, plan.from_commit, plan.to_commit)
@@ -380,18 +391,6 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan,
                    f"\nupstream changed these lines between {plan.from_ref} and {to_ref}: "
                    + ("; ".join(side) if side else "no commit found (the conflict is with an earlier patch)"))
     return Stop(row.file, row.state, tree, conflicts, reason), None, conflicts
-
-
-def _replay(project: Project, file: str) -> resolution.Kept | None:
-    """A resolution of `file` kept from an earlier stop, put in place of the conflict when it applies as it is."""
-    found = resolution.kept(project, file)
-    if found is None or found.unresolved:
-        return None
-    git.discard_changes(project.tree)
-    replayed = resolution.replay(project, file)
-    if replayed is None:
-        return None
-    return replayed
 
 
 def _mark_refreshed(plan: UpdatePlan, exported: ExportResult) -> UpdatePlan:

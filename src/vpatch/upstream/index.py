@@ -32,7 +32,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from vpatch.base import UpstreamError, process
+from vpatch.base import UpstreamError, run_process
 
 PYPI = "https://pypi.org/simple"
 # PEP 691: ask for JSON, accept HTML (PEP 503) from indexes that only have that.
@@ -89,7 +89,7 @@ class IndexSettings:
     def from_pip(cls, python: str = sys.executable) -> IndexSettings:
         """pip's own view of its configuration (files, PIP_* variables), as `pip config list` shows it."""
 
-        result = process.run([python, "-m", "pip", "config", "list"], check=False)
+        result = run_process([python, "-m", "pip", "config", "list"], check=False)
         if result.returncode != 0 and "No module named pip" in result.err:
             # An interpreter without pip (a pipx or --without-pip venv): its PIP_* variables still count.
             return cls.parse({f":env:.{k[4:].lower().replace('_', '-')}": v

@@ -4,6 +4,7 @@ conflict) and the one decision from a verdict to what an update does.
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.verdict.applycheck import ApplyOutcome
+from vpatch.verdict.applycheck import check as apply_check
 from vpatch.verdict.decision import Action, Case, Decision, decide, verb, vetoed, worst
 from vpatch.verdict.judge import FOLLOWED_CODE, Evidence, Kind, Says, State, Verdict, judge_series
 from vpatch.verdict.textual import Applies, hunk_name
@@ -20,6 +21,7 @@ __all__ = [
     "Says",
     "State",
     "Verdict",
+    "apply_check",
     "decide",
     "hunk_name",
     "judge_series",

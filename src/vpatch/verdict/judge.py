@@ -15,7 +15,7 @@ Rules, in order:
   textual sign of landing. A probe ERROR counts as neither: it is shown and the textual evidence decides.
 - Without a deciding probe: the whole diff reverse-applies, an upstream commit with the same patch-id
   is in pin..commit, or the patch's Upstream-PR "(#N)" is in a subject in pin..commit -> LANDED. A
-  landing reverted later in pin..commit (and not re-landed) counts as none (lineage.identity), and the
+  landing reverted later in pin..commit (and not re-landed) counts as none (change_history), and the
   revert is evidence of its own.
 - Identity evidence (patch-id, PR) says landed while the diff still applies cleanly (or with offsets)
   and does not reverse-apply, and no probe decides -> DISPUTED: a person must look.
@@ -54,7 +54,23 @@ from pathlib import Path
 from vpatch.base import Reporter, silent
 from vpatch.probes import ProbeCheck, ProbeFn, ProbeOutcome
 from vpatch.series import FileDiff, Hunk, Patch
-from vpatch.upstream import commitcache, hunkmoves, lineage, moves
+from vpatch.upstream import (
+    ChangeHistory,
+    HistoryEvent,
+    HunkMove,
+    Move,
+    cached_is_ancestor,
+    change_history,
+    diff_patch_id,
+    follow_file_moves,
+    hunk_placements,
+    hunks_to_find,
+    missing_paths,
+    moves_read_by,
+    relocate_hunks,
+    relocated_patch,
+    retarget_paths,
+)
 from vpatch.verdict.textual import Applies as Applies  # noqa: PLC0414 - re-exported: a verdict says how the diff applies
 from vpatch.verdict.textual import Text, Tree, read, with_three_way
 from vpatch.verdict.textual import hunk_name as hunk_name  # noqa: PLC0414 - re-exported for narrow.py
@@ -112,9 +128,9 @@ class Verdict:
     needed_hunks: tuple[str, ...] = ()  # hunks that still apply
     conflict_hunks: tuple[str, ...] = ()  # hunks that neither apply nor are upstream
     probe: ProbeCheck | None = field(default=None, compare=False)
-    moved: tuple[moves.Move, ...] = ()  # where the files it reads went since the pin (followed or not)
+    moved: tuple[Move, ...] = ()  # where the files it reads went since the pin (followed or not)
     # where the code of hunks that are not where git puts their file went (hunkmoves.py): re-targeted or not
-    hunk_moves: tuple[hunkmoves.HunkMove, ...] = ()
+    hunk_moves: tuple[HunkMove, ...] = ()
 
     @property
     def decided_by(self) -> Evidence | None:
@@ -165,14 +181,14 @@ def judge_series(
     patches they stack on are still evaluated, textually). `use_history_evidence=False` skips the
     patch-id and PR look-ups altogether (the fast textual mode). `blobs`: the touched files of `commit`
     already read (path -> content, None: absent), e.g. by one `git.read_blobs_at` for many commits.
-    `branch`: a git upstream's main branch, to name the first release of a move (moves.follow); `report` hears
+    `branch`: a git upstream's main branch, to name the first release of a move (follow_file_moves); `report` hears
     its rename detection.
     """
     wanted = _stack_closure(patches, only)
     found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch, describe=only is None,
                    report=report)
     originals = {p.filename: p for p in patches}
-    patches = [moves.retarget(p, found) for p in patches]
+    patches = [retarget_paths(p, found) for p in patches]
     paths = sorted({p for patch in patches if patch.filename in wanted for p in patch.paths})
     verdicts: list[Verdict] = []
     with Tree(repo, commit, patches, paths, blobs) as tree:
@@ -182,15 +198,15 @@ def judge_series(
             is_target = only is None or patch.filename in only
             text = read(tree, patch)
             original = originals[patch.filename]
-            hunk_found: dict[tuple[str, int], hunkmoves.HunkMove] = {}
+            hunk_found: dict[tuple[str, int], HunkMove] = {}
             placements: dict[tuple[str, int], tuple[str, int, str]] = {}
             if text.forward is Applies.NO and not text.reverse and text.conflict:
                 # hunks that are not where git puts their file: look where their code went (hunkmoves.py)
-                hunk_found = hunkmoves.relocate(repo, pin, commit, hunkmoves.asks(original, patch, _named(text.conflict), found),
+                hunk_found = relocate_hunks(repo, pin, commit, hunks_to_find(original, patch, _named(text.conflict), found),
                                                 describe=only is None, branch=branch, report=report)
-                placements = hunkmoves.plan(hunk_found)
+                placements = hunk_placements(hunk_found)
                 if placements:
-                    patch = patches[i] = hunkmoves.relocated(original, patch, placements)
+                    patch = patches[i] = relocated_patch(original, patch, placements)
                     tree.add_paths(patch.paths)
                     text = read(tree, patch)
             # asked once the code is found: a `files` probe follows it where it went (probes/follow.py)
@@ -207,7 +223,7 @@ def judge_series(
                 original, found, hunk_found)
             verdict = _decide(patch, commit, text, evidence, check)
             if found or hunk_found:
-                verdict = replace(verdict, moved=tuple(moves.touched(original, found)),
+                verdict = replace(verdict, moved=tuple(moves_read_by(original, found)),
                                   hunk_moves=tuple(m for m in hunk_found.values() if m.candidates))
             if is_target:
                 verdicts.append(verdict)
@@ -219,20 +235,20 @@ def judge_series(
 
 def _moves(repo: Path, patches: Sequence[Patch], wanted: Collection[str], commit: str, *, pin: str,
            blobs: Mapping[str, bytes | None] | None, branch: str | None, describe: bool,
-           report: Reporter) -> dict[str, moves.Move]:
+           report: Reporter) -> dict[str, Move]:
     """Where the paths the judged patches read went since the pin; rename detection runs only when one of
     them is missing on `commit`."""
     reads = sorted({fd.old_path for p in patches if p.filename in wanted for fd in p.files if fd.old_path})
-    gone = moves.missing_paths(repo, pin, commit, reads, blobs)
+    gone = missing_paths(repo, pin, commit, reads, blobs)
     # the commit that moved a file is named in a column's evidence; a bisection step (`only`) needs just the move
-    return moves.follow(repo, pin, commit, gone, branch=branch, describe=describe, report=report) if gone else {}
+    return follow_file_moves(repo, pin, commit, gone, branch=branch, describe=describe, report=report) if gone else {}
 
 
-def _move_evidence(patch: Patch, found: Mapping[str, moves.Move],
-                   hunks: Mapping[tuple[str, int], hunkmoves.HunkMove] | None = None) -> tuple[Evidence, ...]:
+def _move_evidence(patch: Patch, found: Mapping[str, Move],
+                   hunks: Mapping[tuple[str, int], HunkMove] | None = None) -> tuple[Evidence, ...]:
     hunks = hunks or {}
     out = []
-    for move in moves.touched(patch, found):
+    for move in moves_read_by(patch, found):
         if move.followed:
             out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move}: judged at {move.new}"))
             continue
@@ -358,11 +374,11 @@ def _identity_of(repo: Path, patch: Patch, commit: str, *, pin: str, history: bo
         pr = f" (Upstream-PR #{patch.upstream_pr})" if patch.upstream_pr else ""
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, _NO_HISTORY),
                 Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, _NO_HISTORY + pr)]
-    if commit == pin or commitcache.is_ancestor(repo, commit, pin):
+    if commit == pin or cached_is_ancestor(repo, commit, pin):
         note = "no upstream commits between the pin and this commit"
         return [Evidence(Kind.PATCH_ID, Says.UNAVAILABLE, note), Evidence(Kind.UPSTREAM_PR, Says.UNAVAILABLE, note)]
-    pid = commitcache.diff_patch_id(repo, patch.diff)
-    found = lineage.identity(repo, pin, commit, patch_id=pid, paths=patch.paths, pr=patch.upstream_pr)
+    pid = diff_patch_id(repo, patch.diff)
+    found = change_history(repo, pin, commit, patch_id=pid, paths=patch.paths, pr=patch.upstream_pr)
     out = [_identity_evidence(found, "patch-id", Kind.PATCH_ID,
                               lambda e: f"upstream commit {e.commit[:12]} has the same patch-id",
                               "no commit since the pin has the same patch-id")]
@@ -380,8 +396,8 @@ def _identity_of(repo: Path, patch: Patch, commit: str, *, pin: str, history: bo
     return out
 
 
-def _identity_evidence(found: lineage.ChangeHistory, kind_name: str, kind: Kind,
-                       landed: Callable[[lineage.HistoryEvent], str], none: str) -> Evidence:
+def _identity_evidence(found: ChangeHistory, kind_name: str, kind: Kind,
+                       landed: Callable[[HistoryEvent], str], none: str) -> Evidence:
     """One identity fact (patch-id or PR) in words; lineage decides whether a landing still stands."""
     current, reverted = found.stands(kind_name)
     if current is not None:
