@@ -15,6 +15,7 @@ that carry them (the relocation proven exact where the patch goes, a `files` pro
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from typer.testing import CliRunner
 
 from vpatch import git as vgit
 from vpatch.commands.cli import app
+from vpatch.probes import ProbeOutcome, Witness
 from vpatch.series.files import Patch
 
 pytestmark = pytest.mark.releases
@@ -210,6 +212,70 @@ def test_a_files_probe_on_the_split_file_follows_its_strings_into_the_package(
     assert "Files probes re-targeted to the moved paths (their keys rewritten):\n- patches/probes/template.yaml" in message
     after = cells(root)["0001"]["v0.33.0"]
     assert after["state"] == "needed" and after["decided_by"] == "probe", after
+
+
+def squeezed(text: str) -> str:
+    """`text` without blanks and the table's column rules, as a cell wrapped across lines reads."""
+    return re.sub(r"[\s│]", "", text)
+
+
+def probe_cell(cell: dict[str, object]) -> str:
+    evidence = cell["evidence"]
+    assert isinstance(evidence, list)
+    (probe,) = [e["detail"] for e in evidence if e["kind"] == "probe"]
+    return str(probe)
+
+
+def test_status_runs_a_files_probe_on_the_split_file_where_its_strings_went(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    """Before any update: status follows the probe's strings with the code to chat_template.py, where it fails
+    without the patch (needed, decided by the probe) and passes with the re-targeted patch; not an error."""
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    root = chat_project(tmp_path / "files", release_history, {"template.yaml": files_probe(CHAT)})
+    at33 = cells(root, "v0.33.0")["0001"]["v0.33.0"]
+    followed = f"probe followed {CHAT} -> {TEMPLATE}, its strings followed hunk 1"
+    assert at33["state"] == "needed" and at33["decided_by"] == "probe", at33
+    said = probe_cell(at33)
+    assert said.startswith("probes/template.yaml fails on the unpatched tree (") and said.endswith(f"; {followed}"), said
+    assert f"{TEMPLATE}: still has " in said and CHAT + ":" not in said, said
+    assert followed in str(at33["summary"]), at33["summary"]
+    code, out = vpatch(root, "status", "--against", "v0.33.0", "--exit-code")
+    assert code == 0, out
+    assert squeezed(followed) in squeezed(out), out  # the table's cell says it too (wrapped in its column)
+    # the other side: the same followed probe passes on v0.33.0 with the patch where apply puts it
+    code, out = vpatch(root, "apply", "--ref", "v0.33.0")
+    assert code == 0, out
+    assert TEMPLATE_CHANGE[1] in (root / ".vpatch" / "tree" / TEMPLATE).read_text()
+    patched = vgit.tree_of(root / ".vpatch" / "tree", "HEAD")
+    patch = Patch.load(root / "patches" / "0001-template-path.patch")
+    check = Witness(release_history).answer(patch, patched, {(CHAT, 1): TEMPLATE})
+    assert check is not None and check.outcome is ProbeOutcome.PASS, check
+    assert check.followed == (f"{CHAT} -> {TEMPLATE}, its strings followed hunk 1",)
+    unpatched = Witness(release_history).answer(patch, vgit.resolve_commit(release_history, "v0.33.0") or "",
+                                                {(CHAT, 1): TEMPLATE})
+    assert unpatched is not None and unpatched.outcome is ProbeOutcome.FAIL, unpatched
+
+
+def test_status_says_plainly_a_files_probe_string_no_hunk_holds_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
+    monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
+    root = chat_project(tmp_path / "files", release_history,
+                        {"template.yaml": files_probe(CHAT, "def validate_chat_template(")})
+    at33 = cells(root, "v0.33.0")["0001"]["v0.33.0"]
+    # the text decides (the probe counts neither way), and the cell says why the probe did not
+    assert at33["state"] == "needed" and at33["decided_by"] == "forward-apply", at33
+    said = " ".join(probe_cell(at33).split())
+    assert said.startswith("probes/template.yaml was not followed where its patch's code went (counted neither "
+                           "way): 0001-template-path.patch: probe probes/template.yaml: the string "
+                           f"'def validate_chat_template(' of its check on {CHAT} is in none of the patch's hunks "
+                           f"there (the result), and upstream moved that file's code ({CHAT} hunk 1 -> {TEMPLATE}): "
+                           "where the string is checked now is not guessed; in probes/template.yaml, move that "
+                           f"string to the file that holds its code now ({TEMPLATE}) or take it out"), said
+    assert "probe not followed: " in str(at33["summary"]), at33["summary"]
+    # a person must fix the probe: attention, not a verdict guessed
+    code, out = vpatch(root, "status", "--against", "v0.33.0", "--exit-code")
+    assert code == 4, out
+    assert squeezed("probe not followed: a string of its check is in none of the patch's hunks") in squeezed(out), out
 
 
 def test_a_files_probe_string_no_hunk_holds_is_not_guessed(

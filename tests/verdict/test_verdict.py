@@ -143,7 +143,7 @@ def test_partly_landed_patch_is_partial_and_names_the_hunks(project: Project) ->
 
 
 def probe_says(outcome: ProbeOutcome, detail: str = ""):  # type: ignore[no-untyped-def]
-    return lambda patch, commit: ProbeCheck(outcome, detail)
+    return lambda patch, commit, moved: ProbeCheck(outcome, detail)
 
 
 def test_probe_pass_decides_landed_although_the_diff_still_applies(project: Project) -> None:

@@ -8,6 +8,7 @@ from vpatch.probes.check import Checked, ProbeTarget, check_probe, find_patch, p
 from vpatch.probes.coverage import Coverage, HunkCoverage, hunk_coverage
 from vpatch.probes.env import LOCK_NAME, LockChange, refresh_lock
 from vpatch.probes.file import Probe, probe_for
+from vpatch.probes.follow import Followed, FollowedStrings, Moved, follow_strings, rename_key
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
 from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
@@ -18,8 +19,11 @@ __all__ = [
     "LOCK_NAME",
     "Checked",
     "Coverage",
+    "Followed",
+    "FollowedStrings",
     "HunkCoverage",
     "LockChange",
+    "Moved",
     "Place",
     "Probe",
     "ProbeCheck",
@@ -37,12 +41,14 @@ __all__ = [
     "argv",
     "check_probe",
     "find_patch",
+    "follow_strings",
     "hunk_coverage",
     "interpret",
     "probe_for",
     "probe_name",
     "probe_target",
     "refresh_lock",
+    "rename_key",
     "stacked_tree",
     "write_probe_template",
     "zygote_pays",

@@ -32,6 +32,7 @@ from vpatch import git, upstream
 from vpatch.base import Reporter, VpatchError, silent
 from vpatch.probes import regression, runner
 from vpatch.probes.file import Probe, ProbeError
+from vpatch.probes.follow import Moved, follow_strings
 from vpatch.probes.outcome import ProbeOutcome
 from vpatch.probes.workspace import Session
 
@@ -54,10 +55,16 @@ class ProbeCheck:
     # (probes/regression.py). `regressions`: those that pass without and not with it; `tests`: what they said.
     regressions: tuple[str, ...] = ()
     tests: str = ""
+    # A files probe run where its patch's code went on this commit (probes/follow.py): what followed, in words
+    # ("vllm/a.py -> vllm/b.py, its strings followed hunk 1"); `unfollowed`: an ERROR because a check could not
+    # follow (a string none of the patch's hunks holds), `detail` says which and what to do.
+    followed: tuple[str, ...] = ()
+    unfollowed: bool = False
 
 
-# (patch, commit) -> the probe's answer on that unpatched commit; None when the patch has no probe.
-ProbeFn = Callable[["Patch", str], "ProbeCheck | None"]
+# (patch as written on the pin, commit, where its hunks' code moved to another file there) -> the probe's answer
+# on that unpatched commit; None when the patch has no probe.
+ProbeFn = Callable[["Patch", str, Moved], "ProbeCheck | None"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ class Witness:
         self.session: Session | None = None
         self.tally = Tally()
         self._loaded: dict[Path, Probe] = {}
+        self._followed: dict[bytes, Probe] = {}
         self._base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
 
     @property
@@ -127,28 +135,32 @@ class Witness:
     # --- the verdict's question: the probe's answer on an unpatched commit, validated on the pin ---------------
 
     def asking(self, pin: str, series: Sequence[Patch]) -> ProbeFn:
-        """The question the verdict asks, (patch, commit) -> `says`, for one judging of `series` against `pin`
-        (its validations on the pin are made once, for this judging)."""
+        """The question the verdict asks, (patch, commit, moved) -> `says`, for one judging of `series` against
+        `pin` (its validations on the pin are made once, for this judging)."""
         vetted: dict[str, tuple[ProbeCheck | None, ProbeCheck | None]] = {}
         return functools.partial(self.says, pin=pin, series=series, vetted=vetted)
 
-    def says(self, patch: Patch, commit: str, *, pin: str, series: Sequence[Patch],
+    def says(self, patch: Patch, commit: str, moved: Moved | None = None, *, pin: str, series: Sequence[Patch],
              vetted: dict[str, tuple[ProbeCheck | None, ProbeCheck | None]] | None = None) -> ProbeCheck | None:
         """The patch's probe on the unpatched `commit`: INVALID on every commit where it does not validate on the pin
         (runner.validation: it fails there and passes on the pin plus `series` up to its patch). One that passes on
         the pin is vacuous or landed on its own pin; one that still fails with the patch never passes; one that
-        errors there, or checks a file that is on neither side, decides nothing. None: the patch has no probe."""
+        errors there, or checks a file that is on neither side, decides nothing. None: the patch has no probe.
+        `moved`: where the patch's hunks' code went to another file on `commit` (the verdict's hunk moves), which a
+        files probe follows (`answer`)."""
         vetted = {} if vetted is None else vetted
         if patch.filename not in vetted:
             vetted[patch.filename] = self._vet(patch, pin, series)
         at_pin, invalid = vetted[patch.filename]
         if invalid is not None:
             return invalid
-        return at_pin if commit == pin else self.answer(patch, commit)
+        return at_pin if commit == pin else self.answer(patch, commit, moved)
 
-    def answer(self, patch: Patch, commit: str) -> ProbeCheck | None:
-        """The patch's probe on the tree `commit` as it is (no validation), counted."""
-        check = self._run(patch, commit)
+    def answer(self, patch: Patch, commit: str, moved: Moved | None = None) -> ProbeCheck | None:
+        """The patch's probe on the tree `commit` as it is (no validation), counted. `moved`: (a path of the pin,
+        hunk number) -> the file its code is in on `commit`; a files probe's checks on such a path follow the
+        code there (probes/follow.py), and the answer says so."""
+        check = self._run(patch, commit, moved or {})
         if check is not None:
             self._count(check)
         return check
@@ -279,26 +291,46 @@ class Witness:
             self._loaded[path] = Probe.load(path)
         return self._loaded[path]
 
+    def _read(self, raw: bytes, path: Path) -> Probe:
+        """A probe as followed (its text, read as if from `path`), read once per text."""
+        if raw not in self._followed:
+            self._followed[raw] = Probe.read(raw, path=path)
+        return self._followed[raw]
+
     def _label(self, patch: Patch, commit: str) -> str:
         return f"{patch.name} on {self.names.get(commit, commit[:12])}"
 
-    def _run(self, patch: Patch, commit: str) -> ProbeCheck | None:
-        """Run (or read from the result cache) the patch's probe on `commit`; a probe that cannot be loaded or
-        run is an ERROR, which the verdict counts neither way."""
+    def _run(self, patch: Patch, commit: str, moved: Moved) -> ProbeCheck | None:
+        """Run (or read from the result cache) the patch's probe on `commit`, its checks following the code that
+        moved (`moved`); a probe that cannot be loaded, followed or run is an ERROR, which the verdict counts
+        neither way."""
         if patch.probe_path is None:
             return None
         try:
-            result = runner.run_probe(self.repo, self._load(patch.probe_path), commit, cache=self.cache,
+            probe = self._load(patch.probe_path)
+        except VpatchError as exc:
+            return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
+        try:
+            found = follow_strings(probe, patch, moved, name=patch.trailer("Probe") or probe.name) if moved else None
+        except VpatchError as exc:
+            # where a string is checked now is not guessed: said whole, a person fixes the probe
+            return ProbeCheck(ProbeOutcome.ERROR, exc.message + (f"; {exc.hint}" if exc.hint else ""), ran=False,
+                              unfollowed=True)
+        followed = tuple(str(m) for m in found.moves) if found is not None else ()
+        try:
+            if found is not None:
+                probe = self._read(found.raw, probe.path)
+            result = runner.run_probe(self.repo, probe, commit, cache=self.cache,
                                       label=self._label(patch, commit), report=self.report,
                                       moves_from=self._moves_from(), session=self.session)
         except VpatchError as exc:
-            return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message))
-        return self._check(result)
+            return ProbeCheck(ProbeOutcome.ERROR, _last_lines(exc.message), followed=followed)
+        return self._check(result, followed)
 
     @staticmethod
-    def _check(result: runner.ProbeResult) -> ProbeCheck:
-        """A probe's result on one tree as the verdict reads it."""
-        return ProbeCheck(result.outcome, _last_lines(result.detail), ran=not result.cached)
+    def _check(result: runner.ProbeResult, followed: tuple[str, ...] = ()) -> ProbeCheck:
+        """A probe's result on one tree as the verdict reads it (`followed`: where a files probe's checks went)."""
+        return ProbeCheck(result.outcome, _last_lines(result.detail), ran=not result.cached, followed=followed)
 
     def _count(self, check: ProbeCheck) -> ProbeCheck:
         """Count an answer: it ran, came from the result cache, or could not decide (never counted as run)."""

@@ -103,6 +103,9 @@ def cell_summary(v: Verdict) -> str:
     if probe is not None and probe is not decided:
         parts.append(_probe_short(v) if probe.says is Says.UNAVAILABLE else
                      {Says.LANDED: "probe passes", Says.NOT_LANDED: "probe fails"}[probe.says])
+    if v.probe is not None:
+        # where a files probe looked when its patch's code moved to another file (probes/follow.py)
+        parts += [f"probe followed {m}" for m in v.probe.followed]
     for move in v.moved:
         # a followed move is named beside the verdict; one not followed is what decides (or is named with it),
         # unless each of its hunks followed its code (named below)
@@ -140,6 +143,9 @@ def _probe_short(v: Verdict, limit: int = 100) -> str:
         if reason.startswith("it passes on "):  # on the pin, the tree the patch is meant to fix
             return "probe INVALID (passes on the pin)"
         return "probe INVALID: " + (reason if len(reason) <= limit else reason[:limit] + "...")
+    if v.probe is not None and v.probe.unfollowed:
+        return ("probe not followed: a string of its check is in none of the patch's hunks whose code moved, "
+                "where it is checked now is not guessed (fix the probe)")
     reason = detail or "no output"
     return "probe error: " + (reason if len(reason) <= limit else "..." + reason[-limit:])
 

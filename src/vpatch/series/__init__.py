@@ -2,7 +2,7 @@
 
 Other rooms import these names from here; modules inside the room import each other directly."""
 
-from vpatch.series.filediff import HUNK_HEADER, FileDiff, Hunk, hunk_name, parse_diff
+from vpatch.series.filediff import HUNK_HEADER, FileDiff, Hunk, exact_images, file_lines, hunk_name, parse_diff
 from vpatch.series.files import LAST_UPDATE, PATCH_NAME, PROBE, Patch, Series, live_check_file, slugify, stray_files
 from vpatch.series.retired import RETIRED_FILE, DroppedHunkRecord, NarrowedPatch, RetiredPatch, retired_entries, with_entries
 from vpatch.series.trailers import TEMPLATE_BODY, missing_probe, refuse_unfinished, unfinished
@@ -21,6 +21,8 @@ __all__ = [
     "Patch",
     "RetiredPatch",
     "Series",
+    "exact_images",
+    "file_lines",
     "hunk_name",
     "live_check_file",
     "missing_probe",

@@ -43,6 +43,33 @@ def hunk_name(fd: FileDiff, n: int, hunk: Hunk) -> str:
     return f"{fd.path} hunk {n} ({hunk.header.split(' @@')[0]} @@)"
 
 
+def file_lines(data: bytes) -> list[bytes]:
+    """`data` cut after each newline (git's lines: a lone carriage return is part of its line)."""
+    parts = data.split(b"\n")
+    out = [p + b"\n" for p in parts[:-1]]
+    return [*out, parts[-1]] if parts[-1] else out
+
+
+def exact_images(hunk: Hunk) -> tuple[list[bytes], list[bytes]]:
+    """The hunk's pre-image and post-image as the file's lines, newlines kept ("\\ No newline at end of file"
+    taken off the line before it)."""
+    pre: list[bytes] = []
+    post: list[bytes] = []
+    last: tuple[list[bytes], ...] = ()
+    for line in file_lines(hunk.text)[1:]:
+        tag, body = line[:1], line[1:]
+        if tag == b"\\":
+            for side in last:
+                side[-1] = side[-1].removesuffix(b"\n")
+            continue
+        if line in (b"\n", b"\r\n"):  # a blank context line written without its space
+            tag, body = b" ", line
+        last = {b" ": (pre, post), b"-": (pre,), b"+": (post,)}.get(tag, ())
+        for side in last:
+            side.append(body)
+    return pre, post
+
+
 def check_path(path: str, where: str) -> None:
     """Refuse paths that would write outside the tree or into git's own folder."""
     try:

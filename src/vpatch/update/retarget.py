@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import VpatchError
-from vpatch.series import LAST_UPDATE, Hunk, Patch, hunk_name
+from vpatch.series import LAST_UPDATE, Hunk, Patch, exact_images, file_lines, hunk_name
 from vpatch.tree import Stack
 from vpatch.update import narrow
 from vpatch.upstream import Fate, Move, relocated_patch, retarget_paths
@@ -142,7 +142,7 @@ def _placed(text: bytes, hunk: Hunk, image: str) -> tuple[bytes | None, str]:
     there)" for a hunk whose post-image is there); (None, why) when the image is at no place or at several."""
     pre, post = exact_images(hunk)
     want = post if image == "post" else pre
-    lines = _lines(text)
+    lines = file_lines(text)
     size = len(want)
     if not size:
         return None, "it has no lines to find"
@@ -155,33 +155,6 @@ def _placed(text: bytes, hunk: Hunk, image: str) -> tuple[bytes | None, str]:
     if image == "post":
         return text, f"{at[0] + 1} (already changed there)"
     return b"".join([*lines[:at[0]], *post, *lines[at[0] + size:]]), str(at[0] + 1)
-
-
-def exact_images(hunk: Hunk) -> tuple[list[bytes], list[bytes]]:
-    """The hunk's pre-image and post-image as the file's lines, newlines kept ("\\ No newline at end of file"
-    taken off the line before it)."""
-    pre: list[bytes] = []
-    post: list[bytes] = []
-    last: tuple[list[bytes], ...] = ()
-    for line in _lines(hunk.text)[1:]:
-        tag, body = line[:1], line[1:]
-        if tag == b"\\":
-            for side in last:
-                side[-1] = side[-1].removesuffix(b"\n")
-            continue
-        if line in (b"\n", b"\r\n"):  # a blank context line written without its space
-            tag, body = b" ", line
-        last = {b" ": (pre, post), b"-": (pre,), b"+": (post,)}.get(tag, ())
-        for side in last:
-            side.append(body)
-    return pre, post
-
-
-def _lines(data: bytes) -> list[bytes]:
-    """`data` cut after each newline (git's lines: a lone carriage return is part of its line)."""
-    parts = data.split(b"\n")
-    out = [p + b"\n" for p in parts[:-1]]
-    return [*out, parts[-1]] if parts[-1] else out
 
 
 def message_lines(row: PatchPlan) -> list[str]:

@@ -196,10 +196,10 @@ def judge_series(
             if patch.filename not in wanted:
                 continue
             is_target = only is None or patch.filename in only
-            check = probe(patch, commit) if (probe is not None and is_target) else None
             text = read(tree, patch)
             original = originals[patch.filename]
             hunk_found: dict[tuple[str, int], HunkMove] = {}
+            placements: dict[tuple[str, int], tuple[str, int, str]] = {}
             if text.forward is Applies.NO and not text.reverse and text.conflict:
                 # hunks that are not where git puts their file: look where their code went (hunkmoves.py)
                 hunk_found = relocate_hunks(repo, pin, commit, hunks_to_find(original, patch, _named(text.conflict), found),
@@ -209,6 +209,9 @@ def judge_series(
                     patch = patches[i] = relocated_patch(original, patch, placements)
                     tree.add_paths(patch.paths)
                     text = read(tree, patch)
+            # asked once the code is found: a `files` probe follows it where it went (probes/follow.py)
+            check = probe(original, commit, {key: place[0] for key, place in placements.items()}) \
+                if (probe is not None and is_target) else None
             # identity is upstream's commits against the patch as written (its patch-id names the pin's paths),
             # and against the patch at the new places when it was re-targeted
             hist = [] if not is_target else _history_evidence(
@@ -300,16 +303,25 @@ def _evidence(patch: Patch, *, text: Text, probe: ProbeCheck | None, history: Se
     out: list[Evidence] = []
     if probe is not None:
         probe_name = patch.trailer("Probe") or "probe"
+        # a files probe run where its patch's code went says where it looked (probes/follow.py)
+        followed = "".join(f"; probe followed {m}" for m in probe.followed)
         if probe.outcome is ProbeOutcome.PASS:
-            out.append(Evidence(Kind.PROBE, Says.LANDED, f"{probe_name} passes on the unpatched tree" + _tail(probe.detail)))
+            out.append(Evidence(Kind.PROBE, Says.LANDED,
+                                f"{probe_name} passes on the unpatched tree" + _tail(probe.detail) + followed))
         elif probe.outcome is ProbeOutcome.FAIL:
-            out.append(Evidence(Kind.PROBE, Says.NOT_LANDED, f"{probe_name} fails on the unpatched tree" + _tail(probe.detail)))
+            out.append(Evidence(Kind.PROBE, Says.NOT_LANDED,
+                                f"{probe_name} fails on the unpatched tree" + _tail(probe.detail) + followed))
         elif probe.invalid:
             out.append(Evidence(Kind.PROBE, Says.UNAVAILABLE,
                                 f"{probe_name} is INVALID (counted neither way): {probe.detail}"))
+        elif probe.unfollowed:
+            out.append(Evidence(Kind.PROBE, Says.UNAVAILABLE,
+                                f"{probe_name} was not followed where its patch's code went (counted neither way): "
+                                f"{probe.detail}"))
         else:
             out.append(Evidence(Kind.PROBE, Says.UNAVAILABLE,
-                                f"{probe_name} could not run (error, counted neither way)" + _tail(probe.detail)))
+                                f"{probe_name} could not run (error, counted neither way)" + _tail(probe.detail)
+                                + followed))
     if text.reverse:
         out.append(Evidence(Kind.REVERSE, Says.LANDED, "the whole diff reverse-applies: the change is there verbatim"))
     elif text.elsewhere:
