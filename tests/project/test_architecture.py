@@ -116,24 +116,9 @@ def resolve(target: str, names: tuple[str, ...], modules: set[str]) -> list[str]
 
 # --- the rooms: the folders of src/vpatch, in the order docs/architecture.md writes them down -----------
 
-# Why an import of another room's inner module stays for now (the face does not replace it yet):
-_IN_FLIGHT = (
-    "probes/runner.py, probes/zygote.py and update/retarget.py are being changed in parallel (probe speed, the "
-    "retarget work): their bodies use the module (`process.run`, `process.child_env`, `process.TAIL_CHARS`, "
-    "`process.Child`; `mirror.prefetch_tree`; `moves.follow`, `moves.missing_paths`, `moves.retarget`, "
-    "`moves.Fate`; `hunkmoves.relocated`), and this round touched only their import lines. The faces export "
-    "all of these (vpatch.base: run_process, child_env, ChildProcess; vpatch.upstream: follow_file_moves, "
-    "missing_paths, retarget_paths, Fate, relocated_patch), except TAIL_CHARS and prefetch_tree, which only "
-    "runner.py uses: after that merge the bodies switch and these entries go"
-)
-
 # Imports of another room's inner module, each with the reason it stays; the test fails on an entry no longer
 # seen, so the list only shrinks.
-KNOWN_INNER: dict[tuple[str, str], str] = {
-    ("probes", "vpatch.base.process"): _IN_FLIGHT,  # probes/runner.py, probes/zygote.py
-    ("probes", "vpatch.upstream.mirror"): _IN_FLIGHT,  # probes/runner.py
-    ("probes", "vpatch.upstream.moves"): _IN_FLIGHT,  # probes/runner.py
-}
+KNOWN_INNER: dict[tuple[str, str], str] = {}
 
 
 # Circles through imports that do not run when a module loads (under TYPE_CHECKING, or inside a function).

@@ -25,6 +25,7 @@ from vpatch.base.errors import (
 from vpatch.base.fs import atomic_write
 from vpatch.base.lock import exclusive, host_lock_folder, host_resources
 from vpatch.base.paths import cache_dir, state_dir
+from vpatch.base.process import TAIL_CHARS as PROCESS_TAIL_CHARS
 from vpatch.base.process import Child as ChildProcess
 from vpatch.base.process import Output, child_env, interruptible
 from vpatch.base.process import failure as process_failure
@@ -67,6 +68,7 @@ if not TYPE_CHECKING:  # mypy reads the names from the imports above, not from a
     __getattr__ = lazy_exports(globals(), _LAZY)
 
 __all__ = [
+    "PROCESS_TAIL_CHARS",
     "ApplyError",
     "ChildProcess",
     "ConfigError",

@@ -33,7 +33,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vpatch import git, upstream
-from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, process, silent
+from vpatch.base import (
+    PROCESS_TAIL_CHARS,
+    Event,
+    ProcessError,
+    Reporter,
+    VpatchError,
+    atomic_write,
+    cache_dir,
+    child_env,
+    run_process,
+    silent,
+)
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes.env import EnvError, probe_venv
 from vpatch.probes.file import Probe, ProbeError, probe_for
@@ -41,7 +52,7 @@ from vpatch.probes.outcome import Place, Ran, argv, interpret
 from vpatch.probes.outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.zygote import REAPER
-from vpatch.upstream import mirror, moves
+from vpatch.upstream import Move, follow_file_moves, missing_paths, prefetch_tree
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -105,7 +116,7 @@ def run_probe(repo: Path, probe: Probe, treeish: str, *, cache: Path | None = No
     subject = f"probe {label or probe.name}"
     python = _venv(probe, cache, report, subject)
     # a partial mirror: the tree's files in one request, where extracting it would fetch them one at a time
-    mirror.prefetch_tree(repo, tree, report=report)
+    prefetch_tree(repo, tree, report=report)
     if session is not None:
         return _store(entry, _command_result(_run_command(repo, probe, tree, python, session, session.cancel,
                                                           report, subject)))
@@ -144,7 +155,7 @@ def run_ahead(repo: Path, requests: Sequence[ProbeRequest], session: probe_runs.
             todo[entry] = (request.probe, tree, subject, python)
     # The git side stays on this thread (a partial mirror fetches what the trees hold); the runs go in parallel.
     for _, tree, _, _ in todo.values():
-        mirror.prefetch_tree(repo, tree, report=report)
+        prefetch_tree(repo, tree, report=report)
     first = _entry(repo, requests[0].probe, requests[0].treeish, session.cache, requests[0].moves_from)[1] \
         if first_decides and requests and requests[0].probe.kind is ProbeKind.COMMAND else None
     items = list(todo.items())
@@ -188,10 +199,10 @@ def tree_place(repo: Path, tree: str, moves_from: str | None, run: Callable[[Pro
     """A tree of `repo` as the place a probe runs: files read from git's objects, moves followed from
     `moves_from` (the pin) by git's rename detection; a command needs `run` (the tree extracted)."""
 
-    def follow(gone: Sequence[str], blobs: Mapping[str, bytes | None]) -> Mapping[str, moves.Move]:
+    def follow(gone: Sequence[str], blobs: Mapping[str, bytes | None]) -> Mapping[str, Move]:
         if moves_from is None:
             return {}
-        return moves.follow(repo, moves_from, tree, moves.missing_paths(repo, moves_from, tree, gone, dict(blobs)),
+        return follow_file_moves(repo, moves_from, tree, missing_paths(repo, moves_from, tree, gone, dict(blobs)),
                             describe=False)
 
     def no_command(probe: Probe) -> Ran:
@@ -230,19 +241,19 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
 
     def run(probe: Probe) -> Ran:
         zygote = None if probe.fresh_process else session.zygote_for(python, report)
-        if zygote is not None and zygote.fits(command, process.child_env(env)):
-            ran = zygote.run(command, cwd=root, env=process.child_env(env), timeout=probe.timeout, cancel=cancel)
+        if zygote is not None and zygote.fits(command, child_env(env)):
+            ran = zygote.run(command, cwd=root, env=child_env(env), timeout=probe.timeout, cancel=cancel)
             if ran is not None:  # None: the zygote could not run it to the end, and this run goes fresh
                 if ran.cancelled:
                     return Ran(-1, b"", failure="the run was cancelled")
                 if ran.timed_out:  # what a fresh run's timeout keeps of the output: its tail (process.run)
-                    kept = ran.output.decode("utf-8", "replace")[-process.TAIL_CHARS:].strip()
+                    kept = ran.output.decode("utf-8", "replace")[-PROCESS_TAIL_CHARS:].strip()
                     return Ran(124, kept.encode(), timed_out=True)
                 return Ran(ran.returncode, ran.output)
         try:
             # Its own process group, so that a timeout also ends what the probe started; under a supervisor
             # that ends the group when vpatch dies, even by SIGKILL (see _SUPERVISOR).
-            proc = process.run([sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *command],
+            proc = run_process([sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *command],
                                cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout,
                                own_group=True, cancel=cancel, shown=command)
         except ProcessError as exc:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vpatch.base import Event, ProcessError, Reporter, atomic_write, process, silent
+from vpatch.base import ChildProcess, Event, ProcessError, Reporter, atomic_write, silent
 
 PRELOAD_FILE = "vpatch-preload.json"
 # Set in the zygote (not in what a probe sees): a BLAS or OpenMP pool started at import would not survive fork.
@@ -108,7 +108,7 @@ class Zygote:
             self._folder = Path(tempfile.mkdtemp(prefix=f"vpatch-zygote-{os.getpid()}-"))
             self.address = str(self._folder / "socket")
             # cwd: a folder with no probe code in it (sys.path's first entry is dropped anyway)
-            self._child = process.Child([str(self.python), "-c", _SERVER, self.address, str(os.getpid())],
+            self._child = ChildProcess([str(self.python), "-c", _SERVER, self.address, str(os.getpid())],
                                         cwd=self.python.parent.parent, env=started,
                                         shown=[str(self.python), "<probe zygote>"])
             ready = _line(self._child.stdout, ANSWER_S)
@@ -343,7 +343,7 @@ class Zygote:
         except OSError:
             pass  # a read-only venv: the next command measures again
 
-    def _watch(self, child: process.Child) -> None:
+    def _watch(self, child: ChildProcess) -> None:
         """Read the zygote's report stream: each client it refused."""
         try:
             for line in child.stdout:

@@ -39,6 +39,7 @@ from vpatch.upstream.lineage import identity as change_history
 from vpatch.upstream.lineage import identity_grep as change_history_grep
 from vpatch.upstream.lineage import refs_state as refs_digest
 from vpatch.upstream.mirror import fetch as fetch_mirror
+from vpatch.upstream.mirror import prefetch_tree
 from vpatch.upstream.moves import Fate, Move, missing_paths
 from vpatch.upstream.moves import follow as follow_file_moves
 from vpatch.upstream.moves import retarget as retarget_paths
@@ -94,6 +95,7 @@ __all__ = [
     "pin_commit",
     "pin_moved",
     "prefetch_for_status",
+    "prefetch_tree",
     "refs_digest",
     "release_tags",
     "release_version",
