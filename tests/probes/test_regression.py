@@ -17,10 +17,10 @@ pytestmark = pytest.mark.probe_venv
 
 
 def evidence(repo: Path, patches: list[Patch], patch: Patch, *, base: str, ref: str, use_cache: bool = True,
-             **_: object) -> regression.Regressions:
+             cache: Path = REAL_CACHE) -> regression.Regressions:
     """Upstream's tests of `patch` on `base` and on `base` + the series up to it, as `probe check` runs them."""
     patched = stacked_tree(repo, patches, base, patch, name=ref)
-    return Witness(repo, cache=REAL_CACHE).regressions(patch, base=base, patched=patched, ref=ref, use_cache=use_cache)
+    return Witness(repo, cache=cache).regressions(patch, base=base, patched=patched, ref=ref, use_cache=use_cache)
 
 
 def test_tests_for_finds_the_test_files_named_after_the_touched_files(tmp_path: Path) -> None:
@@ -34,8 +34,7 @@ def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_p
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
     broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
-    found = evidence(repo, [broken], broken, base=base, ref="v1.0", cache=REAL_CACHE,
-                                           use_cache=False)
+    found = evidence(repo, [broken], broken, base=base, ref="v1.0", use_cache=False)
     assert found.complete and found.tests == ("tests/calc/test_calc.py",)
     assert found.regressed == ("tests/calc/test_calc.py::test_sub",)
     # failing on both sides is upstream's, not the patch's
@@ -47,17 +46,30 @@ def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_p
 
     # A harmless patch on the same base: no regression, and the unpatched tree's results come from the cache.
     harmless = patch_of(repo, base, patches, 2, "add-comment", CALC.replace("def add", "# adds\ndef add"))
-    again = evidence(repo, [harmless], harmless, base=base, ref="v1.0", cache=REAL_CACHE)
+    again = evidence(repo, [harmless], harmless, base=base, ref="v1.0")
     assert again.regressed == () and again.passed == 3 and "no regression" in again.says()
     assert again.base is not None and again.base.cached and again.patched is not None and not again.patched.cached
+
+
+def test_a_cache_reached_through_a_symlink_still_leaves_out_the_root_conftest(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder linked to another disk: pytest compares --confcutdir with real paths, and the toy's root
+    conftest (as vLLM's, it needs an accelerator) must still stay out."""
+    link = tmp_path / "linked-cache"
+    link.symlink_to(REAL_CACHE, target_is_directory=True)
+    monkeypatch.setenv("VPATCH_CACHE", str(link))
+    repo, base = toy_upstream(tmp_path)
+    patches = series_dir(tmp_path)
+    broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
+    found = evidence(repo, [broken], broken, base=base, ref="v1.0", use_cache=False, cache=link)
+    assert found.complete and found.regressed == ("tests/calc/test_calc.py::test_sub",), found.says()
 
 
 def test_a_test_file_that_no_longer_imports_with_the_patch_is_a_regression_of_each_test(tmp_path: Path) -> None:
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
     renamed = patch_of(repo, base, patches, 1, "rename-sub", CALC.replace("def sub", "def subtract"))
-    found = evidence(repo, [renamed], renamed, base=base, ref="v1.0", cache=REAL_CACHE,
-                                           use_cache=False)
+    found = evidence(repo, [renamed], renamed, base=base, ref="v1.0", use_cache=False)
     # every test that passed is gone with the patch: absence is not a pass
     assert set(found.regressed) == {"tests/calc/test_calc.py::test_add", "tests/calc/test_calc.py::test_sub",
                                     "tests/calc/test_calc.py::TestMore::test_add_zero"}
@@ -74,11 +86,11 @@ def test_upstream_tests_declared_in_the_probe_replace_the_found_ones(tmp_path: P
     path = broken.path
     path.write_text(path.read_text().replace("---\n", "\nProbe: probes/0001-sub-wrong.yaml\n---\n", 1))
     declared = Patch.load(path)
-    found = evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE)
+    found = evidence(repo, [declared], declared, base=base, ref="v1.0")
     assert found.tests == ("tests/calc/test_calc.py::test_add",)
     assert found.regressed == () and found.passed == 1
     probe.write_text("kind: files\nfiles:\n  vllm/calc.py:\n    contains: ['b - a']\nupstream_tests: []\n")
-    assert evidence(repo, [declared], declared, base=base, ref="v1.0", cache=REAL_CACHE).says() == (
+    assert evidence(repo, [declared], declared, base=base, ref="v1.0").says() == (
         "upstream tests: none found for the files it touches")
 
 

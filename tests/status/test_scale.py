@@ -4,6 +4,7 @@ real v0.29.0 tree): the verdicts, first commits and first releases must not depe
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,10 @@ def summary(tmp_path: Path, release_history: Path, commits: int) -> dict[str, ob
     built = vllmshape.build(vllmshape.Shape(commits=commits), release_history, REAL_CACHE / "bench-histories")
     root = tmp_path / f"project-{commits}"
     shutil.copytree(built.project, root)
+    # the cached project names the history where it was built; the cache may be reached another way now (a
+    # symlinked or moved cache folder): name it as this run reaches it
+    config = root / "vpatch.yaml"
+    config.write_text(re.sub(r"(?m)^(  git: ).*$", lambda m: m[1] + built.upstream.as_uri(), config.read_text()))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "project")

@@ -265,6 +265,9 @@ def _by_folder(tests: Sequence[str], root: Path) -> dict[str, list[str]]:
 def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: float,
             session: probe_runs.Session) -> tuple[dict[str, str], str, bool]:
     """One pytest run: each test's outcome, pytest's last line, and whether it ran to its report."""
+    # pytest compares --confcutdir with the conftest files' real paths: a tree reached through a symlink (a cache
+    # folder linked to another disk) would load vLLM's root conftest
+    root = root.resolve()
     with tempfile.TemporaryDirectory(prefix="vpatch-upstream-tests-") as scratch:
         report_file = Path(scratch) / "junit.xml"
         # -p no:cacheprovider and PYTHONDONTWRITEBYTECODE: nothing is written into the tree, which probes share.
