@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -246,6 +247,9 @@ def test_a_recorded_baseline_spares_production_and_a_kill_9_in_the_checks_leaves
     # A block-cost miss four times over (a machine loaded far past CI's) fails the deploy, and the kill below
     # would land in its rollback: say so rather than fail on the page's wording.
     assert not cost.failed, f"the candidate's block-cost check did not pass, the deploy is rolling back: {cost}"
+    # Held where it is, in its checks (a stopped process keeps its lock): at load ~10 the checks left ended
+    # before the two refusals below had started (seen once in a shuffled run beside two busy loops).
+    os.kill(proc.pid, signal.SIGSTOP)
     second = host.run("deploy", NAME, "--image", host.image)
     assert second.returncode == 1 and f"another vpatch deploy {NAME} is running (pid {proc.pid})" in second.stderr
     rolling = host.run("deploy", NAME, "--rollback")

@@ -75,7 +75,9 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     back a healthy candidate. That more preemptions than max_preemptions fail the parallel check is the judge's
     (test_parallel_fails_on_preemptions_errors_and_early_stops, tests/deploy/test_deploy_checks.py)."""
     host = tiny_bare
-    checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "max_preemptions": 1000}}
+    # 400 tokens each (600 + 400 <= max-model-len 1,024): at 160 the four requests finished in 0.4 s each and, at
+    # load ~5, one after another without overlapping (0 preemptions, seen once in a shuffled run)
+    checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "max_tokens": 400, "max_preemptions": 1000}}
     host.write_yaml(kv_bytes=KV_PREEMPT, checks=checks)
     image = cue_image(host.docker, host.image)
     run = Spawned(host.spawn("--image", image, "--json"))
