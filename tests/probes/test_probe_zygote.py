@@ -313,3 +313,21 @@ def test_a_recorded_list_with_packages_importing_each_other_holds_in_the_next_co
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
     assert {"cyc", "_cyc"} <= set(recorded["preload"]), recorded
     assert not [line for line in seen if "does not hold" in line], seen
+
+
+def test_packages_importing_each_other_hold_across_the_list_s_batches(venv: Path) -> None:
+    """A recorded list goes to the zygote 500 names at a time: _cyc first and cyc 510 names later are still
+    checked as the pair they are, not as a list that does not hold."""
+    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
+    fillers = [f"filler{i:03d}" for i in range(510)]
+    for name in fillers:
+        (site / f"{name}.py").write_text("")
+    (venv.parent.parent / PRELOAD_FILE).write_text(json.dumps({"preload": ["_cyc", *fillers, "cyc"], "refused": []}))
+    seen: list[str] = []
+    found = Zygote(venv, env=probe_runs.zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"))
+    try:
+        assert found.broken is None, found.broken
+    finally:
+        found.close()
+    assert not [line for line in seen if "does not hold" in line], seen
+    assert any(line.startswith("warm 51") for line in seen), seen  # cyc came with _cyc, in the first batch

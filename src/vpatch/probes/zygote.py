@@ -291,11 +291,12 @@ class Zygote:
         loaded: list[str] = []
         refused: dict[str, str] = {}
         unsafe = ""
+        tops = sorted({n.split(".")[0] for n in names})  # the whole list's packages, whichever batch holds them
         for first in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
             try:
                 conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 conn.connect(self.address)
-                conn.send(json.dumps({"preload": names[first:first + 500], "apart": apart}).encode())
+                conn.send(json.dumps({"preload": names[first:first + 500], "apart": apart, "tops": tops}).encode())
                 part = _message(conn, wait=WEDGED_S) or None
                 conn.close()
             except OSError as exc:
@@ -419,7 +420,7 @@ def _kill_group(pid: int) -> None:
 
 # The zygote, run by the probe venv's python with `-c` (so no folder of vpatch's is on its sys.path). It listens on a
 # socket in a 0700 folder of vpatch's and serves only vpatch (SO_PEERCRED: our uid and vpatch's pid); anything
-# else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool} ->
+# else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool, "tops": [packages]} ->
 # {"loaded", "refused": {name: why}, "failed", "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe ->
 # {"pid"}, then the child's {"modules"} and the zygote's {"status"}. It ends, ending its runs, when the pipe it
 # got as stdin (vpatch) closes: vpatch ended, even by SIGKILL. Its own stdin and stdout are /dev/null and stderr:
@@ -690,7 +691,7 @@ def apart(todo):
         return {"done": [], "stop": {"top": todo[0][0], "names": todo[0][1], "failed": "the check ended"}}
 
 
-def preload(names, tried_apart):
+def preload(names, tried_apart, tops=()):
     # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, after
     # the packages it imports, and only what left no trace is imported here. A recorded list (not apart) was
     # checked when it was learned: it is checked again as it is imported, and any trace makes this zygote unsafe.
@@ -705,7 +706,7 @@ def preload(names, tried_apart):
         else:
             result = {}
             check(todo, lambda done, stop: result.update(done=done, stop=stop),
-                  {n.split(".")[0] for _, group in todo for n in group})
+                  {*tops, *(n.split(".")[0] for _, group in todo for n in group)})
         answer["loaded"] += result["done"]
         stop = result["stop"]
         if threads() > 1:
@@ -803,7 +804,8 @@ def serve():
             conn.close()
             continue
         if "preload" in request:
-            conn.send(DUMPS(preload([str(n) for n in request["preload"]], bool(request.get("apart")))).encode())
+            conn.send(DUMPS(preload([str(n) for n in request["preload"]], bool(request.get("apart")),
+                                    [str(t) for t in request.get("tops", ())])).encode())
             conn.close()
             continue
         if not fds:
