@@ -331,3 +331,28 @@ def test_packages_importing_each_other_hold_across_the_list_s_batches(venv: Path
         found.close()
     assert not [line for line in seen if "does not hold" in line], seen
     assert any(line.startswith("warm 51") for line in seen), seen  # cyc came with _cyc, in the first batch
+
+
+def test_a_package_importing_a_refused_module_is_refused_with_it_once(venv: Path) -> None:
+    """aiohttp imports frozenlist's extension, refused for good: a recorded list naming aiohttp failed in every
+    command (it was learned before frozenlist was refused). The first command refuses it too; the next one holds."""
+    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
+    (site / "refusedmod.py").write_text("")
+    (site / "needsrefused.py").write_text("import refusedmod\n")
+    (site / "plainmod.py").write_text("")
+    preload = venv.parent.parent / PRELOAD_FILE
+    preload.write_text(json.dumps({"preload": ["needsrefused", "plainmod"], "refused": ["refusedmod"]}))
+    said: list[list[str]] = []
+    for _command in range(2):
+        seen: list[str] = []
+        found = Zygote(venv, env=probe_runs.zygote_env(),
+                       report=lambda event, seen=seen: seen.append(f"{event.step} {event.detail}"))
+        try:
+            assert found.broken is None, found.broken
+        finally:
+            found.close()
+        said.append(seen)
+    assert any("needsrefused: it imports refusedmod, refused before" in line for line in said[0]), said[0]
+    assert not [line for line in said[1] if "does not hold" in line], said[1]
+    recorded = json.loads(preload.read_text())
+    assert "needsrefused" in recorded["refused"] and "plainmod" in recorded["preload"], recorded

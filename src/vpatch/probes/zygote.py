@@ -292,11 +292,13 @@ class Zygote:
         refused: dict[str, str] = {}
         unsafe = ""
         tops = sorted({n.split(".")[0] for n in names})  # the whole list's packages, whichever batch holds them
+        barred = sorted(self._refused)  # a group that imports one of these is refused with it
         for first in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
             try:
                 conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
                 conn.connect(self.address)
-                conn.send(json.dumps({"preload": names[first:first + 500], "apart": apart, "tops": tops}).encode())
+                conn.send(json.dumps({"preload": names[first:first + 500], "apart": apart, "tops": tops,
+                                      "barred": barred}).encode())
                 part = _message(conn, wait=WEDGED_S) or None
                 conn.close()
             except OSError as exc:
@@ -311,10 +313,9 @@ class Zygote:
             refused.update({str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {})
             if part.get("unsafe"):
                 unsafe = str(part["unsafe"])
-                # never again what left a trace, or imports a package refused before (frozenlist under aiohttp);
+                # never again what left a trace or imports a module refused before (aiohttp imports frozenlist's);
                 # a failure, an order or a package never learned is measured again
-                barred = {n.split(".")[0] for n in self._refused}.intersection(_names(part.get("outside")))
-                if part.get("traced") or barred:
+                if part.get("traced"):
                     refused.update((n, unsafe) for n in _names(part.get("at")))
                 break
         self._preloaded.update(loaded)
@@ -420,8 +421,9 @@ def _kill_group(pid: int) -> None:
 
 # The zygote, run by the probe venv's python with `-c` (so no folder of vpatch's is on its sys.path). It listens on a
 # socket in a 0700 folder of vpatch's and serves only vpatch (SO_PEERCRED: our uid and vpatch's pid); anything
-# else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool, "tops": [packages]} ->
-# {"loaded", "refused": {name: why}, "failed", "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe ->
+# else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool,
+# "tops": [the whole list's packages], "barred": [modules refused]} -> {"loaded", "refused": {name: why}, "failed",
+# "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe ->
 # {"pid"}, then the child's {"modules"} and the zygote's {"status"}. It ends, ending its runs, when the pipe it
 # got as stdin (vpatch) closes: vpatch ended, even by SIGKILL. Its own stdin and stdout are /dev/null and stderr:
 # a module that reads stdin at import reads nothing, one that prints cannot garble the report stream.
@@ -617,12 +619,13 @@ def groups(names):
     return list(found.items())
 
 
-def check(todo, out, recorded=()):
+def check(todo, out, recorded=(), barred=()):
     # Import the groups of `todo` in turn, each checked against what was there before it; stop at the first that
     # imports another package first (its "deps"), leaves a trace, starts a thread, loads a foreign module, or fails.
     # A package of a `recorded` list (learned clean, its packages that import each other learned together) is no
-    # "deps": it is checked with the group that imports it. `out(done, stop)` gets the names imported clean, in
-    # order, and why it stopped (None: it did not).
+    # "deps": it is checked with the group that imports it. A group importing a module of `barred` (refused for
+    # good before) is refused with it. `out(done, stop)` gets the names imported clean, in order, and why it
+    # stopped (None: it did not).
     done = []
     before, settled = bindings(), settings()
     for top, names in todo:
@@ -631,7 +634,13 @@ def check(todo, out, recorded=()):
             for name in names:
                 if name.startswith("vllm.") or name == "vllm" or name.startswith("__"):
                     raise ImportError(f"{name} is never preloaded")
-                importlib.import_module(name)
+                try:
+                    importlib.import_module(name)
+                except ModuleNotFoundError as exc:
+                    # a recorded module made by another module's import, which no finder knows (Cython's shared
+                    # _cython_3_3_0, whose maker may be refused since): left out, as a run imports it anyway
+                    if not (recorded and exc.name == name and "." not in name):
+                        raise
         except BaseException as exc:
             return out(done, {"top": top, "names": names, "failed": f"{type(exc).__name__}: {exc}"})
         new = [m for m in sys.modules if m not in loaded]
@@ -639,7 +648,10 @@ def check(todo, out, recorded=()):
         deps = [m for m in new if m.split(".")[0] not in own and m.split(".")[0] not in recorded
                 and not m.startswith("__")]
         why = None
-        if threads() > 1:
+        refused = [m for m in new if m in barred]
+        if refused:
+            why = f"it imports {refused[0]}, refused before"
+        elif threads() > 1:
             why = "its import started a thread"
         elif any(foreign(m, sys.modules[m]) for m in new if m in sys.modules):
             why = "its import loaded a module from outside the venv"
@@ -655,7 +667,7 @@ def check(todo, out, recorded=()):
     return out(done, None)
 
 
-def apart(todo):
+def apart(todo, barred):
     # `check` in a child of this zygote, so that whatever an import does stays there: its answer, or a failure.
     read, write = os.pipe()
     pid = os.fork()
@@ -664,7 +676,7 @@ def apart(todo):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         libc.prctl(1, signal.SIGKILL)
         try:
-            check(todo, lambda done, stop: os.write(write, DUMPS({"done": done, "stop": stop}).encode()))
+            check(todo, lambda done, stop: os.write(write, DUMPS({"done": done, "stop": stop}).encode()), (), barred)
         finally:
             os._exit(0)
     os.close(write)
@@ -691,7 +703,7 @@ def apart(todo):
         return {"done": [], "stop": {"top": todo[0][0], "names": todo[0][1], "failed": "the check ended"}}
 
 
-def preload(names, tried_apart, tops=()):
+def preload(names, tried_apart, tops=(), barred=()):
     # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, after
     # the packages it imports, and only what left no trace is imported here. A recorded list (not apart) was
     # checked when it was learned: it is checked again as it is imported, and any trace makes this zygote unsafe.
@@ -700,13 +712,13 @@ def preload(names, tried_apart, tops=()):
     todo, moved = groups(names), {}
     while todo:
         if tried_apart:
-            result = apart(todo)
+            result = apart(todo, barred)
             for name in result["done"]:
                 importlib.import_module(name)  # what the child imported clean, in its order
         else:
             result = {}
             check(todo, lambda done, stop: result.update(done=done, stop=stop),
-                  {*tops, *(n.split(".")[0] for _, group in todo for n in group)})
+                  {*tops, *(n.split(".")[0] for _, group in todo for n in group)}, barred)
         answer["loaded"] += result["done"]
         stop = result["stop"]
         if threads() > 1:
@@ -714,13 +726,13 @@ def preload(names, tried_apart, tops=()):
         if stop is None:
             break
         if not tried_apart:
-            # the recorded packages import each other in any order (check's `recorded`): what a group imports
-            # beyond the list was never learned, or refused since (the caller then refuses the group too)
+            # the recorded packages import each other in any order (check's `recorded`); what a group imports
+            # beyond the list was never learned (one refused before is check's `barred`: refused, traced)
             outside = sorted({m.split(".")[0] for m in stop.get("deps", ())})
             why = stop.get("refused") or stop.get("failed") or (
                 f"it imports {', '.join(outside)}, which the list does not hold")
             return {**answer, "unsafe": f"{stop['top']}: {why}", "at": stop["names"],
-                    "traced": bool(stop.get("refused")), "outside": outside}
+                    "traced": bool(stop.get("refused"))}
         rest = [(top, group) for top, group in todo if top != stop["top"]]
         if "deps" in stop and moved.get(stop["top"], 0) < 3:
             # what it imports of other packages goes first, each with its own names; packages that import each
@@ -805,7 +817,8 @@ def serve():
             continue
         if "preload" in request:
             conn.send(DUMPS(preload([str(n) for n in request["preload"]], bool(request.get("apart")),
-                                    [str(t) for t in request.get("tops", ())])).encode())
+                                    [str(t) for t in request.get("tops", ())],
+                                    {str(n) for n in request.get("barred", ())})).encode())
             conn.close()
             continue
         if not fds:
