@@ -73,6 +73,15 @@ def mail(subject: str, diff: bytes, trailers: str = "") -> bytes:
             f"A local change made on v0.32.0.\n\nOrigin: vendor\nLast-Update: 2026-09-01\n{trailers}---\n").encode() + diff
 
 
+def commit_project(root: Path) -> None:
+    """vpatch.yaml pinned at v0.32.0 of the release history, and the project committed as it stands."""
+    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
+                                      "patches: patches\n")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "project")
+
+
 def diff_on(history: Path, tmp_path: Path, ref: str, path: str, change: tuple[str, str]) -> bytes:
     scratch = tmp_path / f"scratch-{path.replace('/', '-')}"
     (scratch / path).parent.mkdir(parents=True)
@@ -95,11 +104,7 @@ def chat_project(root: Path, history: Path, probes: dict[str, str]) -> Path:
     (root / "patches" / "0001-template-path.patch").write_bytes(mail(
         "Name the missing chat template path", diff_on(history, root.parent, "v0.32.0", CHAT, TEMPLATE_CHANGE),
         "Probe: probes/template.yaml\n"))
-    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
-                                      "patches: patches\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "project")
+    commit_project(root)
     return root
 
 
@@ -161,11 +166,7 @@ def test_a_hunk_follows_code_moved_out_of_a_file_that_stays(
     (root / "patches").mkdir(parents=True)
     (root / "patches" / "0001-max-model-len.patch").write_bytes(mail(
         "Never search below length 1", diff_on(release_history, tmp_path, "v0.32.0", KV, KV_CHANGE)))
-    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
-                                      "patches: patches\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "project")
+    commit_project(root)
     at33 = cells(root, "v0.33.0")["0001"]["v0.33.0"]
     assert at33["state"] == "needed" and at33["applies"] == "clean", at33
     (hunk_move,) = moved(at33)
@@ -300,11 +301,7 @@ def kv_project(root: Path, history: Path, patches: dict[str, bytes]) -> Path:
     (root / "patches").mkdir(parents=True)
     for name, data in patches.items():
         (root / "patches" / name).write_bytes(data)
-    (root / "vpatch.yaml").write_text("upstream:\n  source: releases\n  releases: vllm\npin:\n  ref: v0.32.0\n"
-                                      "patches: patches\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "project")
+    commit_project(root)
     return root
 
 
