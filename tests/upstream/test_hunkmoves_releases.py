@@ -177,11 +177,17 @@ def test_a_hunk_follows_code_moved_out_of_a_file_that_stays(
     assert KV_CHANGE[1] in (root / ".vpatch" / "tree" / PLANNING).read_text()
     assert KV_CHANGE[1] not in (root / ".vpatch" / "tree" / KV).read_text()
     # no probe, and `git am -3` of the old patch cannot place it; the relocation is exact: carried
-    code, out = vpatch(root, "update", "--to", "v0.33.0")
-    assert code == 0, out
     proof = (f"`git am -3` of the old patch cannot place code that moved to another file; the relocation is exact: "
              f"{KV} hunk 1 -> {PLANNING} line 127, each hunk's whole pre-image (context and removed lines, byte for "
              "byte) at exactly one place there and replaced by its post-image, gives the re-targeted patch's tree ")
+    # the dry run proves it as the real run does (on the patches applied in memory), and writes nothing
+    code, out = vpatch(root, "update", "--to", "v0.33.0", "--dry-run")
+    assert code == 0, out
+    assert "would re-apply 0001-max-model-len.patch" in out and f"proof: {proof}" in out, out
+    assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == "" and not (root / ".git" / "vpatch-update").exists()
+    assert "pin:\n  ref: v0.32.0" in (root / "vpatch.yaml").read_text()
+    code, out = vpatch(root, "update", "--to", "v0.33.0")
+    assert code == 0, out
     assert f"proof: {proof}" in out, out
     patch = Patch.load(root / "patches" / "0001-max-model-len.patch")
     assert patch.paths == (PLANNING,) and KV_CHANGE[1].encode() in patch.diff
@@ -201,9 +207,17 @@ def test_a_files_probe_on_the_split_file_follows_its_strings_into_the_package(
     monkeypatch.setenv("VPATCH_CACHE", str(REAL_CACHE))
     root = chat_project(tmp_path / "files", release_history, {"template.yaml": files_probe(CHAT)})
     # the probe names the file the pin has; on v0.33.0 that file is gone with no successor git pairs
+    followed = f"probe check probes/template.yaml: {CHAT} -> {TEMPLATE}, its strings followed hunk 1"
+    code, out = vpatch(root, "update", "--to", "v0.33.0", "--dry-run")  # follows and validates it as the run does
+    assert code == 0, out
+    assert followed in out and "the relocation is exact" in out, out
+    assert ("probe probes/template.yaml re-validated on v0.33.0: template.yaml fails without the patch and passes "
+            "with it") in out, out
+    assert (root / "patches" / "probes" / "template.yaml").read_text() == files_probe(CHAT)
+    assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == "" and not (root / ".git" / "vpatch-update").exists()
     code, out = vpatch(root, "update", "--to", "v0.33.0")
     assert code == 0, out
-    assert f"probe check probes/template.yaml: {CHAT} -> {TEMPLATE}, its strings followed hunk 1" in out, out
+    assert followed in out, out
     assert ("probe probes/template.yaml re-validated on v0.33.0: template.yaml fails without the patch and passes "
             "with it") in out, out
     # its key renamed, nothing else of it touched
@@ -285,14 +299,16 @@ def test_a_files_probe_string_no_hunk_holds_is_not_guessed(
     # a string of the file that none of the patch's lines hold: where it is checked after the split is unknown
     root = chat_project(tmp_path / "files", release_history,
                         {"template.yaml": files_probe(CHAT, "def validate_chat_template(")})
-    code, out = vpatch(root, "update", "--to", "v0.33.0")
-    assert code != 0, out
-    said = " ".join(out.split())
-    assert (f"0001-template-path.patch: probe probes/template.yaml: the string 'def validate_chat_template(' of its "
-            f"check on {CHAT} is in none of the patch's hunks there (the result), and upstream moved that file's code "
-            f"({CHAT} hunk 1 -> {TEMPLATE}): where the string is checked now is not guessed; the project is "
-            "unchanged") in said, out
-    assert f"move that string to the file that holds its code now ({TEMPLATE})" in said, out
+    for dry in (("--dry-run",), ()):  # the dry run refuses as the real run does, not "would re-apply"
+        code, out = vpatch(root, "update", "--to", "v0.33.0", *dry)
+        assert code != 0, out
+        said = " ".join(out.split())
+        assert (f"0001-template-path.patch: probe probes/template.yaml: the string 'def validate_chat_template(' of "
+                f"its check on {CHAT} is in none of the patch's hunks there (the result), and upstream moved that "
+                f"file's code ({CHAT} hunk 1 -> {TEMPLATE}): where the string is checked now is not guessed; the "
+                "project is unchanged") in said, out
+        assert f"move that string to the file that holds its code now ({TEMPLATE})" in said, out
+        assert "would re-apply" not in out, out
     assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
     assert len(git(root, "log", "--format=%H").split()) == 1
 
@@ -323,13 +339,16 @@ def test_a_relocation_whose_code_is_at_two_places_where_it_goes_stops_the_update
             release_history, tmp_path / "two", "v0.32.0", KV, KV_CHANGE))})
     at33 = cells(root, "v0.33.0")
     assert [at33[n]["v0.33.0"]["state"] for n in ("0001", "0002")] == ["needed", "needed"], at33
-    code, out = vpatch(root, "update", "--to", "v0.33.0")
-    assert code != 0, out
-    said = " ".join(out.split())
-    assert (f"0002-max-model-len.patch was re-targeted where upstream moved its code (hunks to another file), but "
-            f"`git am -3` of the old patch cannot apply there, the relocation is not exact ({KV} hunk 1 -> "
-            f"{PLANNING}: its whole pre-image (context and removed lines) is at 2 places of it (lines 127, ") in said, out
-    assert "and the patch has no probe to prove the result; the project is unchanged" in said
+    for dry in (("--dry-run",), ()):  # the dry run refuses as the real run does, not "would re-apply"
+        code, out = vpatch(root, "update", "--to", "v0.33.0", *dry)
+        assert code != 0, out
+        said = " ".join(out.split())
+        assert (f"0002-max-model-len.patch was re-targeted where upstream moved its code (hunks to another file), "
+                f"but `git am -3` of the old patch cannot apply there, the relocation is not exact ({KV} hunk 1 -> "
+                f"{PLANNING}: its whole pre-image (context and removed lines) is at 2 places of it (lines 127, ") \
+            in said, out
+        assert "and the patch has no probe to prove the result; the project is unchanged" in said
+        assert "would re-apply" not in out and not (root / ".git" / "vpatch-update").exists(), out
     assert git(root, "status", "--porcelain", "--", "patches", "vpatch.yaml") == ""
     assert len(git(root, "log", "--format=%H").split()) == 1
 

@@ -60,6 +60,7 @@ from vpatch.git.objects import (
     read_blobs,
     read_blobs_at,
     read_commit,
+    scratch_commit,
 )
 from vpatch.git.projectlock import project_lock, project_lock_path
 from vpatch.git.refs import (
@@ -202,6 +203,7 @@ __all__ = [
     "resolve_commit",
     "resolve_commits",
     "run",
+    "scratch_commit",
     "set_head",
     "stage_all",
     "staged_diff",

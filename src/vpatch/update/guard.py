@@ -4,12 +4,13 @@ every probe a drop leans on tells the bug from the fix on the old pin."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import VpatchError
-from vpatch.update.plan import FileAction, Revalidation, UpdatePlan
+from vpatch.update.plan import FileAction, PatchPlan, Revalidation, UpdatePlan
 from vpatch.upstream import direction_between
 from vpatch.verdict import Action, vetoed
 
@@ -85,26 +86,41 @@ def refuse_invalid_probes(plan: UpdatePlan) -> None:
                          detail=row.decided_by)
 
 
-def refuse_unvalidated_kept(repo: Path, config: Config, plan: UpdatePlan, check: Check,
-                            patches: dict[str, Patch]) -> list[Revalidation]:
-    """The dry run's copy of the real run's last check: each kept patch's probe on the new pin (must fail) and on
-    the new pin plus the kept patches up to it (must pass), raising the real run's error when one does not.
-    `patches`: file -> the patch as the update applies it (narrowed ones without the hunks upstream has).
-    The trees are built in memory by plain applies; from the first patch that only merges 3-way on, the real
-    run's update tree is needed, and those probes are left to it."""
-    checked: list[Revalidation] = []
-    tree = plan.to_commit
+@dataclass(frozen=True)
+class Applied:
+    """One kept patch applied in memory by the dry run, as the real run applies it in its update tree."""
+
+    row: PatchPlan
+    parent: str  # the commit it applies on (the new pin plus the kept patches before it)
+    commit: str  # the commit it gives (both `git.scratch_commit`s: no ref names them)
+    tree: str
+
+
+def applied_in_memory(repo: Path, plan: UpdatePlan, patches: dict[str, Patch]) -> list[Applied]:
+    """The new pin plus each kept patch (`patches`: file -> the patch as the update applies it: re-targeted,
+    narrowed), by plain applies: from the first patch that only merges 3-way on, the real run's update tree is
+    needed, and what comes after is left to it."""
+    out: list[Applied] = []
+    parent = plan.to_commit
     for row in plan.patches:
         if row.action is FileAction.DROP:
             continue
-        patch = patches[row.file]
-        applied = git.tree_with_patch(repo, tree, patch.raw)
-        if applied is None:
+        tree = git.tree_with_patch(repo, parent, patches[row.file].raw)
+        if tree is None:
             break
-        tree = applied
-        if row.action is FileAction.STOP or patch.probe_path is None:
-            continue
-        checked.append(check(repo, config, patch, plan.to_commit, tree))  # raises as in the real run
+        commit = git.scratch_commit(repo, tree, parent)
+        out.append(Applied(row, parent, commit, tree))
+        parent = commit
+    return out
+
+
+def refuse_unvalidated_kept(repo: Path, config: Config, plan: UpdatePlan, check: Check, applied: list[Applied],
+                            patches: dict[str, Patch]) -> list[Revalidation]:
+    """The dry run's copy of the real run's last check: each kept patch's probe on the new pin (must fail) and on
+    the new pin plus the kept patches up to it (must pass, `applied`), raising the real run's error when one does
+    not. `patches`: file -> the patch as the update validates it (its probe as the update writes it)."""
+    checked = [check(repo, config, patches[a.row.file], plan.to_commit, a.tree) for a in applied  # raises as the run
+               if a.row.action is not FileAction.STOP and patches[a.row.file].probe_path is not None]
     failed = [c for c in checked if not c.ok]
     if failed:
         raise unvalidated(failed, plan.to_ref)

@@ -44,17 +44,26 @@ def prove(repo: Path, work: Path, applied: Stack, originals: Mapping[str, Patch]
     """file -> the proof for every applied patch that was re-targeted (`_proof`); raises VpatchError, the project
     unchanged, for the first whose result nothing proves."""
     by_file = {r.file: r for r in rows if r.retarget or r.relocate}
-    todo = [a for a in applied.applied if a.file in by_file]
+    return prove_steps(repo, work, applied.base, [
+        (git.parents(applied.worktree, entry.commit)[0], git.tree_of(repo, entry.commit), originals[entry.file],
+         by_file[entry.file]) for entry in applied.applied if entry.file in by_file])
+
+
+# (the parent commit, the tree of the re-targeted patch on it, the patch as it was, its row of the plan)
+Step = tuple[str, str, Patch, "PatchPlan"]
+
+
+def prove_steps(repo: Path, work: Path, base: str, todo: Sequence[Step]) -> dict[str, str]:
+    """`prove` for the given steps, in a scratch work tree of the mirror under `work` (removed after); the dry
+    run gives its steps as commits built in memory (`git.scratch_commit`)."""
     if not todo:
         return {}
     scratch = work / "am-proof"
     shutil.rmtree(scratch, ignore_errors=True)
     git.forget_worktrees(repo, scratch)
-    git.add_worktree(repo, scratch, applied.base)
+    git.add_worktree(repo, scratch, base)
     try:
-        return {entry.file: _proof(repo, scratch, git.parents(applied.worktree, entry.commit)[0],
-                                   git.tree_of(repo, entry.commit), originals[entry.file], by_file[entry.file])
-                for entry in todo}
+        return {row.file: _proof(repo, scratch, parent, ours, old, row) for parent, ours, old, row in todo}
     finally:
         git.remove_worktree(repo, scratch)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -178,14 +178,8 @@ def _update(
                                     lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
         guard.refuse_missing_live_checks(config, series, plan)
         if dry_run:
-            # ... and the kept patches' probes on the new pin, as the real run does last: no "would re-apply"
-            # for what the real run would refuse.
-            narrowed = {p.file: p.narrowing.patch(series.get(p.file.removesuffix(".patch")))
-                        for p in plan.patches if p.narrowing}
-            checked = guard.refuse_unvalidated_kept(
-                repo, config, plan, lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
-                {p.filename: narrowed.get(p.filename, p) for p in series})
-            guard.refuse_invalid_probes(plan)
+            # ... and what the real run checks last: no "would re-apply" for what the real run would refuse
+            plan, checked = _check_kept(project, repo, series, plan, validator)
             return Result(UpdateOutcome.PLANNED, plan, probes=tuple(checked))
     except VpatchError as exc:
         if dry_run:
@@ -261,12 +255,7 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     """Apply the pending patches in the update tree, then finish; or stop on the first that needs a person."""
     config, repo, plan = project.config, Path(state.repo), state.plan
     originals = {p.filename: p for p in series}
-    # a narrowed patch goes into the update tree without the hunks upstream has; export compares with the file
-    narrowed = {p.file: p.narrowing for p in plan.patches if p.narrowing}
-    # a patch whose file moved goes in at the new path (retarget.py), narrowed or not
-    rows = {p.file: p for p in plan.patches}
-    moved = {f: retarget.retargeted(p, rows[f]) if f in rows else p for f, p in originals.items()}
-    by_file = {f: narrowed[f].patch(p) if f in narrowed else p for f, p in moved.items()}
+    by_file = _as_applied(series, plan)
     kept = [by_file[f] for f in plan.files(FileAction.KEEP, FileAction.REFRESH, FileAction.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
@@ -308,6 +297,42 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     done_result = commit_update(project, series, state, plan, exported, probes)
     resolution.forget(project, [f for f in state.resolved if f in state.replayed])  # in the project's commit now
     return done_result
+
+
+def _as_applied(series: Series, plan: UpdatePlan) -> dict[str, Patch]:
+    """file -> the patch as the update applies it: a patch whose file or code moved at the new place (retarget.py),
+    a narrowed one without the hunks upstream has (export compares with the file)."""
+    narrowed = {p.file: p.narrowing for p in plan.patches if p.narrowing}
+    rows = {p.file: p for p in plan.patches}
+    moved = {p.filename: retarget.retargeted(p, rows[p.filename]) if p.filename in rows else p for p in series}
+    return {f: narrowed[f].patch(p) if f in narrowed else p for f, p in moved.items()}
+
+
+def _check_kept(project: Project, repo: Path, series: Series, plan: UpdatePlan,
+                validator: Validator | None) -> tuple[UpdatePlan, list[Revalidation]]:
+    """The dry run's copy of the real run's last checks (`_run`), on the kept patches applied in memory
+    (guard.applied_in_memory): each re-targeted patch's proof, each `files` probe followed to where its code went,
+    each kept patch's probe on the new pin; the plan with the proofs and followed probes, as the real run shows
+    them. Raises the real run's error. The scratch files go under the update's folder and are removed after."""
+    originals = {p.filename: p for p in series}
+    by_file = _as_applied(series, plan)
+    applied = guard.applied_in_memory(repo, plan, by_file)
+    made = not project.work.exists()
+    try:
+        proofs = retarget.prove_steps(repo, project.work, plan.to_commit, [
+            (a.parent, a.tree, originals[a.row.file], a.row) for a in applied
+            if a.row.action is not FileAction.STOP and (a.row.retarget or a.row.relocate)])  # a stop: a person's first
+        plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
+                                           for p in plan.patches))
+        plan, checked = _follow_probes(project, repo, plan, originals, by_file)
+        probes = guard.refuse_unvalidated_kept(repo, project.config, plan,
+                                               lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
+                                               applied, checked)
+    finally:
+        if made:
+            shutil.rmtree(project.work, ignore_errors=True)
+    guard.refuse_invalid_probes(plan)
+    return plan, probes
 
 
 def _follow_probes(project: Project, repo: Path, plan: UpdatePlan, originals: dict[str, Patch],
