@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -343,4 +344,4 @@ def test_the_timing_check_repeats_and_keeps_decode_rates_only_from_spaced_tokens
         f = run.figures
         assert len(f.ttft_samples or ()) == 3 == len(f.prefill_samples or ()) == len(f.makespan_samples or ())
         assert len(f.decode_samples or ()) == decoded  # a burst (310,000 tok/s) is no decode rate
-        assert f.timing_load is not None and f.timing_min_change == 0.1
+        assert f.timing_load is not None and f.timing_min_change == 0.1 and f.timing_cores == os.cpu_count()

@@ -53,6 +53,23 @@ def test_a_difference_measured_under_another_load_is_not_judged() -> None:
     assert load_moved((0.2, 0.3), (0.9, 1.1)) is None  # under one process more: an idle machine's jitter
 
 
+def test_a_difference_measured_on_a_host_busier_than_twice_its_cores_is_not_judged() -> None:
+    """The same image on the 2-core test machine, both sides at a load within 1.5x of each other but over 2 per
+    core (a shuffled suite beside two busy loops): its time to first token 0.12 s median at load 6.5, 0.01 s at
+    5.0, ranges apart. The scheduler's times, not the build's: not judged; the same loads on 4 cores are."""
+    busy = load_moved((6.08, 6.48), (5.03, 5.03), 2)
+    assert busy == ("the host's load average reached 6.5 on 2 cores during the baseline's repeats (over 2 runnable "
+                    "processes per core: the times are the scheduler's)")
+    call, why = compare([0.12, 0.10, 0.18, 0.11, 0.13], [0.01, 0.01, 0.02, 0.01, 0.01], higher_is_better=False,
+                        min_change=0.1, load=busy, floor=FLOOR_S)
+    assert call is Call.UNJUDGED and "reached 6.5 on 2 cores" in why, why
+    assert compare([0.12, 0.10, 0.18, 0.11, 0.13], [0.01, 0.01, 0.02, 0.01, 0.01], higher_is_better=False,
+                   min_change=0.1, floor=FLOOR_S)[0] is Call.BETTER  # the same samples, the load not known
+    assert load_moved((6.08, 6.48), (5.03, 5.03), 4) is None  # 1.6 per core: judged
+    assert load_moved((6.08, 6.48), (5.03, 5.03)) is None  # an older record, its cores not known: the old rule
+    assert "during the candidate's repeats" in (load_moved((3.0, 3.2), (3.3, 4.5), 2) or "")  # 4.5 on 2 cores
+
+
 def side(figures: Figures, log: str = "", checks: tuple[CheckResult, ...] = (), memory: tuple[MemoryPoint, ...] = ()) -> Side:
     return Side(checks, figures, PassSeries(memory=memory), ledger=parse_start_log(log))
 

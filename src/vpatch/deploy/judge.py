@@ -71,6 +71,7 @@ class Figures:
     makespan_samples: tuple[float, ...] | None = None
     timing_min_change: float | None = None
     timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
+    timing_cores: int | None = None  # the host's cores (what its load average is read against)
 
 
 def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[CheckStatus, str, str]:

@@ -477,7 +477,7 @@ def _timing(run: Run) -> tuple[CheckStatus, str, str]:
             samples["makespan"].append(time.monotonic() - began)
     run.note(**{f"{key}_samples": tuple(round(v, 4) for v in values) if values else None
                 for key, values in samples.items()}, timing_min_change=check.min_change,
-             timing_load=(round(load_before, 2), round(os.getloadavg()[0], 2)))
+             timing_load=(round(load_before, 2), round(os.getloadavg()[0], 2)), timing_cores=os.cpu_count())
     return judge_timing(samples, errors, check)
 
 

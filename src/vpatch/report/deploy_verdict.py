@@ -60,7 +60,9 @@ class TimingRow:
 def timing_rows(base: Figures | None, cand: Figures) -> list[TimingRow]:
     """Each timing figure either side repeated: median (range, n) a side and the rule's call."""
     min_change = cand.timing_min_change if cand.timing_min_change is not None else _DEFAULT_MIN_CHANGE
-    load = load_moved(base.timing_load if base is not None else None, cand.timing_load)
+    # both sides ran on this host (a recorded baseline too: recorded here); an older record says no cores
+    cores = cand.timing_cores or (base.timing_cores if base is not None else None)
+    load = load_moved(base.timing_load if base is not None else None, cand.timing_load, cores)
     out = []
     for key, label, unit, higher in _TIMINGS:
         b = getattr(base, key) if base is not None else None
