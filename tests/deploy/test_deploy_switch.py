@@ -75,9 +75,13 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     back a healthy candidate. That more preemptions than max_preemptions fail the parallel check is the judge's
     (test_parallel_fails_on_preemptions_errors_and_early_stops, tests/deploy/test_deploy_checks.py)."""
     host = tiny_bare
-    # 400 tokens each (600 + 400 <= max-model-len 1,024): at 160 the four requests finished in 0.4 s each and, at
-    # load ~5, one after another without overlapping (0 preemptions, seen once in a shuffled run)
-    checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "max_tokens": 400, "max_preemptions": 1000}}
+    # vLLM preempts only a request already running that needs a block none has free; one waits for its prompt's
+    # blocks instead. So short prompts (all four admitted at once, 1 block each) that each grow to 1,000 tokens
+    # (8 of the pool's 15 usable blocks): any two that overlap for most of their decode need 16. With 600-token
+    # prompts and 400 tokens (5 blocks, growing to 8) two staggered requests fit one after another: 0 preemptions
+    # at load ~5, twice in shuffled runs (at 160 tokens, then at 400 with the four TTFTs 0.86-1.16 s).
+    checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "prompt_tokens": 100, "max_tokens": 900,
+                                              "max_preemptions": 1000}}
     host.write_yaml(kv_bytes=KV_PREEMPT, checks=checks)
     image = cue_image(host.docker, host.image)
     run = Spawned(host.spawn("--image", image, "--json"))
