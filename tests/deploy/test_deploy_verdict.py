@@ -93,7 +93,7 @@ def test_the_verdict_names_better_worse_noise_and_what_stands_beside_a_failure()
     cand = side(Figures(kv_pool_tokens=1_064_800, ttft_samples=(0.79, 0.80, 0.78), decode_samples=(138.9, 137.2, 139.5),
                         prefill_samples=(15.7, 15.6, 15.8), timing_min_change=0.1), cards(151.0, 16.4), (failed,),
                 memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
-    found = deploy_verdict.verdict(base, cand)
+    found = deploy_verdict.compare_sides(base, cand)
     assert any(b.startswith("KV pool (tokens) 1,041,901 -> 1,064,800") for b in found.better)
     assert any(b.startswith("time to first token") for b in found.better)
     assert any(b.startswith("decode rate") for b in found.better)
@@ -142,7 +142,7 @@ def test_memory_held_more_in_every_phase_is_worse_and_side_by_side() -> None:
                                    MemoryPoint(1.5, "container", 1283, 24105, "parallel")))
     cand = side(Figures(), memory=(MemoryPoint(0.5, "container", 1663, 24105, "kv pool"),
                                    MemoryPoint(1.5, "container", 1684, 24105, "parallel")))
-    found = deploy_verdict.verdict(base, cand)
+    found = deploy_verdict.compare_sides(base, cand)
     assert found.worse == ["memory: container peak +386 to +401 MiB in 2 of 2 phases (most in parallel: 1,283 -> "
                            "1,684 MiB; lowest free 22,421 MiB)"]
     assert deploy_verdict.phase_table_rows(base, cand)[1] == ("parallel", "container", "1,283", "1,684", "+401",

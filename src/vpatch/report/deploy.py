@@ -95,7 +95,7 @@ def lines(result: Report) -> list[str]:
     cand = result.record.candidate if result.record else None
     if cand is not None:
         base = result.record.baseline if result.record else None
-        shown += deploy_verdict.verdict(base, cand).lines()
+        shown += deploy_verdict.compare_sides(base, cand).lines()
         if deploy_verdict.timing_table_rows(base, cand):
             shown.append(f"rule: {deploy_verdict.the_rule(cand.figures)}")
     shown.append(f"decision: {result.decision.value}" + (f" ({failed.name} failed)" if failed else ""))

@@ -130,7 +130,7 @@ def live_page(image: str, result: LiveReport, *, started: str) -> str:
 def _verdict(base: Side | None, cand: Side) -> str:
     """The verdict on top, as the write-up is written: the failure and what stands beside it, then better,
     worse and within noise."""
-    found = deploy_verdict.verdict(base, cand)
+    found = deploy_verdict.compare_sides(base, cand)
     items = []
     if found.failed:
         beside = "".join(f"<li>{_e(line)}</li>" for line in found.explained_by)

@@ -155,7 +155,7 @@ def side_ledger_rows(base: Side | None, cand: Side) -> list[LedgerRow]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Comparison:
     better: list[str] = field(default_factory=list)
     worse: list[str] = field(default_factory=list)
     noise: list[str] = field(default_factory=list)
@@ -181,7 +181,7 @@ class Verdict:
         return out
 
 
-def verdict(base: Side | None, cand: Side) -> Verdict:
+def compare_sides(base: Side | None, cand: Side) -> Comparison:
     """Better, worse and within noise over the counts, the timings (by the rule) and the start ledger."""
     better: list[str] = []
     worse: list[str] = []
@@ -227,7 +227,7 @@ def verdict(base: Side | None, cand: Side) -> Verdict:
         explained = (memory_lines + phases + other) if memory_first else (other + memory_lines + phases)
         if not explained:
             explained = _candidate_ledger_lines(cand)
-    return Verdict(better, worse, noise, unjudged, failed, explained)
+    return Comparison(better, worse, noise, unjudged, failed, explained)
 
 
 def _memory_lines(changes: list[PhaseChange]) -> tuple[list[str], list[str]]:
@@ -264,7 +264,7 @@ def _mean(values: dict[str, float]) -> float:
 def to_json(base: Side | None, cand: Side) -> dict[str, Any]:
     """What --json carries beside the checks: verdict, ledger, timings with the rule, memory per phase."""
     return {
-        "verdict": verdict(base, cand).to_json(),
+        "verdict": compare_sides(base, cand).to_json(),
         "ledger": [{"field": r.field, "label": r.label, "unit": r.unit, "baseline": r.baseline, "candidate": r.candidate,
                     "difference": r.difference or None} for r in side_ledger_rows(base, cand)],
         "ledger_absent": absent_notes(cand),
