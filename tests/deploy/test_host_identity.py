@@ -57,8 +57,8 @@ def other_server() -> Iterator[int]:
 
 
 def test_x73_an_answer_from_another_server_is_no_answer(other_server: int) -> None:
-    liveness = alive.check(f"http://127.0.0.1:{other_server}", timeout=5, model="tiny")
-    assert liveness.state == "down" and "'someone-else'" in liveness.detail and "'tiny'" in liveness.detail
+    verdict = alive.check(f"http://127.0.0.1:{other_server}", timeout=5, model="tiny")
+    assert verdict.state == "down" and "'someone-else'" in verdict.detail and "'tiny'" in verdict.detail
 
 
 def test_x73_a_port_something_answers_on_is_refused_before_the_start(other_server: int) -> None:

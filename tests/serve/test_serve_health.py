@@ -58,6 +58,6 @@ def test_a_server_that_does_not_answer_is_down_at_once() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: refused
-    liveness = alive.check(f"http://127.0.0.1:{port}", timeout=2)
-    assert liveness.state == "down" and not liveness.alive and "did not answer" in liveness.detail
+    verdict = alive.check(f"http://127.0.0.1:{port}", timeout=2)
+    assert verdict.state == "down" and not verdict.alive and "did not answer" in verdict.detail
     assert alive.main([f"http://127.0.0.1:{port}", "--timeout", "2"]) == 1

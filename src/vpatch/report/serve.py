@@ -20,7 +20,7 @@ def served_lines(served: Served, url: str) -> list[str]:
 def container_check_line(checked: ContainerCheck) -> str:
     """`--check`: the container, its state and docker's health, and the liveness verdict."""
     health = f", docker health {checked.docker_health}" if checked.docker_health else ", no docker health check"
-    return f"{checked.container} ({checked.status}{health}): {checked.liveness.line()}"
+    return f"{checked.container} ({checked.status}{health}): {checked.verdict.line()}"
 
 
 def drift_json(result: DriftReport) -> dict[str, Any]:

@@ -101,7 +101,7 @@ class Counters:
 
 
 @dataclass(frozen=True)
-class Liveness:
+class Verdict:
     state: str  # alive | down | hung | stalled
     detail: str
     seconds: float
@@ -166,8 +166,8 @@ def stalled_since(now: Counters, last: dict[str, Any] | None, own_tokens: float)
 
 
 def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state: str | None = None,
-          model: str | None = None) -> Liveness:
-    """The server's liveness. A busy engine whose counters move is alive without being disturbed; an idle
+          model: str | None = None) -> Verdict:
+    """One liveness verdict. A busy engine whose counters move is alive without being disturbed; an idle
     one must answer a 1-token completion within `timeout`; requests outstanding and no token for `stall_s`
     across checks (remembered in the file `state`) is a stall. With `model`, the answer must come from the
     server that serves it: another server on the port (seen: a second HTTP server on a host-network port
@@ -175,23 +175,23 @@ def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state:
     began = time.monotonic()
     base_url = base_url.rstrip("/")
 
-    def found(kind: str, detail: str) -> Liveness:
-        return Liveness(kind, detail, time.monotonic() - began)
+    def verdict(kind: str, detail: str) -> Verdict:
+        return Verdict(kind, detail, time.monotonic() - began)
 
     try:
         with open_url(f"{base_url}/health", timeout=min(timeout, 5.0)) as resp:
             if int(resp.status) != 200:
-                return found("down", f"/health answered {resp.status}")
+                return verdict("down", f"/health answered {resp.status}")
         if model is not None:
             names = served_models(base_url, min(timeout, 5.0))
             if model not in names:
-                return found("down", f"{base_url} answers, but not for {model!r}: its /v1/models names "
+                return verdict("down", f"{base_url} answers, but not for {model!r}: its /v1/models names "
                                f"{', '.join(map(repr, names)) or 'no model'} (another server on this port?)")
         before = read_counters(base_url, timeout=min(timeout, 5.0))
     except (Unreachable, HttpError) as exc:
-        return found("down", str(exc))
+        return verdict("down", str(exc))
     except ValueError as exc:  # /v1/models that is no JSON: not a vLLM server
-        return found("down", f"{base_url}/v1/models is not a vLLM answer: {exc}")
+        return verdict("down", f"{base_url}/v1/models is not a vLLM answer: {exc}")
     last = load_state(state)
     own = 0.0
     if before.outstanding <= 0 or last is None or not before.moved_since(Counters(**last["counters"])):
@@ -200,21 +200,21 @@ def check(base_url: str, *, timeout: float = 20.0, stall_s: float = 30.0, state:
             own = _complete_one(base_url, timeout)
         except Unreachable as exc:
             if exc.timed_out:
-                return found("hung", f"/health answers 200 but a 1-token completion got no answer in {timeout:.0f}s; "
+                return verdict("hung", f"/health answers 200 but a 1-token completion got no answer in {timeout:.0f}s; "
                                f"metrics: {before.show()}")
-            return found("down", str(exc))
+            return verdict("down", str(exc))
         except HttpError as exc:
-            return found("down", f"a 1-token completion failed: {exc}")
+            return verdict("down", f"a 1-token completion failed: {exc}")
     try:
         now = read_counters(base_url, timeout=min(timeout, 5.0))
     except (Unreachable, HttpError) as exc:
-        return found("down", str(exc))
+        return verdict("down", str(exc))
     since = stalled_since(now, last, own)
     save_state(state, {"counters": asdict(now), "stalled_since": since})
     if since is not None and now.at - since >= stall_s:
-        return found("stalled", f"{now.outstanding:.0f} request(s) outstanding and no token for "
+        return verdict("stalled", f"{now.outstanding:.0f} request(s) outstanding and no token for "
                        f"{now.at - since:.0f}s (stall_s {stall_s:.0f}); metrics: {now.show()}")
-    return found("alive", f"answers; metrics: {now.show()}")
+    return verdict("alive", f"answers; metrics: {now.show()}")
 
 
 def load_state(path: str | None) -> dict[str, Any] | None:

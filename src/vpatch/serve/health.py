@@ -86,24 +86,24 @@ def wait_alive(docker: Docker, container: str, url: str, *, timeout: float, prog
     came: an answer while it is gone came from someone else."""
     began = time.monotonic()
     last_report = began
-    liveness: alive.Liveness | None = None
+    verdict: alive.Verdict | None = None
     while True:
         why = down(docker, container)
         if why is not None:
             raise _not_alive(docker, container, f"{why} (before {url} was alive)", why)
-        liveness = alive.check(url, timeout=probe_timeout, model=model)
-        if liveness.alive:
+        verdict = alive.check(url, timeout=probe_timeout, model=model)
+        if verdict.alive:
             why = down(docker, container)
             if why is not None:
                 raise _not_alive(docker, container, f"{why} (while {url} answered: another server answers there)", why)
             return time.monotonic() - began
         now = time.monotonic()
         if now - began > timeout:
-            raise _not_alive(docker, container, f"{url} was not alive within {timeout:.0f}s: {liveness.line()}",
-                             liveness.line(), hint=f"raise {timeout_key} if the server needs longer to load")
+            raise _not_alive(docker, container, f"{url} was not alive within {timeout:.0f}s: {verdict.line()}",
+                             verdict.line(), hint=f"raise {timeout_key} if the server needs longer to load")
         if progress and now - last_report >= _REPORT_EVERY_S:
             last_report = now
-            progress(f"waiting for {url}: {now - began:.0f}s, {liveness.state}")
+            progress(f"waiting for {url}: {now - began:.0f}s, {verdict.state}")
         time.sleep(1.0)
 
 

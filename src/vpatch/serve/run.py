@@ -98,11 +98,11 @@ class ContainerCheck:
     container: str
     status: str  # docker's: running, exited, ... ("absent" when there is none)
     docker_health: str  # what `docker ps` shows: healthy | unhealthy | starting | "" (no health check)
-    liveness: alive.Liveness
+    verdict: alive.Verdict
 
     @property
     def alive(self) -> bool:
-        return self.liveness.alive
+        return self.verdict.alive
 
 
 def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> ContainerCheck:
@@ -112,16 +112,16 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Co
     name = definition.serve.container.name
     info = docker.container(name)
     if info is None:
-        return ContainerCheck(name, "absent", "", alive.Liveness("down", f"no container named {name}", 0.0))
+        return ContainerCheck(name, "absent", "", alive.Verdict("down", f"no container named {name}", 0.0))
     why = health.down(docker, info.id)
     if why is not None:
-        return ContainerCheck(name, info.status, info.health, alive.Liveness("down", why, 0.0))
+        return ContainerCheck(name, info.status, info.health, alive.Verdict("down", why, 0.0))
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         state: str | None = str(state_dir / f"{definition.name}-alive.json")
     except OSError:
         state = None  # a read-only or broken state folder loses the stall memory between checks, not the verdict
-    liveness = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
+    verdict = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
                           timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
                           state=state)
-    return ContainerCheck(name, info.status, info.health, liveness)
+    return ContainerCheck(name, info.status, info.health, verdict)
