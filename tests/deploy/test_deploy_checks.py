@@ -310,15 +310,15 @@ def test_the_prediction_counts_the_requests_own_tokens_not_the_health_checks_ste
     assert predicted and max(predicted) == 7 == max(p.held for p in points), points
 
 
-def test_a_gauge_that_never_moves_is_a_measurement_error_after_eight_requests(tmp_path: Path,
+def test_a_gauge_that_never_moves_is_a_measurement_error_after_twelve_requests(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pauses: list[float] = []  # the check's own pauses (the watchdog's quarter seconds still sleep)
     real_sleep = time.sleep
     monkeypatch.setattr(time, "sleep", lambda s: pauses.append(s) if s >= 1 else real_sleep(s))
-    server = _StarvedFrontend(missed=8)
+    server = _StarvedFrontend(missed=12)
     (result,) = [r for r in _block_cost_run(server, tmp_path).results if r.name == "block cost"]
-    assert server.requests == [32] + [208] * 7
-    assert pauses == [1, 2, 2, 2, 2, 2]  # from the third request on: a burst of load can pass, 11 s at most
+    assert server.requests == [32] + [208] * 11
+    assert pauses == [1, 2, 3, 4, 4, 4, 4, 4, 4, 4]  # from the third request on: a burst of load can pass, 38 s at most
     assert result.status is CheckStatus.ERROR and "measurement error" in result.detail and result.failed
 
 
@@ -344,4 +344,5 @@ def test_the_timing_check_repeats_and_keeps_decode_rates_only_from_spaced_tokens
         f = run.figures
         assert len(f.ttft_samples or ()) == 3 == len(f.prefill_samples or ()) == len(f.makespan_samples or ())
         assert len(f.decode_samples or ()) == decoded  # a burst (310,000 tok/s) is no decode rate
+        assert f.decode_bursts == 3 - decoded  # and is counted, so the report can say why the rate is missing
         assert f.timing_load is not None and f.timing_min_change == 0.1 and f.timing_cores == os.cpu_count()

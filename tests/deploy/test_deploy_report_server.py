@@ -188,11 +188,16 @@ def test_a_deploy_records_its_series_and_writes_a_report_the_browser_renders(hos
     # "not judged" only for a reason the rule states: the load moved or passed 2 per core (the baseline's TTFT
     # 0.12 s at load 6.5, the candidate's 0.01 s at 5.0 on 2 cores, in a shuffled run beside two busy loops), or
     # a side kept too few samples (decode rates read in one burst are not rates; the full suite at load ~3.6 kept
-    # fewer than 3 on one side once).
+    # fewer than 3 on one side once), or none at all, with the bursts counted (a shuffled run at load ~5 and a
+    # cold CI run at up to 8: every one of both sides' five answers came in one read).
     assert kept.candidate.figures.timing_cores == os.cpu_count()
     moved = load_moved(*loads, kept.candidate.figures.timing_cores)
     for t in timings:
-        assert t.call.value == "within noise" or moved or "no rule can tell" in t.why or "one side only" in t.why, t
+        assert (t.call.value == "within noise" or moved or "no rule can tell" in t.why or "one side only" in t.why
+                or t.why.startswith("not measured: ")), t
+        if t.baseline == "-" and t.candidate == "-":
+            assert t.label == "decode rate" and t.why.startswith("not measured: ") and "in bursts" in t.why, t
+            assert kept.candidate.figures.decode_bursts and kept.baseline.figures.decode_bursts, t
     assert len(kept.candidate.figures.ttft_samples or ()) == 5 == len(kept.baseline.figures.ttft_samples or ())
     ledger = {r.field: r for r in deploy_verdict.side_ledger_rows(kept.baseline, kept.candidate)}
     assert ledger["kv_tokens"].baseline == {"EngineCore": 8192.0} == ledger["kv_tokens"].candidate
@@ -305,7 +310,7 @@ def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocat
     browser.chromium()
     used = tiny_production.docker.container_memory(tiny_production.container)
     assert used is not None
-    limit = used[0] // (1024 * 1024) + HEADROOM_MIB
+    limit = used.used // (1024 * 1024) + HEADROOM_MIB
     host = tiny_bare
     # The parallel check decodes 400 tokens (1,000 with the prompt), not 160: at load ~4 its four requests took
     # 1.7 s, little for the cue, the 700 MiB written and a memory reading (docker's stats) to fit in.
@@ -407,13 +412,18 @@ def test_a_candidate_that_holds_more_and_starts_later_shows_both_in_the_ledger_a
     assert first["difference"].startswith("vLLM's first line after (container start to its first stamped line) +")
     assert rows["serving_s"]["difference"].startswith("serving after (container start to 'Starting vLLM server') ")
     assert rows["healthy_s"]["candidate"]["server"] >= DELAY_S and rows["healthy_s"]["baseline"] == {}
-    # The phase table: the held memory through each check, both sides measured in the same phases.
-    phases = {(p["side"], p["check"]): p["peak_used_mib"] for p in report["memory_phases"]}
+    # The phase table: the held memory through each check, both sides measured in the same phases. The figure is
+    # docker's (usage less inactive page cache), and on this cgroup v1 machine a file's cached pages count against
+    # the container that read them first: by test order, the candidate read 572-581 MiB over production in every
+    # phase of one shuffled run and 410 in another. The processes' own (resident) memory carries the 400 MiB held.
+    phases = {(p["side"], p["check"]): p for p in report["memory_phases"]}
     common = [c for side, c in phases if side == "candidate" and ("baseline", c) in phases]
     assert "kv pool" in common
-    extra = {c: phases[("candidate", c)] - phases[("baseline", c)] for c in common}
-    print("memory per phase, candidate - production (MiB):", {c: round(v) for c, v in extra.items()})
-    assert HOLD_MIB - 150 <= extra["kv pool"] <= HOLD_MIB + 150, extra
+    extra = {c: phases[("candidate", c)]["peak_used_mib"] - phases[("baseline", c)]["peak_used_mib"] for c in common}
+    own = {c: phases[("candidate", c)]["peak_resident_mib"] - phases[("baseline", c)]["peak_resident_mib"] for c in common}
+    print("memory per phase, candidate - production (MiB):", {c: round(v) for c, v in extra.items()},
+          "resident:", {c: round(v) for c, v in own.items()})
+    assert HOLD_MIB - 150 <= own["kv pool"] <= HOLD_MIB + 150, own
     named = " | ".join(report["memory_phase_differences"])
     assert "kv pool: container peak +" in named, named
     assert any(w.startswith("memory: container peak +") for w in report["verdict"]["worse"]), report["verdict"]

@@ -70,6 +70,38 @@ def test_a_difference_measured_on_a_host_busier_than_twice_its_cores_is_not_judg
     assert "during the candidate's repeats" in (load_moved((3.0, 3.2), (3.3, 4.5), 2) or "")  # 4.5 on 2 cores
 
 
+def test_a_decode_rate_read_in_bursts_on_both_sides_stays_a_row_that_says_why() -> None:
+    """A shuffled suite at load ~5 on 2 cores: every one of the five short timing answers of both sides came in
+    one read, so neither side kept a decode rate. The row is shown as not measured with that reason, on the
+    console, in --json and on the page, never dropped without a word."""
+    base = Figures(ttft_samples=(0.05, 0.04, 0.06, 0.05, 0.05), decode_bursts=5, timing_min_change=0.1)
+    cand = Figures(ttft_samples=(0.04, 0.05, 0.05, 0.06, 0.04), decode_bursts=5, timing_min_change=0.1)
+    rows = {r.label: r for r in deploy_verdict.timing_rows(base, cand)}
+    decode = rows["decode rate"]
+    assert (decode.baseline, decode.candidate, decode.call) == ("-", "-", Call.UNJUDGED)
+    assert decode.why.startswith("not measured: the baseline's 5 of 5 answers came in bursts (under half the gaps "
+                                 "between tokens over 0.1 ms: a loaded host; measure again at a steady load) and the "
+                                 "candidate's 5 of 5 answers came in bursts"), decode.why
+    assert decode.why.endswith(", which give no decode rate"), decode.why
+    found = deploy_verdict.compare_sides(side(base), side(cand))
+    assert any(u.startswith("decode rate - -> - tok/s (not measured") for u in found.unjudged), found.unjudged
+    doc = deploy_verdict.to_json(side(base), side(cand))
+    assert [f["call"] for f in doc["timing"]["figures"] if f["figure"] == "decode rate"] == ["not judged"]
+    # one side kept two rates, the other none: unjudged by the rule, and the bursts named beside it
+    some = deploy_verdict.timing_rows(Figures(ttft_samples=(0.05,) * 5, decode_samples=(900.0, 950.0), decode_bursts=3),
+                                      cand)
+    why = next(r.why for r in some if r.label == "decode rate")
+    assert why.startswith("measured on one side only; the baseline's 3 of 5 answers came in bursts"), why
+    # answers too short to time are a reason of their own
+    short = deploy_verdict.timing_rows(None, Figures(ttft_samples=(0.05,) * 5, decode_bursts=1))
+    assert [r.why for r in short if r.label == "decode rate"] == [
+        "not measured: the candidate's 1 of 5 answers came in bursts (under half the gaps between tokens over 0.1 ms: "
+        "a loaded host; measure again at a steady load) and the candidate's 4 of 5 answers were under 16 tokens, too "
+        "few to time, which give no decode rate"]
+    # a record older than the count (decode_bursts None): nothing to say, so no row, as before
+    assert "decode rate" not in {r.label for r in deploy_verdict.timing_rows(None, Figures(ttft_samples=(0.05,) * 5))}
+
+
 def side(figures: Figures, log: str = "", checks: tuple[CheckResult, ...] = (), memory: tuple[MemoryPoint, ...] = ()) -> Side:
     return Side(checks, figures, PassSeries(memory=memory), ledger=parse_start_log(log))
 
@@ -117,6 +149,26 @@ def test_memory_per_phase_takes_the_peak_and_the_lowest_free_per_device() -> Non
     rows = deploy_verdict.memory_phases(PassSeries(memory=points), "candidate")
     assert [(r.check, r.peak_used_mib, r.lowest_free_mib, r.readings) for r in rows] == [
         ("kv pool", 900, 1100, 1), ("parallel", 1700, 300, 3)]
+
+
+def test_a_phase_difference_names_the_resident_part_where_page_cache_moved_the_figure() -> None:
+    """A container on cgroup v1: the candidate held 400 MiB more of its own, and docker's figure read 575 MiB more
+    because the cache of files it read first counts against it (a shuffled run of the server test)."""
+    base = side(Figures(), memory=(MemoryPoint(1.0, "container", 1300, 24000, "kv pool", 1100),))
+    cand = side(Figures(), memory=(MemoryPoint(1.0, "container", 1875, 24000, "kv pool", 1502),
+                                   MemoryPoint(1.5, "container", 1800, 24000, "kv pool", 1500)))
+    assert deploy_verdict.phase_differences(base, cand) == [
+        "kv pool: container peak +575 MiB (1,300 -> 1,875; lowest free 22,125 MiB; resident +402 MiB, the rest page cache)"]
+    doc = deploy_verdict.to_json(base, cand)
+    assert [p["peak_resident_mib"] for p in doc["memory_phases"]] == [1100, 1502]
+    # the same movement in both: nothing more to say; a GPU (no resident figure): as before
+    same = side(Figures(), memory=(MemoryPoint(1.0, "container", 1700, 24000, "kv pool", 1495),))
+    assert deploy_verdict.phase_differences(base, same)[0].endswith("lowest free 22,300 MiB)")
+    gpu = side(Figures(), memory=(MemoryPoint(1.0, "gpu0", 31400, 32607, "parallel"),))
+    assert deploy_verdict.phase_differences(side(Figures(), memory=(MemoryPoint(1.0, "gpu0", 30000, 32607, "parallel"),)),
+                                            gpu) == ["parallel: gpu0 peak +1,400 MiB (30,000 -> 31,400; lowest free 1,207 MiB)"]
+    again = PassSeries.from_json(cand.series.to_json())
+    assert again.memory == cand.series.memory and again.memory[0].resident_mib == 1502
 
 
 def test_the_page_puts_the_verdict_on_top_and_shows_ledger_rule_and_phases() -> None:

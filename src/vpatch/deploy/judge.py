@@ -69,6 +69,9 @@ class Figures:
     decode_samples: tuple[float, ...] | None = None
     prefill_samples: tuple[float, ...] | None = None
     makespan_samples: tuple[float, ...] | None = None
+    # Of the short timing answers, how many came in bursts and so gave no decode rate (a loaded host: every one
+    # of five, on both sides, in a shuffled run at load ~5); None: an older record, or no timing check.
+    decode_bursts: int | None = None
     timing_min_change: float | None = None
     timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
     timing_cores: int | None = None  # the host's cores (what its load average is read against)

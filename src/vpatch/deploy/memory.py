@@ -24,6 +24,7 @@ class DeviceMemory:
     device: str  # "gpu0" ... or "container"
     used_mib: float
     total_mib: float
+    resident_mib: float | None = None  # a container's own (anonymous) memory; None for a GPU
 
 
 Source = Callable[[], list[DeviceMemory]]
@@ -35,8 +36,8 @@ def container_source(docker: Docker, container: str) -> Source:
         found = docker.container_memory(container)
         if found is None:
             return []
-        used, limit = found
-        return [DeviceMemory("container", used / MIB, limit / MIB)]
+        resident = None if found.resident is None else found.resident / MIB
+        return [DeviceMemory("container", found.used / MIB, found.limit / MIB, resident)]
     return read
 
 
@@ -104,7 +105,7 @@ class MemoryWatch:
         except VpatchError:
             return []  # the daemon away for a moment: the next reading may see it again
         now = self.recorder.at(time.monotonic())
-        points = [MemoryPoint(now, d.device, d.used_mib, d.total_mib, check) for d in found]
+        points = [MemoryPoint(now, d.device, d.used_mib, d.total_mib, check, d.resident_mib) for d in found]
         self.recorder.add("memory", points)
         if self.floor_mib is not None and self.breach is None:
             low = [p for p in points if p.free_mib < self.floor_mib]

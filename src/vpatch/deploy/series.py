@@ -44,6 +44,7 @@ class MemoryPoint:
     used_mib: float
     total_mib: float
     check: str = ""  # the check that was running
+    resident_mib: float | None = None  # of used, a container's anonymous memory (the rest: active page cache)
 
     @property
     def free_mib(self) -> float:
@@ -94,7 +95,9 @@ class PassSeries:
             "throughput": [[round(t, 3), round(v, 2)] for t, v in self.throughput],
             "stalls": [_event(e) for e in self.stalls],
             "memory": [{"t": round(m.t, 3), "device": m.device, "used_mib": round(m.used_mib, 1),
-                        "total_mib": round(m.total_mib, 1), "check": m.check} for m in self.memory],
+                        "total_mib": round(m.total_mib, 1), "check": m.check,
+                        **({} if m.resident_mib is None else {"resident_mib": round(m.resident_mib, 1)})}
+                       for m in self.memory],
             "memory_floor_mib": self.memory_floor_mib,
         }
 
@@ -115,7 +118,9 @@ class PassSeries:
             throughput=tuple((float(t), float(v)) for t, v in data["throughput"]),
             stalls=tuple(_read_event(e) for e in data["stalls"]),
             memory=tuple(MemoryPoint(float(m["t"]), str(m["device"]), float(m["used_mib"]), float(m["total_mib"]),
-                                     str(m.get("check", ""))) for m in data["memory"]),
+                                     str(m.get("check", "")),
+                                     None if m.get("resident_mib") is None else float(m["resident_mib"]))
+                         for m in data["memory"]),
             memory_floor_mib=None if data.get("memory_floor_mib") is None else float(data["memory_floor_mib"]),
         )
 

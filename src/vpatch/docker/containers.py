@@ -17,6 +17,19 @@ from vpatch.docker.images import inspect_image
 
 
 @dataclass(frozen=True)
+class ContainerMemory:
+    """A running container's memory, in bytes, as `docker stats` reads it, and the part of it that is its
+    processes' own."""
+
+    used: int  # the cgroup's usage without its inactive page cache (what `docker stats` shows)
+    limit: int  # its memory limit, the host's memory when it has none
+    # Anonymous memory (cgroup v2 `anon`, v1 `total_rss`): `used` less the active page cache. On cgroup v1 a file's
+    # pages count against the cgroup that read them first, so two containers of one image split the cache by the
+    # order they ran in (a candidate read +572 MiB over production with 400 MiB more resident). None: not reported.
+    resident: int | None
+
+
+@dataclass(frozen=True)
 class ContainerInfo:
     """A container as `docker inspect` shows it: what it runs, how, and in which state."""
 
@@ -204,10 +217,10 @@ class Containers(Daemon):
         return [(int(row[pid]), str(row[cmd])) for row in top.get("Processes") or ()]
 
     @daemon_call
-    def container_memory(self, name: str) -> tuple[int, int] | None:
-        """(bytes used, limit in bytes) of the running container `name`, as `docker stats` shows them: the
-        cgroup's usage without its inactive page cache (the kernel drops that first), against its memory
-        limit (the host's memory when it has none). None when it is not running."""
+    def container_memory(self, name: str) -> ContainerMemory | None:
+        """The running container `name`'s memory as `docker stats` shows it: the cgroup's usage without its
+        inactive page cache (the kernel drops that first), against its memory limit (the host's memory when it
+        has none), and the resident part. None when it is not running."""
         import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
         try:
@@ -222,7 +235,9 @@ class Containers(Daemon):
         detail = memory.get("stats") or {}
         # cgroup v2 calls it inactive_file, v1 total_inactive_file (docker's CLI subtracts the same).
         cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
-        return int(memory["usage"]) - int(cache), int(memory["limit"])
+        resident = detail.get("anon", detail.get("total_rss"))
+        return ContainerMemory(int(memory["usage"]) - int(cache), int(memory["limit"]),
+                               None if resident is None else int(resident))
 
     @daemon_call
     def remove_container(self, name: str) -> None:

@@ -67,13 +67,36 @@ def timing_rows(base: Figures | None, cand: Figures) -> list[TimingRow]:
     for key, label, unit, higher in _TIMINGS:
         b = getattr(base, key) if base is not None else None
         c = getattr(cand, key)
+        no_rate = _no_rate(base, cand) if key == "decode_samples" else ""
         if not b and not c:
+            if no_rate:  # the timing check ran and no answer gave a rate: say why, never drop the row
+                out.append(TimingRow(label, unit, "-", "-", Call.UNJUDGED, f"not measured: {no_rate}"))
             continue
         call, why = compare(b, c, higher_is_better=higher, min_change=min_change, load=load,
                             floor=FLOOR_S if unit == "s" else 0.0)
+        if call is Call.UNJUDGED and no_rate:
+            why += f"; {no_rate}"
         sb, sc = spread(b), spread(c)
         out.append(TimingRow(label, unit, sb.shown() if sb else "-", sc.shown() if sc else "-", call, why))
     return out
+
+
+def _no_rate(base: Figures | None, cand: Figures) -> str:
+    """Why a side kept fewer decode rates than it sent short requests: the answers came in bursts (a loaded host
+    hands over a whole answer in one read, and the spacing of its tokens then says nothing of the decode rate),
+    or were too short to time. Empty for a record older than the count, or where every answer gave a rate."""
+    parts = []
+    for side, figures in (("baseline", base), ("candidate", cand)):
+        if figures is None or figures.decode_bursts is None:
+            continue
+        sent = len(figures.ttft_samples or ())
+        short = sent - len(figures.decode_samples or ()) - figures.decode_bursts
+        if figures.decode_bursts:
+            parts.append(f"the {side}'s {figures.decode_bursts} of {sent} answers came in bursts (under half the "
+                         "gaps between tokens over 0.1 ms: a loaded host; measure again at a steady load)")
+        if short > 0:
+            parts.append(f"the {side}'s {short} of {sent} answers were under 16 tokens, too few to time")
+    return " and ".join(parts) + (", which give no decode rate" if parts else "")
 
 
 def the_rule(cand: Figures) -> str:
@@ -89,10 +112,12 @@ class PhaseRow:
     lowest_free_mib: float
     total_mib: float
     readings: int
+    peak_resident_mib: float | None = None  # a container's own memory (without page cache); None: not read
 
 
 def memory_phases(series: PassSeries, side: str) -> list[PhaseRow]:
-    """Per check phase and device: the peak used and the lowest free, in the order the phases ran."""
+    """Per check phase and device: the peak used, the lowest free and (a container) the peak resident, in the
+    order the phases ran."""
     order: list[tuple[str, str]] = []
     groups: dict[tuple[str, str], list[Any]] = {}
     for m in series.memory:
@@ -104,8 +129,9 @@ def memory_phases(series: PassSeries, side: str) -> list[PhaseRow]:
     rows = []
     for key in order:
         points = groups[key]
+        resident = [p.resident_mib for p in points if p.resident_mib is not None]
         rows.append(PhaseRow(side, key[0], key[1], max(p.used_mib for p in points), min(p.free_mib for p in points),
-                             points[0].total_mib, len(points)))
+                             points[0].total_mib, len(points), max(resident) if resident else None))
     return rows
 
 
@@ -135,7 +161,22 @@ class PhaseChange:
             return ""
         assert self.baseline is not None and self.candidate is not None
         return (f"{self.check}: {self.device} peak {delta:+,.0f} MiB ({self.baseline.peak_used_mib:,.0f} -> "
-                f"{self.candidate.peak_used_mib:,.0f}; lowest free {self.candidate.lowest_free_mib:,.0f} MiB)")
+                f"{self.candidate.peak_used_mib:,.0f}; lowest free {self.candidate.lowest_free_mib:,.0f} MiB"
+                f"{self._resident_part(delta)})")
+
+    @property
+    def resident_delta_mib(self) -> float | None:
+        b = self.baseline.peak_resident_mib if self.baseline else None
+        c = self.candidate.peak_resident_mib if self.candidate else None
+        return None if b is None or c is None else c - b
+
+    def _resident_part(self, delta: float) -> str:
+        """"; resident +402 MiB, the rest page cache" where the processes' own memory moved otherwise than the
+        figure (on cgroup v1 a file's cache counts against the container that read it first)."""
+        own = self.resident_delta_mib
+        if own is None or abs(own - delta) < 32:
+            return ""
+        return f"; resident {own:+,.0f} MiB, the rest page cache"
 
 
 def phase_changes(base: Side | None, cand: Side) -> list[PhaseChange]:
@@ -273,7 +314,9 @@ def to_json(base: Side | None, cand: Side) -> dict[str, Any]:
              "call": t.call.value, "why": t.why} for t in timing_rows(base.figures if base else None, cand.figures)]},
         "memory_phases": [{"side": p.side, "check": p.check, "device": p.device, "peak_used_mib": round(p.peak_used_mib, 1),
                            "lowest_free_mib": round(p.lowest_free_mib, 1), "total_mib": round(p.total_mib, 1),
-                           "readings": p.readings} for p in memory_phase_rows(base, cand)],
+                           "readings": p.readings,
+                           "peak_resident_mib": None if p.peak_resident_mib is None else round(p.peak_resident_mib, 1)}
+                          for p in memory_phase_rows(base, cand)],
         "memory_phase_differences": phase_differences(base, cand),
     }
 
