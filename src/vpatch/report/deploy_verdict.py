@@ -236,7 +236,8 @@ def compare_sides(base: Side | None, cand: Side) -> Comparison:
             text = f"{label} {b:,.2f} -> {c:,.2f}" if isinstance(c, float) else f"{label} {b:,} -> {c:,}"
             (better if (c > b) == higher else worse).append(text)
     for row in timing_rows(base.figures if base else None, cand.figures):
-        text = f"{row.label} {row.baseline} -> {row.candidate} {row.unit} ({row.why})"
+        shown = "" if row.baseline == row.candidate == "-" else f" {row.baseline} -> {row.candidate} {row.unit}"
+        text = f"{row.label}{shown} ({row.why})"
         if row.call is Call.BETTER:
             better.append(text)
         elif row.call is Call.WORSE:
