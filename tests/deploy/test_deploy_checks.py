@@ -273,7 +273,8 @@ class _StarvedFrontend(Server):
                 self.kv = -(-(800 + n) // 128) / 64  # the blocks of 800 + n tokens, of 64
             if on_token is not None:
                 on_token()
-            time.sleep(0.005)  # a token takes a while: the check's own sampling thread reads meanwhile
+            if seen:  # a token takes a while: the check's own sampling thread reads meanwhile (no need unseen)
+                time.sleep(0.005)
         self.kv = 0.0  # the request ended: its blocks are free
         return Timing(0.1, 0.5, 800, max_tokens, "length")
 
