@@ -221,3 +221,25 @@ def test_verify_live_page_names_every_case_and_its_verdict() -> None:
     assert 'class="decision deployed">Passed: img:1 shows every fix its live checks name (1 case(s)).' in passed
     nothing = deploy_html.live_page("img:1", LiveReport(LivePlan(()), ()), started="s")
     assert "Nothing to run" in nothing and "<table>" not in nothing
+
+
+def test_container_memory_reads_the_resident_part_on_cgroup_v1_and_v2() -> None:
+    """docker's stats answer as this machine's daemon gives it (cgroup v1, read from a running test server) and as a
+    cgroup v2 daemon names the same figures. A stand-in for docker's API: the daemon here runs cgroup v1 only, so
+    the v2 shape cannot come from a real one (the v1 path runs for real in test_deploy_report_server.py)."""
+    from types import SimpleNamespace
+
+    from vpatch.docker.containers import ContainerMemory, Containers
+
+    mib = 1024 * 1024
+    v1 = {"usage": 667082752, "limit": 25276203008, "stats": {
+        "total_rss": 589688832, "total_cache": 60559360, "total_active_file": 26353664, "total_inactive_file": 34205696}}
+    v2 = {"usage": 700 * mib, "limit": 2048 * mib, "stats": {"anon": 500 * mib, "file": 200 * mib,
+                                                             "active_file": 60 * mib, "inactive_file": 140 * mib}}
+    for stats, expected in ((v1, ContainerMemory(667082752 - 34205696, 25276203008, 589688832)),
+                            (v2, ContainerMemory(560 * mib, 2048 * mib, 500 * mib)),
+                            ({"usage": 10 * mib, "limit": 20 * mib}, ContainerMemory(10 * mib, 20 * mib, None))):
+        api = SimpleNamespace(stats=lambda name, stream, one_shot, s=stats: {"memory_stats": s})
+        assert Containers(SimpleNamespace(api=api)).container_memory("c") == expected
+    stopped = SimpleNamespace(stats=lambda name, stream, one_shot: {"memory_stats": {}})
+    assert Containers(SimpleNamespace(api=stopped)).container_memory("c") is None

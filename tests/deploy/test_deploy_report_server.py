@@ -415,7 +415,8 @@ def test_a_candidate_that_holds_more_and_starts_later_shows_both_in_the_ledger_a
     # The phase table: the held memory through each check, both sides measured in the same phases. The figure is
     # docker's (usage less inactive page cache), and on this cgroup v1 machine a file's cached pages count against
     # the container that read them first: by test order, the candidate read 572-581 MiB over production in every
-    # phase of one shuffled run and 410 in another. The processes' own (resident) memory carries the 400 MiB held.
+    # phase of one shuffled run, 640-653 MiB run alone (resident: 398-404 MiB). The processes' own (resident) memory
+    # carries the 400 MiB held.
     phases = {(p["side"], p["check"]): p for p in report["memory_phases"]}
     common = [c for side, c in phases if side == "candidate" and ("baseline", c) in phases]
     assert "kv pool" in common

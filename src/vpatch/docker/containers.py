@@ -25,7 +25,8 @@ class ContainerMemory:
     limit: int  # its memory limit, the host's memory when it has none
     # Anonymous memory (cgroup v2 `anon`, v1 `total_rss`): `used` less the active page cache. On cgroup v1 a file's
     # pages count against the cgroup that read them first, so two containers of one image split the cache by the
-    # order they ran in (a candidate read +572 MiB over production with 400 MiB more resident). None: not reported.
+    # order they ran in (a candidate that held 400 MiB more read +640-653 MiB over production, +398-404 MiB
+    # resident, in the deploy report's server test). None: not reported.
     resident: int | None
 
 
