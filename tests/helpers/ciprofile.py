@@ -160,6 +160,7 @@ class Profile:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """Count the servers before the summary is printed, and fail the run when two loaded at once."""
         if not self.phases:  # nothing ran (--collect-only, an error at collection)
+            self._stop_watching()  # left running, it outlived the run
             return
         found = self._servers()
         if found is None:
@@ -212,11 +213,9 @@ class Profile:
         if self.watcher is None:
             return None
         time.sleep(1)  # the last events on their way through the pipe
-        self.watcher.terminate()
-        self.watcher.wait(timeout=30)
+        self._stop_watching()
         self.events.seek(0)
         text = self.events.read().decode()
-        self.watcher = None
         if not text and shutil.which("docker") and subprocess.run(["docker", "info"], capture_output=True).returncode:
             return None
         events = [json.loads(line) for line in text.splitlines()]
@@ -224,6 +223,12 @@ class Profile:
         self.others = sum(1 for e in events if e.get("Action") == "start"
                           and RENDERED_LABEL not in e.get("Actor", {}).get("Attributes", {}))
         return servers(events, self.token)
+
+    def _stop_watching(self) -> None:
+        if self.watcher is not None:
+            self.watcher.terminate()
+            self.watcher.wait(timeout=30)
+            self.watcher = None
 
     def _module_of(self, server: Server) -> str:
         """The module the server's worker ran when it started (its setup, call or teardown)."""

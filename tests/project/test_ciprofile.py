@@ -43,6 +43,28 @@ def test_seconds_per_module_and_the_server_start_line_are_printed_and_kept(tmp_p
     assert shown.returncode == 0 and "test_slow.py" in shown.stdout and "2 tests" in shown.stdout, shown.stdout + shown.stderr
 
 
+@pytest.mark.parametrize("how", [[], ["--collect-only"]], ids=["tests-ran", "collect-only"])
+def test_the_events_watcher_ends_with_the_run_even_when_nothing_ran(tmp_path: Path, docker: Docker,
+                                                                    how: list[str]) -> None:
+    """The profile follows docker's events from the session's start; a run that ran nothing (--collect-only, as
+    tests/project/test_markers.py runs it) left that `docker events` behind, one per such run, for good."""
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\nfrom helpers import ciprofile\n\ndef pytest_configure(config):\n    ciprofile.register(config)\n\n"
+        "@pytest.hookimpl(trylast=True)\ndef pytest_sessionstart(session):\n"
+        "    watcher = session.config.pluginmanager.get_plugin('vpatch-ci-profile').watcher\n"
+        "    open('watcher.pid', 'w').write(str(watcher.pid))\n")
+    (tmp_path / "test_fast.py").write_text("def test_c():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", *how, str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    pid = int((tmp_path / "watcher.pid").read_text())  # the run did start one
+    try:
+        left = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        left = []
+    assert left[:2] != [b"docker", b"events"], f"pid {pid} still runs: {left}"
+
+
 @pytest.fixture
 def docker() -> Docker:
     try:
