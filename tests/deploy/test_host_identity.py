@@ -197,7 +197,7 @@ def test_x58_a_read_only_state_folder_is_a_clear_error(state: Path) -> None:
 
 def test_j12_a_state_path_that_is_a_file_is_a_clear_error(state: Path) -> None:
     state.write_text("not a folder")
-    with pytest.raises(LockFolderError, match=r"cannot take the lock .*Not a directory"):
+    with pytest.raises(LockFolderError, match=r"cannot take the lock .*/state is a file, not a folder$"):
         with host_resources(state / "locks", container="c1", port=1, holder="x"):
             pass
     with pytest.raises(JournalError, match=r"cannot write .*tiny\.json"):

@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from vpatch.base.errors import VpatchError
-from vpatch.base.paths import state_dir
+from vpatch.base.paths import cache_dir, state_dir
 
 
 class LockedError(VpatchError):
@@ -39,9 +39,7 @@ def exclusive(path: Path, *, what: str, holder: str | None = None, wait: bool = 
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
         # Read-only, full, a file where the folder should be, a name too long: nothing was touched yet.
-        raise LockFolderError(f"cannot take the lock {path}: {exc.strerror or exc}",
-                              hint=f"{path.parent} must be a writable folder; $VPATCH_STATE moves vpatch's state "
-                              "folder elsewhere") from None
+        raise _unwritable(path, exc) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -81,3 +79,27 @@ def host_resources(folder: Path, *, container: str, port: int | None, holder: st
             what = f"vpatch run on {'the container ' + container if name.startswith('container-') else f'port {port}'}"
             stack.enter_context(exclusive(folder / name, what=what, holder=holder))
         yield
+
+
+def _unwritable(path: Path, exc: OSError) -> LockFolderError:
+    """Why the lock file `path` cannot be made. A link to a folder that is gone, and a file where a folder should be,
+    are named as such: mkdir says only "File exists" of both (a cache folder linked to one since removed)."""
+    for folder in (path.parent, *path.parent.parents):
+        if folder.is_symlink() and not folder.exists():
+            target = folder.parent / os.readlink(folder)
+            return LockFolderError(f"cannot take the lock {path}: {folder} is a link to {target}, which does not exist",
+                                   hint=f"create {target}, or remove the link {folder} (vpatch then makes a folder "
+                                   "there)")
+    reason = exc.strerror or str(exc)
+    for folder in (path.parent, *path.parent.parents):
+        if folder.exists() and not folder.is_dir():  # mkdir says "File exists" of this too
+            reason = f"{folder} is a file, not a folder"
+            break
+    moves = ""
+    for variable, root in (("VPATCH_CACHE", cache_dir), ("VPATCH_STATE", state_dir)):
+        try:
+            if path.is_relative_to(root()):
+                moves = f"; ${variable} moves that folder elsewhere"
+        except VpatchError:
+            pass  # a relative $VPATCH_STATE: the command that reads it says so
+    return LockFolderError(f"cannot take the lock {path}: {reason}", hint=f"{path.parent} must be a writable folder{moves}")
