@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,15 @@ def test_seconds_per_module_and_the_server_start_line_are_printed_and_kept(tmp_p
     shown = subprocess.run([sys.executable, str(SCRIPT), "--cache", str(tmp_path / ".pytest_cache")],
                            capture_output=True, text=True)
     assert shown.returncode == 0 and "test_slow.py" in shown.stdout and "2 tests" in shown.stdout, shown.stdout + shown.stderr
+    # a reader gone before it writes (`scripts/ci-profile | head`): it ends by the signal, with no traceback
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        cut = subprocess.run([sys.executable, str(SCRIPT), "--cache", str(tmp_path / ".pytest_cache")],
+                             stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert cut.returncode == -signal.SIGPIPE and cut.stderr == "", (cut.returncode, cut.stderr)
 
 
 @pytest.mark.parametrize("how", [[], ["--collect-only"]], ids=["tests-ran", "collect-only"])
