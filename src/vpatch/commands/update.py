@@ -26,7 +26,8 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
         return _where(project, json_out=json_out)
     if furthest:
         assert to is not None
-        return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, narrow=not no_narrow, json_out=json_out)
+        return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, narrow=not no_narrow, json_out=json_out,
+                         jobs=jobs)
 
 
     config = load_config(project)
@@ -124,12 +125,14 @@ def _continue(config: Config, validator: core.Validator) -> core.Result:
                                "keeping your resolution") from None
 
 
-def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow: bool, json_out: bool) -> ExitCode:
+def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow: bool, json_out: bool,
+              jobs: int | None) -> ExitCode:
     config = load_config(project)
-    with ProgressView() as view:
+    # one Witness for every candidate's judging and validation: each tree extracted once, one warm interpreter
+    with ProgressView() as view, Witness(None, config, report=view, jobs=jobs) as evidence:
         reach = core.update_furthest(config, to, dry_run=dry_run, no_commit=no_commit, narrow=narrow, progress=view,
-                                     validator=functools.partial(core.validate_with_probes,
-                                                                 evidence=Witness(None, config, report=view)))
+                                     validator=functools.partial(core.validate_with_probes, evidence=evidence),
+                                     evidence=evidence)
     if json_out:
 
         echo(json.dumps(reach.to_json(), indent=2))

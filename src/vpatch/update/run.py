@@ -68,19 +68,22 @@ def update(
 def update_furthest(
     config: Config, to: str, *, dry_run: bool = False, no_commit: bool = False, judge: Judge | None = None,
     validator: Validator | None = None, narrow: bool = True, progress: Reporter | None = None,
+    evidence: Witness | None = None,
 ) -> furthest.Reach:
     """`update --to TARGET --furthest`: choose the newest step toward `to` where the update succeeds without a
     person (furthest.py), then one update to it, atomic like any other; the lock is held for both. `judge`, when
-    given, judges every check (tests); by default the bisection's checks skip the landing search."""
+    given, judges every check (tests); by default the bisection's checks skip the landing search. `evidence`: the
+    command's Witness, whose session every judging shares (its trees extracted once, one warm interpreter); None:
+    each judging has one of its own, each probe run alone."""
     project = Project.open(config)
     with git.project_lock(project.top, "update"):
         return _furthest(project, to, dry_run=dry_run, no_commit=no_commit, judge=judge, validator=validator,
-                         narrow=narrow, progress=progress)
+                         narrow=narrow, progress=progress, evidence=evidence)
 
 
 def _furthest(
     project: Project, to: str, *, dry_run: bool, no_commit: bool, judge: Judge | None, validator: Validator | None,
-    narrow: bool, progress: Reporter | None,
+    narrow: bool, progress: Reporter | None, evidence: Witness | None = None,
 ) -> furthest.Reach:
 
     config = project.config
@@ -109,7 +112,7 @@ def _furthest(
             judged[key] = judge(repo, config, series, current, cand.ref, cand.commit)
         else:
             judged[key] = judge_with_status(repo, config, series, current, cand.ref, cand.commit, progress=progress,
-                                            landing=landing)
+                                            landing=landing, evidence=evidence)
         return judged[key]
 
     def by_judging(cand: furthest.Candidate) -> furthest.CandidateCheck:
