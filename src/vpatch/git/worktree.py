@@ -125,6 +125,70 @@ def extract_tree(repo: Path, treeish: str, dest: Path) -> None:
             raise full from exc
 
 
+def tree_changes(repo: Path, old: str, new: str) -> list[tuple[str, str]]:
+    """(status letter, path) of every file that differs between tree-ishes `old` and `new`, renames not looked for
+    (a moved file is a deletion and an addition)."""
+    out = run(repo, ["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", old, new]).stdout
+    fields = out.split(b"\0")
+    changes = []
+    for raw, path in zip(fields[0::2], fields[1::2]):
+        if raw.startswith(b":"):
+            changes.append((raw.split()[-1].decode()[:1], path.decode("utf-8", "surrogateescape")))
+    return changes
+
+
+def derive_tree(repo: Path, base: Path, changes: Sequence[tuple[str, str]], treeish: str, dest: Path) -> None:
+    """Write `treeish` under `dest` as extract_tree does, from `base`, a whole extraction of another tree that
+    differs from it by `changes` (tree_changes): every file the two share is a hard link to base's, the changed and
+    added ones are written from the object database, the deleted ones are left out (and folders they leave empty).
+
+    The shared files are one file on disk: writing one in place writes both trees (a probe must not write into
+    its tree). A changed file is never written through a link: it is left out of the links and written anew."""
+    skip = {path for _, path in changes}
+    dest.mkdir(parents=True, exist_ok=True)
+    _link_files(base, dest, "", skip)
+    for path in sorted({str(Path(p).parent) for status, p in changes if status == "D"}, key=len, reverse=True):
+        _prune_empty(dest, path)
+    written = [path for status, path in changes if status != "D"]
+    if not written:
+        return
+    with temp_index(repo, dest.parent) as env:
+        try:
+            run(repo, ["read-tree", treeish], env=env, die_with_parent=True)
+            run(repo, ["--work-tree", str(dest), "checkout-index", "--force", "-z", "--stdin"], env=env,
+                input=b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in written), die_with_parent=True)
+        except GitError as exc:
+            full = disk_full(exc, dest)
+            if full is None:
+                raise
+            raise full from exc
+
+
+def _link_files(base: Path, dest: Path, prefix: str, skip: set[str]) -> None:
+    with os.scandir(base) as entries:
+        for entry in entries:
+            path = prefix + entry.name
+            if path in skip:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                os.mkdir(dest / entry.name)
+                _link_files(Path(entry.path), dest / entry.name, path + "/", skip)
+            else:  # a file or a symbolic link (the link itself, not what it names)
+                os.link(entry.path, dest / entry.name, follow_symlinks=False)
+
+
+def _prune_empty(root: Path, folder: str) -> None:
+    """Remove `folder` (relative to `root`) and its parents while they are empty, as a fresh extraction has none."""
+    while folder not in ("", "."):
+        try:
+            os.rmdir(root / folder)
+        except FileNotFoundError:  # taken with a deeper one's parents: its parents may be empty still
+            pass
+        except OSError:  # not empty
+            return
+        folder = str(Path(folder).parent)
+
+
 # Below this much free space a failed write is taken for a full disk (git may not say ENOSPC).
 _FULL_BYTES = 1 << 20
 
