@@ -5,6 +5,7 @@ links, and the tree it was made from is left as it was. The real release trees: 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -83,7 +84,10 @@ def test_a_derived_tree_is_what_a_fresh_extraction_writes(tmp_path: Path) -> Non
         ("M", "link"), ("D", "turns_dir"), ("A", "turns_dir/f.py"), ("D", "to_file/inner.py"), ("A", "to_file"),
     ])
     derived = tmp_path / "derived" / "tree"
-    vgit.derive_tree(repo, tmp_path / "base" / "tree", changes, new, derived)
+    # a file a run left in the base extraction is not git's: it is not carried over
+    (tmp_path / "base" / "tree" / "dir" / "left-by-a-run.txt").write_text("stray\n")
+    vgit.derive_tree(repo, tmp_path / "base" / "tree", base, changes, new, derived)
+    (tmp_path / "base" / "tree" / "dir" / "left-by-a-run.txt").unlink()
 
     fresh = _snapshot(tmp_path / "fresh" / "tree")
     assert _snapshot(derived) == fresh
@@ -108,6 +112,13 @@ def test_a_workspace_makes_its_second_tree_from_its_first(tmp_path: Path) -> Non
         assert _snapshot(second) == _snapshot(tmp_path / "fresh" / "tree")
         assert os.stat(second / "dir" / "x.py").st_ino == os.stat(first / "dir" / "x.py").st_ino
         assert session.intact(base) and session.intact(new)
+        # a file of the nearest tree gone (a run removed it): the next tree is extracted whole, not derived from it
+        (first / "dir" / "x.py").unlink()
+        shutil.rmtree(second)
+        assert not session.intact(new)
+        again = session.tree(repo, new)
+        assert _snapshot(again) == _snapshot(tmp_path / "fresh" / "tree")
+        assert os.stat(again / "dir" / "x.py").st_nlink == 1
         # a tree of another repository (no common objects) is extracted whole, not derived
         other = tmp_path / "other"
         subprocess.run(["git", "init", "-q", str(other)], check=True)

@@ -137,18 +137,32 @@ def tree_changes(repo: Path, old: str, new: str) -> list[tuple[str, str]]:
     return changes
 
 
-def derive_tree(repo: Path, base: Path, changes: Sequence[tuple[str, str]], treeish: str, dest: Path) -> None:
-    """Write `treeish` under `dest` as extract_tree does, from `base`, a whole extraction of another tree that
-    differs from it by `changes` (tree_changes): every file the two share is a hard link to base's, the changed and
-    added ones are written from the object database, the deleted ones are left out (and folders they leave empty).
+def derive_tree(repo: Path, base: Path, base_tree: str, changes: Sequence[tuple[str, str]], treeish: str,
+                dest: Path) -> None:
+    """Write `treeish` under `dest` as extract_tree does, from `base`, an extraction of `base_tree`, which differs
+    from it by `changes` (tree_changes): every file the two share is a hard link to base's, the changed and added
+    ones are written from the object database, the deleted ones are left out.
 
-    The shared files are one file on disk: writing one in place writes both trees (a probe must not write into
-    its tree). A changed file is never written through a link: it is left out of the links and written anew."""
+    The files linked are those git lists in `base_tree`, not what `base` holds: a file a run left there is not
+    carried over; one missing there is an OSError (the caller extracts the tree whole instead). The shared files
+    are one file on disk: writing one in place writes both trees (a probe must not write into its tree). A
+    changed file is never written through a link: it is left out of the links and written anew."""
     skip = {path for _, path in changes}
     dest.mkdir(parents=True, exist_ok=True)
-    _link_files(base, dest, "", skip)
-    for path in sorted({str(Path(p).parent) for status, p in changes if status == "D"}, key=len, reverse=True):
-        _prune_empty(dest, path)
+    made: set[str] = set()
+    for entry in run(repo, ["ls-tree", "-r", "-z", "--full-tree", base_tree]).stdout.split(b"\0"):
+        meta, tab, raw = entry.partition(b"\t")
+        path = raw.decode("utf-8", "surrogateescape")
+        if not tab or path in skip:
+            continue
+        folder = path.rpartition("/")[0]
+        if folder and folder not in made:
+            os.makedirs(dest / folder, exist_ok=True)
+            made.add(folder)
+        if meta.startswith(b"160000"):  # a submodule: a fresh extraction leaves an empty folder there
+            os.mkdir(dest / path)
+        else:  # a file or a symbolic link (the link itself, not what it names)
+            os.link(base / path, dest / path, follow_symlinks=False)
     written = [path for status, path in changes if status != "D"]
     if not written:
         return
@@ -162,31 +176,6 @@ def derive_tree(repo: Path, base: Path, changes: Sequence[tuple[str, str]], tree
             if full is None:
                 raise
             raise full from exc
-
-
-def _link_files(base: Path, dest: Path, prefix: str, skip: set[str]) -> None:
-    with os.scandir(base) as entries:
-        for entry in entries:
-            path = prefix + entry.name
-            if path in skip:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                os.mkdir(dest / entry.name)
-                _link_files(Path(entry.path), dest / entry.name, path + "/", skip)
-            else:  # a file or a symbolic link (the link itself, not what it names)
-                os.link(entry.path, dest / entry.name, follow_symlinks=False)
-
-
-def _prune_empty(root: Path, folder: str) -> None:
-    """Remove `folder` (relative to `root`) and its parents while they are empty, as a fresh extraction has none."""
-    while folder not in ("", "."):
-        try:
-            os.rmdir(root / folder)
-        except FileNotFoundError:  # taken with a deeper one's parents: its parents may be empty still
-            pass
-        except OSError:  # not empty
-            return
-        folder = str(Path(folder).parent)
 
 
 # Below this much free space a failed write is taken for a full disk (git may not say ENOSPC).

@@ -155,29 +155,31 @@ class Session:
                 (root / tree / _EXTRACTED).unlink(missing_ok=True)
                 if dest.exists():  # an extraction that failed half-way
                     shutil.rmtree(dest)
-                nearest = self._nearest(repo, tree)
-                if nearest is None:
-                    git.extract_tree(repo, tree, dest)
-                else:  # the files it shares with a tree already here are linked, not written again
-                    git.derive_tree(repo, nearest[0], nearest[1], tree, dest)
+                self._make(repo, tree, dest)
                 (root / tree / _EXTRACTED).touch()
                 self._trees[tree] = dest
             return self._trees[tree]
 
-    def _nearest(self, repo: Path, tree: str) -> tuple[Path, list[tuple[str, str]]] | None:
-        """The extraction here that differs least from `tree` (a patched tree from its base: a file or two; one
-        release from another: about 40% of vLLM's files), with the changes; None when there is none."""
+    def _make(self, repo: Path, tree: str, dest: Path) -> None:
+        """Extract `tree` at `dest`: from the tree here that differs least from it (a patched tree from its base: a
+        file or two; one release from another: about 40% of vLLM's files), else whole."""
         with self._guard:
             others = [t for t in self._trees if t != tree and self.intact(t)]
-        best: tuple[Path, list[tuple[str, str]]] | None = None
+        best: tuple[str, list[tuple[str, str]]] | None = None
         for other in others:
             try:
                 changes = git.tree_changes(repo, other, tree)
             except GitError:  # not a tree of this repository
                 continue
             if best is None or len(changes) < len(best[1]):
-                best = (self._trees[other], changes)
-        return best
+                best = (other, changes)
+        if best is not None:
+            try:
+                git.derive_tree(repo, self._trees[best[0]], best[0], best[1], tree, dest)
+                return
+            except OSError:  # a file of that tree is gone (a run removed it): this one is written whole
+                shutil.rmtree(dest, ignore_errors=True)
+        git.extract_tree(repo, tree, dest)
 
     def intact(self, tree: str) -> bool:
         """Whether `tree`, extracted here, is still whole: its folder and the mark written after its extraction
