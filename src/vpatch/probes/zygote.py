@@ -95,11 +95,12 @@ class Zygote:
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
             self.broken = None
-            if self._start():
+            if self._start(again=True):
                 self._preload([m for m in known if m not in self._refused], apart=True)
 
-    def _start(self) -> bool:
-        """Start the zygote process (False: it did not start, and `broken` says why)."""
+    def _start(self, *, again: bool = False) -> bool:
+        """Start the zygote process (False: it did not start, and `broken` says why). `again`: in place of one this
+        Zygote started and closed (the recorded list did not hold)."""
         started = {**self.env, **{k: v for k, v in THREAD_VARS.items() if k not in self.env}}
         self._preloaded, self._known = set(), []
         try:
@@ -119,6 +120,8 @@ class Zygote:
             self.broken = f"it did not start: {self._child.failed('no ready line').message}"
             return False
         self.pid = int(ready.split()[1])
+        # one line per warm interpreter: a command that shares its session starts one per probe venv
+        self.report(Event(_SUBJECT, "started again" if again else "started", f"pid {self.pid}"))
         threading.Thread(target=self._watch, args=(self._child,), name="zygote-report", daemon=True).start()
         return True
 
