@@ -20,7 +20,7 @@ import pytest
 from conftest import ToyUpstream
 from helpers.pids import gone
 
-from vpatch.base import process
+from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes.zygote import PRELOAD_FILE, Zygote
 
@@ -230,7 +230,6 @@ def test_torch_works_in_a_child_of_a_zygote_that_preloaded_it() -> None:
 def test_a_killed_zygote_leaves_the_runs_to_fresh_processes(toy_upstream: ToyUpstream, tmp_path: Path) -> None:
     from helpers.probefiles import COMMAND_PROBE, SCRIPT, write_probe
 
-    from vpatch.base.progress import Event
     from vpatch.probes import runner as probes
     from vpatch.probes.runner import ProbeOutcome
 
@@ -356,3 +355,29 @@ def test_a_package_importing_a_refused_module_is_refused_with_it_once(venv: Path
     assert not [line for line in said[1] if "does not hold" in line], said[1]
     recorded = json.loads(preload.read_text())
     assert "needsrefused" in recorded["refused"] and "plainmod" in recorded["preload"], recorded
+
+
+def test_a_module_that_fails_to_import_here_is_not_tried_again_after_every_run(venv: Path, tree: Path) -> None:
+    """A run that puts a module in sys.modules under a name of its own (vLLM's LazyLoader does: xgrammar as "xgr")
+    reports that name; the zygote cannot import it. It used to try again after every such run (a learning round
+    each time, which the next run waits for: after each of the 0002 runs of `update --furthest` on the real
+    history); now once, until more modules are preloaded."""
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    (tree.parent / "probes" / "alias.py").write_text(
+        "import sys, heavy\nsys.modules['heavy_alias'] = heavy\nprint(heavy.IMPORTS)\n")
+    argv = [str(venv), str(tree.parent / "probes" / "alias.py")]
+    events: list[Event] = []
+    zygote = Zygote(venv, env=probe_runs.zygote_env(), report=events.append)
+    try:
+        outputs = []
+        for _ in range(3):
+            ran = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+            assert ran is not None
+            outputs.append((ran.returncode, ran.output))
+            assert zygote.settled()
+        assert outputs == [(0, b"0\n")] * 3 and zygote.runs == 3
+        learned = [e.detail for e in events if e.step == "importing"]
+        # the first run taught it heavy (preloaded) and heavy_alias (which fails here); the next two nothing
+        assert len(learned) == 1, [(e.step, e.detail) for e in events]
+    finally:
+        zygote.close()

@@ -82,6 +82,9 @@ class Zygote:
         self._learning = False
         self._preloaded: set[str] = set()
         self._refused: set[str] = set()
+        # what failed to import here (not recorded: the next zygote tries again) -> how many modules were preloaded
+        # then: tried again only once more are (a module a later preload makes importable)
+        self._failed: dict[str, int] = {}
         self._known: list[str] = []  # what was preloaded, in the order it was checked and imported
         recorded = self._recorded()
         self._refused = set(recorded.get("refused", []))
@@ -278,7 +281,8 @@ class Zygote:
                     if not batch:
                         self._learning = False
                         return
-                new = [m for m in dict.fromkeys(batch) if m not in self._preloaded and m not in self._refused]
+                new = [m for m in dict.fromkeys(batch) if m not in self._preloaded and m not in self._refused
+                       and self._failed.get(m) != len(self._preloaded)]
                 if new and self.broken is None and not self._closed:
                     self._preload(new, apart=True)
         finally:
@@ -292,6 +296,7 @@ class Zygote:
         started = time.monotonic()
         self.report(Event(_SUBJECT, "importing", f"{len(names)} modules the probes import"))
         loaded: list[str] = []
+        failed: list[str] = []
         refused: dict[str, str] = {}
         unsafe = ""
         tops = sorted({n.split(".")[0] for n in names})  # the whole list's packages, whichever batch holds them
@@ -312,6 +317,7 @@ class Zygote:
                 self._break(reason)  # nothing of this batch is recorded: an interrupted import teaches nothing
                 return False
             loaded += _names(part.get("loaded"))
+            failed += _names(part.get("failed"))
             found = part.get("refused")
             refused.update({str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {})
             if part.get("unsafe"):
@@ -322,6 +328,7 @@ class Zygote:
                     refused.update((n, unsafe) for n in _names(part.get("at")))
                 break
         self._preloaded.update(loaded)
+        self._failed.update((name, len(self._preloaded)) for name in failed)
         known = set(self._known)
         self._known += [m for m in loaded if m not in known]
         self._refused.update(refused)
