@@ -22,7 +22,7 @@ from helpers.pids import gone
 
 from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
-from vpatch.probes.zygote import PRELOAD_FILE, Zygote
+from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, Zygote
 
 # A module of the venv that records, when it is imported, the variable a probe is started with.
 HEAVY = "import os\nIMPORTED_WITH = os.environ.get('PROBE_FLAVOUR')\nIMPORTS = 0\n"
@@ -134,6 +134,26 @@ def test_a_child_runs_the_probe_as_a_fresh_python_does(zygote: Zygote, venv: Pat
     assert b"vllm before []" in output and b"heavy None 1 vllm from the tree True" in output
     expected = {"plain": 0, "raise": 1, "signal": -signal.SIGTERM, "message": 1}
     assert code == (int(args[1]) if args[0] == "exit" else expected[args[0]])
+
+
+@pytest.mark.parametrize("args", [["plain"], ["exit", "3"], ["signal"], ["message"]])
+def test_a_child_runs_python_dash_m_as_a_fresh_python_does(zygote: Zygote, venv: Path, tree: Path,
+                                                           args: list[str]) -> None:
+    """`python -m module` (upstream's tests run as `python -m pytest`): the module as __main__, argv[0] its file,
+    sys.path's first entry the working folder. (A traceback it ends with lacks runpy's frames: not compared.)"""
+    (tree / "probemod.py").write_text(CONTRACT)
+    argv = [str(venv), "-m", "probemod", *args]
+    env = _env(tree)
+    assert zygote.fits(argv, env)
+    assert not zygote.fits([str(venv), "-m", "not a module"], env) and not zygote.fits([str(venv), "-m"], env)
+
+    ran = zygote.run(argv, cwd=tree, env=env, timeout=60)
+    code, output = _fresh(argv, tree, env)
+
+    assert ran is not None
+    assert ran.returncode == code and ran.output.decode().splitlines() == output.decode().splitlines()
+    assert f"argv ['{tree / 'probemod.py'}'".encode() in output and f"path ['{tree}',".encode() in output
+    assert code == {"plain": 0, "exit": 3, "signal": -signal.SIGTERM, "message": 1}[args[0]]
 
 
 def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(zygote: Zygote, venv: Path,
@@ -340,7 +360,8 @@ def test_a_package_importing_a_refused_module_is_refused_with_it_once(venv: Path
     (site / "needsrefused.py").write_text("import refusedmod\n")
     (site / "plainmod.py").write_text("")
     preload = venv.parent.parent / PRELOAD_FILE
-    preload.write_text(json.dumps({"preload": ["needsrefused", "plainmod"], "refused": ["refusedmod"]}))
+    preload.write_text(json.dumps({"preload": ["needsrefused", "plainmod"], "refused": ["refusedmod"],
+                                   "rules": LEAK_RULES}))
     said: list[list[str]] = []
     for _command in range(2):
         seen: list[str] = []

@@ -33,7 +33,8 @@ MODULES = {
     "torch/__init__.py": "_STATE = {'dtype': 'float32'}\n"
                          "def get_default_dtype():\n    return _STATE['dtype']\n"
                          "def set_default_dtype(dtype):\n    _STATE['dtype'] = dtype\n"
-                         "def seed():\n    pass\n",
+                         "def seed():\n    pass\n"
+                         "def manual_seed(seed):\n    return seed\n",
     "evil_dtype.py": "import torch\ntorch.set_default_dtype('float64')\n",
     "evil_builtin.py": "import builtins\nbuiltins.LEAKED = 'evil_builtin'\n",
     "helper.py": "def answer():\n    return 42\n",
@@ -42,6 +43,53 @@ MODULES = {
     # fails in the zygote and its trial (their argv[0] is -c), as a passing permission error would; imports in a run
     "fails_once.py": "import sys\nif sys.argv[:1] == ['-c']:\n    raise PermissionError('not now')\n",
 }
+
+# The traces torch._dynamo and transformers leave on every import, made as they make them (probes/zygote.py:
+# inert_rebinding, inert_environ, inert_finder), and the same kinds of trace made by other packages.
+INERT = {
+    "torch/_compile.py": "import functools\n"
+                         "def _disable_dynamo(fn):\n"
+                         "    @functools.wraps(fn)\n"
+                         "    def inner(*args, **kwargs):\n"
+                         "        return fn(*args, **kwargs)\n"
+                         "    return inner\n",
+    "torch/_inductor/__init__.py": "",
+    "torch/_inductor/runtime/__init__.py": "",
+    "torch/_inductor/runtime/cache_dir_utils.py": "import os, tempfile\n"
+                                                 "def default_cache_dir():\n"
+                                                 "    return os.path.join(tempfile.gettempdir(), 'torchinductor_test')\n"
+                                                 "def cache_dir():\n"
+                                                 "    found = os.path.abspath(os.environ.get('TORCHINDUCTOR_CACHE_DIR') or "
+                                                 "default_cache_dir())\n"
+                                                 "    os.environ['TORCHINDUCTOR_CACHE_DIR'] = found\n"
+                                                 "    return found\n",
+    "torch/_dynamo/__init__.py": "import torch\n"
+                                 "from torch._compile import _disable_dynamo\n"
+                                 "from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
+                                 "CACHE = cache_dir()\n"
+                                 "torch.manual_seed = _disable_dynamo(torch.manual_seed)\n",
+    "transformers/__init__.py": "import sys\n"
+                                "from transformers.utils.import_utils import _LegacyModuleAliasFinder\n"
+                                "sys.meta_path.append(_LegacyModuleAliasFinder())\n",
+    "transformers/utils/__init__.py": "",
+    "transformers/utils/import_utils.py": "class _LegacyModuleAliasFinder:\n"
+                                          "    def find_spec(self, fullname, path=None, target=None):\n"
+                                          "        return None\n",
+    # a wrapper of torch.manual_seed of its own (functools.wraps, but not torch's guard): it adds one to the seed
+    "evil_seed.py": "import functools, torch\n"
+                    "_old = torch.manual_seed\n"
+                    "@functools.wraps(_old)\n"
+                    "def manual_seed(seed):\n"
+                    "    return _old(seed + 1)\n"
+                    "torch.manual_seed = manual_seed\n",
+    "evil_finder.py": "import sys\n"
+                      "class _LegacyModuleAliasFinder:\n"
+                      "    def find_spec(self, fullname, path=None, target=None):\n"
+                      "        return None\n"
+                      "sys.meta_path.insert(0, _LegacyModuleAliasFinder())\n",
+    "evil_env.py": "import os\nos.environ['TORCHINDUCTOR_CACHE_DIR'] = os.path.join(os.sep, 'elsewhere')\n",
+}
+MODULES.update(INERT)
 
 # Imports every module that leaves a trace: the zygote learns them from its report.
 LEARN = "import evil_dtype, evil_builtin, evil_rebind, reads_stdin, torch, helper\nprint('learned')\n"
@@ -208,6 +256,42 @@ def test_a_recorded_list_that_leaves_a_trace_never_makes_a_valid_probe_invalid(v
     assert _warm(zygote, check, probes) == _fresh(check, probes) == (0, b"clean\n")
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
     assert "evil_dtype" in recorded["refused"] and "evil_dtype" not in recorded["preload"]
+
+
+LEARN_INERT = "import torch._dynamo, transformers, evil_seed, evil_finder, evil_env\nprint('learned')\n"
+# A probe of vLLM's kind: it imports torch._dynamo and transformers (vllm does), and sees what a fresh run sees.
+CHECK_INERT = """\
+import os, sys
+import torch, torch._dynamo, transformers
+print(torch.manual_seed(5), torch.manual_seed.__wrapped__.__name__, os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+print([type(f).__name__ for f in sys.meta_path])
+"""
+
+
+def test_the_inert_traces_of_torch_dynamo_and_transformers_are_preloaded_the_same_traces_of_others_are_not(
+        venv: Path, started: list[Zygote], probes: Path) -> None:
+    """torch._dynamo wraps torch.manual_seed in its guard and sets TORCHINDUCTOR_CACHE_DIR; transformers appends
+    a finder of its renamed modules: refused, a run of vLLM imported both itself (1.6 s a run). Now preloaded, and
+    a run sees what a fresh one sees; another package's wrapper, finder or value is still refused."""
+    (probes / "learn_inert.py").write_text(LEARN_INERT)
+    (probes / "check_inert.py").write_text(CHECK_INERT)
+    learn, check = [str(venv), str(probes / "learn_inert.py")], [str(venv), str(probes / "check_inert.py")]
+    fresh = _fresh(check, probes)
+    assert fresh[0] == 0 and fresh[1].startswith(b"5 manual_seed "), fresh
+    # the recorded refusals of an older leak check (no "rules") are tried again under this one
+    (venv.parent.parent / PRELOAD_FILE).write_text(json.dumps({"preload": [], "refused": ["transformers"]}))
+
+    zygote = _start(venv, started)
+    assert _warm(zygote, learn, probes) == (0, b"learned\n")
+    _settled(zygote)
+    assert _warm(zygote, check, probes) == fresh
+
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert {"torch._dynamo", "transformers"} <= set(recorded["preload"]), recorded
+    assert {"evil_seed", "evil_finder", "evil_env"} <= set(recorded["refused"]), recorded
+    assert recorded["rules"] == zygote_module.LEAK_RULES
+    again = _start(venv, started)  # the next command's zygote, from that list
+    assert _warm(again, check, probes) == fresh
 
 
 GENERATORS = "import random, os\nprint(random.random(), os.getpid() == os.getsid(0))\n"

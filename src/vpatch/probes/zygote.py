@@ -15,9 +15,12 @@ interpreter's library (never ``vllm`` nor a tree's), and the zygote preloads the
 in a child of its own: each package after the packages it imports, and only when its import leaves no trace -
 no thread, no module from elsewhere, no rebound or added name in builtins or in a venv package, no process-wide
 setting changed (environment, cwd, umask, signal handlers, sys.path and import hooks, logging's root, warnings
-made errors, torch's default dtype, grad mode, seed or threads, numpy's error and print options ...). What
-passed is kept, in the order it was imported, beside the venv (``vpatch-preload.json``), and imported by the next
-command's zygote with the same check; a list that does not hold (or is malformed) is measured again.
+made errors, torch's default dtype, grad mode, seed or threads, numpy's error and print options ...). Three traces
+are known inert and not counted, each matched exactly: torch._dynamo's guard around torch.manual_seed and its
+TORCHINDUCTOR_CACHE_DIR (set again in each run's environment), and transformers' finder of its renamed modules,
+last in sys.meta_path (every probe of vLLM imports both, 1.6 s a run). What passed is kept, in the order it was
+imported, beside the venv (``vpatch-preload.json``), and imported by the next command's zygote with the same check;
+a list that does not hold (or is malformed) is measured again, and what an older check refused is tried again.
 
 Anything else falls back to a fresh process: a command that is not ``{python} script.py ...``, a probe that says
 ``fresh_process: true``, a run whose environment differs from the zygote's in more than PYTHONPATH (a module
@@ -44,6 +47,9 @@ from typing import Any
 from vpatch.base import ChildProcess, Event, ProcessError, Reporter, atomic_write, silent
 
 PRELOAD_FILE = "vpatch-preload.json"
+TESTS_PRELOAD_FILE = "vpatch-preload-upstream-tests.json"  # the upstream-tests zygote's (pytest and what tests import)
+# The leak check's version, recorded with what it refused: 2 knows the inert traces of torch._dynamo and transformers
+LEAK_RULES = 2
 # Set in the zygote (not in what a probe sees): a BLAS or OpenMP pool started at import would not survive fork.
 THREAD_VARS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _SUBJECT = "probe zygote"
@@ -65,7 +71,8 @@ class ZygoteRan:
 class Zygote:
     """One warm interpreter of one probe venv, for the length of a session; `run` is safe from many threads."""
 
-    def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent) -> None:
+    def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent, subject: str = _SUBJECT,
+                 preload_file: str = PRELOAD_FILE) -> None:
         self.python = python
         self.env = dict(env)  # what a run must be started with (PYTHONPATH aside) to run here
         self.report = report
@@ -74,7 +81,8 @@ class Zygote:
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
         self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
-        self._file = python.parent.parent / PRELOAD_FILE
+        self.subject = subject  # its progress lines' subject: "probe zygote", "upstream-tests zygote"
+        self._file = python.parent.parent / preload_file  # its own: two kinds would overwrite each other's list
         self._lock = threading.Lock()  # held while the zygote imports: runs wait for it
         self._closed = False
         self._guard = threading.Lock()  # the modules runs reported, not yet preloaded
@@ -124,7 +132,7 @@ class Zygote:
             return False
         self.pid = int(ready.split()[1])
         # one line per warm interpreter: a command that shares its session starts one per probe venv
-        self.report(Event(_SUBJECT, "started again" if again else "started", f"pid {self.pid}"))
+        self.report(Event(self.subject, "started again" if again else "started", f"pid {self.pid}"))
         threading.Thread(target=self._watch, args=(self._child,), name="zygote-report", daemon=True).start()
         return True
 
@@ -134,7 +142,10 @@ class Zygote:
         """Whether a run of `argv` with `env` (the whole environment) may run here."""
         if self.broken is not None or len(argv) < 2 or argv[0] != str(self.python):
             return False
-        if argv[1].startswith("-") or not argv[1].endswith(".py"):
+        if argv[1] == "-m":  # python -m module ...: a module of the venv or of the tree, run as __main__
+            if len(argv) < 3 or not all(part.isidentifier() for part in argv[2].split(".")):
+                return False
+        elif argv[1].startswith("-") or not argv[1].endswith(".py"):
             return False
         ours = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
         theirs = {k: v for k, v in env.items() if k != "PYTHONPATH"}
@@ -257,8 +268,10 @@ class Zygote:
         if isinstance(data, dict) and all(isinstance(data.get(key, []), list)
                                           and all(isinstance(n, str) for n in data.get(key, []))
                                           for key in ("preload", "refused")):
-            return {key: list(data.get(key, [])) for key in ("preload", "refused")}
-        self.report(Event(_SUBJECT, "warning", f"{self._file}: {why}; ignored (the list is measured again)",
+            # what older rules refused is tried again under these (a trace they knew as inert is no longer one)
+            return {"preload": list(data.get("preload", [])),
+                    "refused": list(data.get("refused", [])) if data.get("rules") == LEAK_RULES else []}
+        self.report(Event(self.subject, "warning", f"{self._file}: {why}; ignored (the list is measured again)",
                           final=True))
         return {}
 
@@ -294,7 +307,7 @@ class Zygote:
         recorded list, checked as it is imported. Only what the zygote imported clean is recorded. False: the zygote
         is broken, or unsafe (the recorded list did not hold)."""
         started = time.monotonic()
-        self.report(Event(_SUBJECT, "importing", f"{len(names)} modules the probes import"))
+        self.report(Event(self.subject, "importing", f"{len(names)} modules the probes import"))
         loaded: list[str] = []
         failed: list[str] = []
         refused: dict[str, str] = {}
@@ -334,22 +347,23 @@ class Zygote:
         self._refused.update(refused)
         if refused:
             first_refused = next(iter(refused.items()))
-            self.report(Event(_SUBJECT, "not preloaded", f"{len(refused)} modules, e.g. {first_refused[0]}: "
+            self.report(Event(self.subject, "not preloaded", f"{len(refused)} modules, e.g. {first_refused[0]}: "
                               f"{first_refused[1]}", final=True))
         self._save()
         if unsafe and apart:
             self._break(f"its imports are not safe ({unsafe})")
             return False
         if unsafe:  # the caller starts a new zygote
-            self.report(Event(_SUBJECT, "the recorded preload list does not hold", f"{unsafe}; measured again",
+            self.report(Event(self.subject, "the recorded preload list does not hold", f"{unsafe}; measured again",
                               final=True))
             return False
-        self.report(Event(_SUBJECT, "warm", f"{len(self._preloaded)} modules preloaded", final=True,
+        self.report(Event(self.subject, "warm", f"{len(self._preloaded)} modules preloaded", final=True,
                           seconds=time.monotonic() - started))
         return True
 
     def _save(self) -> None:
-        data = {"preload": [m for m in self._known if m not in self._refused], "refused": sorted(self._refused)}
+        data = {"preload": [m for m in self._known if m not in self._refused], "refused": sorted(self._refused),
+                "rules": LEAK_RULES}
         try:
             atomic_write(self._file, json.dumps(data, indent=0).encode() + b"\n")
         except OSError:
@@ -363,7 +377,7 @@ class Zygote:
                 if len(words) == 3 and words[0] == b"refused":
                     pid, uid = int(words[1]), int(words[2])
                     self.refusals.append((pid, uid))
-                    self.report(Event(_SUBJECT, "refused a client", f"pid {pid}, uid {uid}: not this vpatch",
+                    self.report(Event(self.subject, "refused a client", f"pid {pid}, uid {uid}: not this vpatch",
                                       final=True))
         except (OSError, ValueError):
             pass
@@ -371,7 +385,7 @@ class Zygote:
     def _break(self, why: str) -> None:
         if self.broken is None and not self._closed:
             self.broken = why
-            self.report(Event(_SUBJECT, "fresh processes from now on", why, final=True))
+            self.report(Event(self.subject, "fresh processes from now on", why, final=True))
 
     def close(self) -> None:
         """The zygote sees the end of its input, ends what it still runs and exits."""
@@ -480,7 +494,7 @@ def end_all():
 """
 
 _SERVER = REAPER + r"""
-import ctypes, gc, importlib, json, os, random, runpy, select, signal, socket, struct, sys, time, types
+import ctypes, gc, importlib, importlib.util, json, os, random, runpy, select, signal, socket, struct, sys, time, types
 
 ADDRESS, VPATCH = sys.argv[1], int(sys.argv[2])
 sys.path[:] = [p for p in sys.path[1:]]
@@ -489,6 +503,7 @@ BASE = [p for p in sys.path if p not in AMBIENT]
 ROOTS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                                              sys.base_exec_prefix)}))
 ZYGOTE = os.getpid()
+STARTED = dict(os.environ)  # the environment it was started with: the runs' own, PYTHONPATH aside
 DUMPS, LOADS = json.dumps, json.loads  # a probe may replace json's functions in its child, never ours
 LIFE = os.dup(0)  # vpatch's end of this pipe closes when vpatch ends
 REPORT = os.dup(1)
@@ -543,8 +558,11 @@ SETTINGS = {
 
 
 def settings():
-    seen = {"cwd": os.getcwd(), "environ": dict(os.environ), "path": list(sys.path),
-            "meta_path": [id(f) for f in sys.meta_path], "path_hooks": [id(h) for h in sys.path_hooks],
+    inert = inert_environ()
+    seen = {"cwd": os.getcwd(), "environ": {k: v for k, v in os.environ.items() if k not in inert},
+            "path": list(sys.path),
+            "meta_path": [id(f) for f in sys.meta_path if not inert_finder(f)],
+            "path_hooks": [id(h) for h in sys.path_hooks],
             "signals": [signal.getsignal(s) for s in sorted(signal.valid_signals())
                         if s not in (signal.SIGKILL, signal.SIGSTOP)]}
     with open("/proc/self/status") as status:
@@ -588,6 +606,48 @@ def bindings(names=None):
             if (names is None or name in names) and watched(name, module)}
 
 
+# Traces two packages leave on every import, each matched exactly, and inert for a run that does not import the
+# package (a run that does gets the same in a fresh process): without them the zygote would import torch._dynamo
+# (with torch._inductor) and transformers in every run, about 1.6 s of each probe run of vLLM, whose every
+# import of vllm imports both.
+def inert_rebinding(name, key, old, new):
+    # torch._dynamo wraps torch.manual_seed in torch._disable_dynamo, so that dynamo never traces it: the same
+    # function (functools.wraps: its __wrapped__), called through torch's own guard (its code in torch/_compile.py),
+    # which does nothing outside a compiled region
+    if (name, key) != ("torch", "manual_seed") or getattr(new, "__wrapped__", None) is not old:
+        return False
+    code, guard = getattr(new, "__code__", None), getattr(sys.modules.get("torch._compile"), "__file__", None)
+    return code is not None and isinstance(guard, str) and code.co_name == "inner" and \
+        os.path.realpath(code.co_filename) == os.path.realpath(guard)
+
+
+def inert_environ():
+    # torch._dynamo asks torch for its cache folder at import, which sets TORCHINDUCTOR_CACHE_DIR to the default
+    # folder when the variable was not set: a value made from the run's own environment (the same as the zygote's,
+    # TMPDIR and the user), set again in each run's environment (become) as its own import would have set it
+    value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
+    if value is None or "TORCHINDUCTOR_CACHE_DIR" in STARTED or utils is None:
+        return {}
+    try:
+        default = os.path.abspath(utils.default_cache_dir())
+    except Exception:
+        return {}
+    return {"TORCHINDUCTOR_CACHE_DIR": value} if value == default else {}
+
+
+def inert_finder(finder):
+    # transformers appends a finder of its own renamed modules (transformers.<old name> -> the new one). Last in
+    # sys.meta_path, it is asked only for what no finder before it found, and answers only names under
+    # transformers: a run imports those after transformers itself, which adds the finder in a fresh process too.
+    kind = type(finder)
+    if (kind.__module__, kind.__qualname__) != ("transformers.utils.import_utils", "_LegacyModuleAliasFinder"):
+        return False
+    machinery = sys.modules.get("importlib.machinery")
+    path_finder = getattr(machinery, "PathFinder", None)
+    return path_finder in sys.meta_path and sys.meta_path.index(path_finder) < sys.meta_path.index(finder)
+
+
 def _private(key):
     # a module's private names (a cache, a backport patching a helper) are no API a probe relies on; dunders are
     return key.startswith("_") and not key.startswith("__")
@@ -610,7 +670,7 @@ def traces(before, settled):
         for key, value in now.items():
             if isinstance(value, types.ModuleType) or key == "__warningregistry__" or _private(key):
                 continue
-            if key in old and old[key] is not value:
+            if key in old and old[key] is not value and not inert_rebinding(name, key, old[key], value):
                 return f"it rebinds {name}.{key}"
             if key not in old and not lazy:
                 return f"it adds {name}.{key}"
@@ -909,18 +969,24 @@ def become(request, out, conn, known):
     os.close(out)
     env = request["env"]
     os.chdir(request["cwd"])
+    preloaded = inert_environ()  # what a preloaded import set, as the run's own import would have
     os.environ.clear()
     os.environ.update(env)
+    os.environ.update({k: v for k, v in preloaded.items() if k not in env})
     argv = request["argv"][1:]
+    module = argv[1] if argv[0] == "-m" else None
+    if module is not None:
+        argv = argv[1:]  # run_module makes argv[0] the module's file, as python -m does
     sys.argv[:] = argv
     script = argv[0]
     tree = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    first = os.path.dirname(os.path.abspath(script))
+    # sys.path's first entry: the script's folder, or for -m the working folder, as python puts it there
+    first = os.getcwd() if module is not None else os.path.dirname(os.path.abspath(script))
     path = []
-    for entry in [first, *tree, *BASE]:
+    for entry in [*tree, *BASE]:  # site drops repeated entries; the first is put before them as it is
         if entry not in path:
             path.append(entry)
-    sys.path[:] = path
+    sys.path[:] = [first, *path]
     sys.path_importer_cache.clear()
     importlib.invalidate_caches()
     sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
@@ -941,7 +1007,14 @@ def become(request, out, conn, known):
     import atexit
     atexit.register(report)  # first registered, so it runs after the probe's own exit handlers
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is not None:
+            try:
+                script = getattr(importlib.util.find_spec(module), "origin", None) or script
+            except Exception:
+                pass  # run_module says what is wrong with it
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(script, run_name="__main__")
     except SystemExit:
         raise
     except BaseException as exc:
