@@ -155,3 +155,35 @@ def test_the_shipped_0003_breaks_no_upstream_test_on_the_pin(release_history: Pa
     found = evidence(release_history, list(series.patches), patch, base=base, ref="v0.29.0",
                                 cache=REAL_CACHE)
     assert found.complete and found.regressed == () and found.passed > 150, found.says()
+
+
+@pytest.mark.releases
+def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fresh_process_gives(
+        release_history: Path, tmp_path: Path) -> None:
+    """Upstream's tests run as `python -m pytest` in a child of the session's upstream-tests zygote (pytest, torch
+    and transformers imported once; vllm and the tests from the tree in each run): every test's outcome on both
+    sides is the one fresh processes give, on the case with two regressions (main's 0003 on v0.33.0)."""
+    from vpatch.base import Event
+
+    patches = series_dir(tmp_path)
+    old = old_0003_on_v0_33_0(release_history, patches)
+    base = gitdoor.resolve_commit(release_history, "v0.33.0")
+    patched = stacked_tree(release_history, [old], base, old, name="v0.33.0")
+    found: dict[bool, regression.Regressions] = {}
+    runs: dict[bool, int] = {}
+    events: list[Event] = []
+    for warm in (False, True):
+        with Witness(release_history, cache=REAL_CACHE, zygote=warm, report=events.append) as witness:
+            found[warm] = witness.regressions(old, base=base, patched=patched, ref="v0.33.0", use_cache=False)
+            assert witness.session is not None
+            runs[warm] = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
+    fresh, warmed = found[False], found[True]
+    assert fresh.base is not None and fresh.patched is not None and warmed.base is not None
+    assert warmed.patched is not None
+    assert warmed.base.results == fresh.base.results and warmed.patched.results == fresh.patched.results
+    assert len(fresh.base.results) > 150 and len(warmed.regressed) == 2, warmed.says()
+    # both runs went through it (one pytest run per side: the two files share a folder), none fell back
+    assert (runs[False], runs[True]) == (0, 2)
+    assert [e.step for e in events if e.subject == "upstream-tests zygote" and e.step.startswith("started")] == \
+        ["started"]
+    assert not [e for e in events if e.subject == "upstream-tests zygote" and "fresh" in e.step], events

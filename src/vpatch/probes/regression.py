@@ -6,7 +6,9 @@ The tests run as they are, with pytest, from the tree root, under ``--confcutdir
 conftest files of the tests' own folder down are loaded, vLLM's root ``tests/conftest.py`` is not (it imports
 the whole engine and model runners, and frees the accelerator after every test). A test that needs a root
 fixture then errors on both sides: counted as upstream's, never as the patch's. Results are cached per tree,
-so an unpatched tree's results serve every patch checked on it.
+so an unpatched tree's results serve every patch checked on it. Each run is a child of the session's upstream-tests
+zygote where it can be (pytest and the venv's imports once, vllm and the tests from the tree each time), else a
+fresh process; HOME is the session's own folder either way (`Session.tests_env`).
 """
 
 from __future__ import annotations
@@ -223,7 +225,7 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
     details: list[str] = []
     ran = True
     for folder, group in _by_folder(tests, root).items():
-        found, detail, ok = _pytest(root, folder, group, python, timeout, session)
+        found, detail, ok = _pytest(root, folder, group, python, timeout, session, report)
         results.update(found)
         details.append(detail)
         ran = ran and ok
@@ -263,7 +265,7 @@ def _by_folder(tests: Sequence[str], root: Path) -> dict[str, list[str]]:
 
 
 def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: float,
-            session: probe_runs.Session) -> tuple[dict[str, str], str, bool]:
+            session: probe_runs.Session, report: Reporter = silent) -> tuple[dict[str, str], str, bool]:
     """One pytest run: each test's outcome, pytest's last line, and whether it ran to its report."""
     # pytest compares --confcutdir with the conftest files' real paths: a tree reached through a symlink (a cache
     # folder linked to another disk) would load vLLM's root conftest
@@ -275,18 +277,43 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: fl
         argv = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                 "--rootdir", str(root), "--confcutdir", str(root / folder), "--continue-on-collection-errors",
                 "--junitxml", str(report_file), *tests]
-        env = {"PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch}
-        try:
-            proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
-                               timeout=timeout, own_group=True, cancel=session.cancel)
-        except ProcessError as exc:
-            return {}, exc.message, False
-        output = proc.stdout.decode("utf-8", "replace").strip()
-        last = output.splitlines()[-1] if output else f"pytest exited {proc.returncode} without output"
-        if proc.returncode not in (0, 1) or not report_file.is_file():
+        # HOME the session's (tests_env), not the user's: the same in the warm interpreter and in a fresh process
+        env = session.tests_env({"PYTHONPATH": str(root)})
+        ran = _in_zygote(argv, root, env, python, timeout, session, report)
+        if ran is None:
+            try:
+                proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
+                                   timeout=timeout, own_group=True, cancel=session.cancel)
+            except ProcessError as exc:
+                return {}, exc.message, False
+            ran = (proc.returncode, proc.stdout)
+        elif isinstance(ran, str):
+            return {}, ran, False
+        returncode, stdout = ran
+        output = stdout.decode("utf-8", "replace").strip()
+        last = output.splitlines()[-1] if output else f"pytest exited {returncode} without output"
+        if returncode not in (0, 1) or not report_file.is_file():
             # 2 interrupted, 3 internal error, 4 usage error, 5 no tests collected: no evidence either way
-            return {}, f"pytest exited {proc.returncode}: {last}", False
+            return {}, f"pytest exited {returncode}: {last}", False
         return _read_junit(report_file, tests), last, True
+
+
+def _in_zygote(argv: list[str], root: Path, env: dict[str, str], python: Path, timeout: float,
+               session: probe_runs.Session, report: Reporter) -> tuple[int, bytes] | str | None:
+    """One pytest run in the session's warm interpreter of the venv (pytest, torch and what the tests import
+    imported once; vllm and the tests from the tree in each run): its exit code and output, why it could not end
+    (a string), or None where it runs fresh (no zygote, or the zygote could not run it to the end)."""
+    zygote = session.zygote_for(python, report, tests=True)
+    if zygote is None or not zygote.fits(argv, env):
+        return None
+    ran = zygote.run(argv, cwd=root, env=env, timeout=timeout, cancel=session.cancel)
+    if ran is None:
+        return None
+    if ran.cancelled:
+        return "the run was cancelled"
+    if ran.timed_out:
+        return f"pytest timed out after {timeout:g}s"
+    return ran.returncode, ran.output
 
 
 def _read_junit(path: Path, tests: Sequence[str]) -> dict[str, str]:

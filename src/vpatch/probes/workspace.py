@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from types import TracebackType
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 from vpatch import git
 from vpatch.base import Event, GitError, Reporter, cache_dir, child_env, silent
 from vpatch.probes.env import own_run_folder, remove_stale_runs
-from vpatch.probes.zygote import Zygote
+from vpatch.probes.zygote import PRELOAD_FILE, TESTS_PRELOAD_FILE, Zygote
 
 if TYPE_CHECKING:
     from typing import Self
@@ -84,7 +84,7 @@ class Session:
         # a warm interpreter per probe venv (probes/zygote.py); VPATCH_PROBE_ZYGOTE=0/1 overrides the default
         self.zygote = zygote_default() if zygote is None else zygote
         self.report = report
-        self._zygotes: dict[Path, Zygote] = {}
+        self._zygotes: dict[tuple[Path, str], Zygote] = {}  # (venv python, kind) -> its warm interpreter
         self._zygote_lock = threading.Lock()
         self.cancel = threading.Event()  # set when the command ends: running probes end with it
         self.ahead: dict[Path, ProbeResult] = {}  # result-cache entry -> a result run ahead, not yet read
@@ -120,21 +120,38 @@ class Session:
                 self._owner = None
             self._trees.clear()
 
-    def zygote_for(self, python: Path, report: Reporter = silent) -> Zygote | None:
+    def zygote_for(self, python: Path, report: Reporter = silent, *, tests: bool = False) -> Zygote | None:
         """The warm interpreter of the venv of `python`, started on first use (None: the session runs fresh
         processes, or that zygote is broken). Its progress goes to the session's reporter, else to `report` (the
-        first run's: the commands report probe runs that way)."""
+        first run's: the commands report probe runs that way). `tests`: the one upstream's tests run in, started
+        with their environment (`tests_env`: HOME the session's own) and learning its own preload list."""
         if not self.zygote:
             return None
+        kind = "upstream-tests zygote" if tests else "probe zygote"
         with self._zygote_lock:
             assert self._open, "a Session is used inside its with block"
-            found = self._zygotes.get(python)
+            found = self._zygotes.get((python, kind))
             if found is None:
                 reporter = self.report if self.report is not silent else report
-                found = self._zygotes[python] = Zygote(python, env=zygote_env(), report=reporter)
+                env = self.tests_env() if tests else zygote_env()
+                found = self._zygotes[(python, kind)] = Zygote(
+                    python, env=env, report=reporter, subject=kind,
+                    preload_file=TESTS_PRELOAD_FILE if tests else PRELOAD_FILE)
                 if found.broken is not None:
-                    reporter(Event("probe zygote", "fresh processes", found.broken, final=True))
+                    reporter(Event(kind, "fresh processes", found.broken, final=True))
         return None if found.broken is not None else found
+
+    def tests_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment upstream's tests run in (PYTHONPATH aside, `extra` on top): HOME a folder of this
+        session's, so that no test writes into the user's home, the same for all its runs so that they share one
+        warm interpreter (a module such as huggingface_hub reads HOME when it is imported)."""
+        with self._guard:
+            assert self._open, "a Session is used inside its with block"
+            if self._root is None:
+                self._root, self._owner = own_run_folder(self.cache / "probe-runs", f"run-{os.getpid()}-")
+            home = self._root / "home"
+        home.mkdir(exist_ok=True)
+        return child_env({"PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home), **(extra or {})})
 
     def zygotes(self) -> list[Zygote]:
         """The warm interpreters started so far (broken ones too)."""
