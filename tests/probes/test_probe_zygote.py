@@ -22,7 +22,7 @@ from helpers.pids import gone
 
 from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
-from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, Zygote
+from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, TESTS_PRELOAD_FILE, Zygote
 
 # A module of the venv that records, when it is imported, the variable a probe is started with.
 HEAVY = "import os\nIMPORTED_WITH = os.environ.get('PROBE_FLAVOUR')\nIMPORTS = 0\n"
@@ -154,6 +154,28 @@ def test_a_child_runs_python_dash_m_as_a_fresh_python_does(zygote: Zygote, venv:
     assert ran.returncode == code and ran.output.decode().splitlines() == output.decode().splitlines()
     assert f"argv ['{tree / 'probemod.py'}'".encode() in output and f"path ['{tree}',".encode() in output
     assert code == {"plain": 0, "exit": 3, "signal": -signal.SIGTERM, "message": 1}[args[0]]
+
+
+def test_an_upstream_tests_zygote_without_a_list_starts_from_the_probes_list(venv: Path, tree: Path) -> None:
+    """The upstream-tests zygote learns a list of its own; with none yet it imports the probes' (checked as it is
+    imported), so that it learns only what the tests add (pytest), not every module apart again."""
+    folder = venv.parent.parent
+    (folder / PRELOAD_FILE).write_text(json.dumps({"preload": ["heavy"], "refused": [], "rules": LEAK_RULES}))
+    (folder / TESTS_PRELOAD_FILE).unlink(missing_ok=True)
+    seen: list[str] = []
+    found = Zygote(venv, env=probe_runs.zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"),
+                   subject="upstream-tests zygote", preload_file=TESTS_PRELOAD_FILE)
+    try:
+        assert found.broken is None, found.broken
+        assert [line for line in seen if line.startswith("warm ")], seen  # the probes' list, imported at its start
+        argv = [str(venv), str(tree.parent / "probes" / "probe.py"), "plain"]
+        ran = found.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        assert ran is not None and (ran.returncode, ran.output) == _fresh(argv, tree, _env(tree))
+        assert found.settled(60)
+    finally:
+        found.close()
+    assert "heavy" in json.loads((folder / TESTS_PRELOAD_FILE).read_text())["preload"]
+    assert json.loads((folder / PRELOAD_FILE).read_text())["preload"] == ["heavy"]  # the probes' list untouched
 
 
 def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(zygote: Zygote, venv: Path,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
@@ -278,7 +279,9 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: fl
                 "--rootdir", str(root), "--confcutdir", str(root / folder), "--continue-on-collection-errors",
                 "--junitxml", str(report_file), *tests]
         # HOME the session's (tests_env), not the user's: the same in the warm interpreter and in a fresh process
-        env = session.tests_env({"PYTHONPATH": str(root)})
+        # PYTHONPATH the tree, then what vpatch was given (as the probes have it)
+        env = session.tests_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
+                                                               if p)})
         ran = _in_zygote(argv, root, env, python, timeout, session, report)
         if ran is None:
             try:

@@ -95,6 +95,10 @@ class Zygote:
         self._failed: dict[str, int] = {}
         self._known: list[str] = []  # what was preloaded, in the order it was checked and imported
         recorded = self._recorded()
+        if not recorded and preload_file != PRELOAD_FILE:
+            # a zygote of another kind (upstream's tests) starts from the probes' list, checked as it is imported:
+            # what vllm imports, tests import too; it then learns only its own (pytest), not all 4,000 apart
+            recorded = {"preload": self._recorded(python.parent.parent / PRELOAD_FILE).get("preload", [])}
         self._refused = set(recorded.get("refused", []))
         known = [m for m in recorded.get("preload", []) if m not in self._refused]
         if not self._start():
@@ -253,10 +257,11 @@ class Zygote:
 
     # -- what to preload ----------------------------------------------------------------------------------------
 
-    def _recorded(self) -> dict[str, list[str]]:
-        """The recorded preload list; a malformed one is ignored, with a warning naming it."""
+    def _recorded(self, file: Path | None = None) -> dict[str, list[str]]:
+        """The recorded preload list (its own, or `file`); a malformed one is ignored, with a warning naming it."""
+        file = self._file if file is None else file
         try:
-            raw = self._file.read_bytes()
+            raw = file.read_bytes()
         except OSError:
             return {}
         try:
@@ -271,7 +276,7 @@ class Zygote:
             # what older rules refused is tried again under these (a trace they knew as inert is no longer one)
             return {"preload": list(data.get("preload", [])),
                     "refused": list(data.get("refused", [])) if data.get("rules") == LEAK_RULES else []}
-        self.report(Event(self.subject, "warning", f"{self._file}: {why}; ignored (the list is measured again)",
+        self.report(Event(self.subject, "warning", f"{file}: {why}; ignored (the list is measured again)",
                           final=True))
         return {}
 
