@@ -312,7 +312,7 @@ class Zygote:
         recorded list, checked as it is imported. Only what the zygote imported clean is recorded. False: the zygote
         is broken, or unsafe (the recorded list did not hold)."""
         started = time.monotonic()
-        self.report(Event(self.subject, "importing", f"{len(names)} modules the probes import"))
+        self.report(Event(self.subject, "importing", f"{len(names)} modules its runs import"))
         loaded: list[str] = []
         failed: list[str] = []
         refused: dict[str, str] = {}
