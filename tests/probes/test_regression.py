@@ -184,6 +184,8 @@ def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fre
     assert len(fresh.base.results) > 150 and len(warmed.regressed) == 2, warmed.says()
     # both runs went through it (one pytest run per side: the two files share a folder), none fell back
     assert (runs[False], runs[True]) == (0, 2)
-    assert [e.step for e in events if e.subject == "upstream-tests zygote" and e.step.startswith("started")] == \
-        ["started"]
+    # one interpreter for the session; "started again" where the recorded list did not hold and was learned anew
+    # (a list learned from nothing does so once: docs/benchmarks.md, "Probe runs")
+    started = [e.step for e in events if e.subject == "upstream-tests zygote" and e.step.startswith("started")]
+    assert started in (["started"], ["started", "started again"]), started
     assert not [e for e in events if e.subject == "upstream-tests zygote" and "fresh" in e.step], events
