@@ -94,6 +94,40 @@ def test_upstream_tests_declared_in_the_probe_replace_the_found_ones(tmp_path: P
         "upstream tests: none found for the files it touches")
 
 
+HOME_TEST = ("\n\ndef test_home_is_not_the_user_s():\n"
+             "    import os\n"
+             "    with open(os.environ['VPATCH_TEST_HOME_LOG'], 'a') as log:\n"
+             "        log.write(os.environ['HOME'] + '\\n')\n")
+
+
+def test_upstream_tests_run_with_a_home_of_the_command_s_never_the_user_s(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME is a folder of the command's workspace for every run of upstream's tests (so that no test writes into
+    the user's home), the same for both sides, and gone with the command. In the warm interpreter here; a fresh run
+    is given the same environment (regression._pytest)."""
+    repo, _ = toy_upstream(tmp_path)
+    tests = repo / "tests" / "calc" / "test_calc.py"
+    tests.write_text(tests.read_text() + HOME_TEST)
+    git(repo, "commit", "-q", "-am", "a test that says its HOME")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    patches = series_dir(tmp_path)
+    broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
+    log = tmp_path / "homes.log"
+    monkeypatch.setenv("VPATCH_TEST_HOME_LOG", str(log))
+    patched = stacked_tree(repo, [broken], base, broken, name="v1.0")
+    with Witness(repo, cache=REAL_CACHE, zygote=True) as witness:
+        found = witness.regressions(broken, base=base, patched=patched, ref="v1.0", use_cache=False)
+        assert witness.session is not None
+        went = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
+    assert found.regressed == ("tests/calc/test_calc.py::test_sub",), found.says()
+    homes = log.read_text().split()
+    assert len(homes) == 2 and homes[0] == homes[1], homes  # both sides, one folder
+    home = Path(homes[0])
+    assert home != Path.home() and home.name == "home" and home.parent.parent == REAL_CACHE / "probe-runs", home
+    assert not home.exists()  # removed with the command's workspace
+    assert went == 2  # both through the upstream-tests zygote
+
+
 # --- the real release history: 0003 ------------------------------------------------------------------------------
 
 
