@@ -90,6 +90,19 @@ INERT = {
     "evil_env.py": "import os\nos.environ['TORCHINDUCTOR_CACHE_DIR'] = os.path.join(os.sep, 'elsewhere')\n",
 }
 MODULES.update(INERT)
+# A package whose import makes a module from generated source, with no file and a name of its own (as
+# torch.distributed.nn makes _remote_module_non_scriptable): no finder knows that module, its maker's import makes it
+MODULES["maker/__init__.py"] = (
+    "import importlib.abc, importlib.util, sys\n"
+    "class _Source(importlib.abc.Loader):\n"
+    "    def exec_module(self, module):\n"
+    "        exec('VALUE = 7', module.__dict__)\n"
+    "if '_made_by_maker' not in sys.modules:\n"
+    "    spec = importlib.util.spec_from_loader('_made_by_maker', _Source(), origin='maker-generated')\n"
+    "    made = importlib.util.module_from_spec(spec)\n"
+    "    sys.modules['_made_by_maker'] = made\n"
+    "    spec.loader.exec_module(made)\n"
+    "MADE = sys.modules['_made_by_maker']\n")
 
 # Imports every module that leaves a trace: the zygote learns them from its report.
 LEARN = "import evil_dtype, evil_builtin, evil_rebind, reads_stdin, torch, helper\nprint('learned')\n"
@@ -292,6 +305,34 @@ def test_the_inert_traces_of_torch_dynamo_and_transformers_are_preloaded_the_sam
     assert recorded["rules"] == zygote_module.LEAK_RULES
     again = _start(venv, started)  # the next command's zygote, from that list
     assert _warm(again, check, probes) == fresh
+
+
+LEARN_MADE = "import maker\nprint('learned')\n"
+CHECK_MADE = "import sys, maker\nprint(maker.MADE.VALUE, maker.MADE is sys.modules['_made_by_maker'])\n"
+
+
+def test_a_package_whose_import_makes_a_module_from_no_file_is_preloaded_and_its_list_holds(
+        venv: Path, started: list[Zygote], probes: Path) -> None:
+    """torch.distributed.nn makes _remote_module_non_scriptable at import, from generated source: a module of no
+    file that no finder knows. It was read as another package the group imports first, so its maker was never
+    learned clean, and a list holding it did not hold in the next command (learned again, ~37 s a zygote)."""
+    (probes / "learn_made.py").write_text(LEARN_MADE)
+    (probes / "check_made.py").write_text(CHECK_MADE)
+    learn, check = [str(venv), str(probes / "learn_made.py")], [str(venv), str(probes / "check_made.py")]
+    fresh = _fresh(check, probes)
+    assert fresh == (0, b"7 True\n"), fresh
+
+    zygote = _start(venv, started)
+    assert _warm(zygote, learn, probes) == (0, b"learned\n")
+    _settled(zygote)
+    assert _warm(zygote, check, probes) == fresh
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert "maker" in recorded["preload"] and "_made_by_maker" not in recorded["preload"], recorded
+
+    events: list[Event] = []
+    again = _start(venv, started, events)  # the next command's zygote, from that list: it holds
+    assert _warm(again, check, probes) == fresh
+    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
 
 
 GENERATORS = "import random, os\nprint(random.random(), os.getpid() == os.getsid(0))\n"

@@ -686,6 +686,16 @@ def traces(before, settled):
     return None
 
 
+def made(name):
+    # A module an import made from no file, which no finder knows (torch.distributed.nn's
+    # _remote_module_non_scriptable, compiled from generated source, its origin "torch-git"): its maker's own,
+    # made again by the maker's import in a fresh process. Built-in and frozen modules have no file either.
+    module = sys.modules.get(name)
+    spec = getattr(module, "__spec__", None)
+    return module is not None and getattr(module, "__file__", None) is None and \
+        getattr(module, "__path__", None) is None and getattr(spec, "origin", None) not in ("built-in", "frozen")
+
+
 def groups(names):
     # The names by top-level package, in the order of each package's first name.
     found = {}
@@ -698,9 +708,9 @@ def check(todo, out, recorded=(), barred=()):
     # Import the groups of `todo` in turn, each checked against what was there before it; stop at the first that
     # imports another package first (its "deps"), leaves a trace, starts a thread, loads a foreign module, or fails.
     # A package of a `recorded` list (learned clean, its packages that import each other learned together) is no
-    # "deps": it is checked with the group that imports it. A group importing a module of `barred` (refused for
-    # good before) is refused with it. `out(done, stop)` gets the names imported clean, in order, and why it
-    # stopped (None: it did not).
+    # "deps": it is checked with the group that imports it, as a module a group's import `made` is. A group
+    # importing a module of `barred` (refused for good before) is refused with it. `out(done, stop)` gets the names
+    # imported clean, in order, and why it stopped (None: it did not).
     done = []
     before, settled = bindings(), settings()
     for top, names in todo:
@@ -721,7 +731,7 @@ def check(todo, out, recorded=(), barred=()):
         new = [m for m in sys.modules if m not in loaded]
         own = {top, *(n.split(".")[0] for n in names)}
         deps = [m for m in new if m.split(".")[0] not in own and m.split(".")[0] not in recorded
-                and not m.startswith("__")]
+                and not m.startswith("__") and not made(m)]
         why = None
         refused = [m for m in new if m in barred]
         if refused:
