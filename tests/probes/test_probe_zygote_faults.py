@@ -92,6 +92,11 @@ INERT = {
 MODULES.update(INERT)
 # A package whose import makes a module from generated source, with no file and a name of its own (as
 # torch.distributed.nn makes _remote_module_non_scriptable): no finder knows that module, its maker's import makes it
+# A package of a clean module and one that leaves a trace, and a package that imports only the clean one
+MODULES["mixed/__init__.py"] = ""
+MODULES["mixed/clean.py"] = "def answer():\n    return 42\n"
+MODULES["mixed/dirty.py"] = "import builtins\nbuiltins.MIXED_LEAK = 'mixed.dirty'\n"
+MODULES["uses_clean.py"] = "from mixed.clean import answer\n"
 MODULES["maker/__init__.py"] = (
     "import importlib.abc, importlib.util, sys\n"
     "class _Source(importlib.abc.Loader):\n"
@@ -328,6 +333,34 @@ def test_a_package_whose_import_makes_a_module_from_no_file_is_preloaded_and_its
     assert _warm(zygote, check, probes) == fresh
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
     assert "maker" in recorded["preload"] and "_made_by_maker" not in recorded["preload"], recorded
+
+    events: list[Event] = []
+    again = _start(venv, started, events)  # the next command's zygote, from that list: it holds
+    assert _warm(again, check, probes) == fresh
+    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
+
+
+LEARN_MIXED = "import uses_clean, mixed.dirty\nprint('learned')\n"
+CHECK_MIXED = "import builtins, uses_clean\nprint(uses_clean.answer(), hasattr(builtins, 'MIXED_LEAK'))\n"
+
+
+def test_a_list_learned_where_a_package_s_dependency_was_refused_with_its_group_holds_in_the_next_command(
+        venv: Path, started: list[Zygote], probes: Path) -> None:
+    """One learning round refuses a package's group (mixed.dirty leaves a trace, so mixed and mixed.clean go with
+    it), then admits a package that imports only mixed.clean, which it imports clean with it. The list recorded
+    the importer and refused what it imports: the next command's zygote found it did not hold, and learned again."""
+    (probes / "learn_mixed.py").write_text(LEARN_MIXED)
+    (probes / "check_mixed.py").write_text(CHECK_MIXED)
+    learn, check = [str(venv), str(probes / "learn_mixed.py")], [str(venv), str(probes / "check_mixed.py")]
+    fresh = _fresh(check, probes)
+    assert fresh == (0, b"42 False\n"), fresh
+
+    zygote = _start(venv, started)
+    assert _warm(zygote, learn, probes) == (0, b"learned\n")
+    _settled(zygote)
+    assert _warm(zygote, check, probes) == fresh
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert "mixed.dirty" in recorded["refused"], recorded
 
     events: list[Event] = []
     again = _start(venv, started, events)  # the next command's zygote, from that list: it holds

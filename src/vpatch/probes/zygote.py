@@ -839,6 +839,10 @@ def preload(names, tried_apart, tops=(), barred=()):
             answer["refused"].update((name, why) for name in stop["names"])
         todo = rest
     answer["loaded"] = [n for n in answer["loaded"] if n in sys.modules]
+    # a name refused with its group (mixed.clean, with the mixed.dirty that left a trace) and imported clean after,
+    # with a package that imports it (moved into that package's group): preloaded, so refused no longer; recorded
+    # refused, it would bar its importer from the list in the next command
+    answer["refused"] = {n: why for n, why in answer["refused"].items() if n not in sys.modules}
     return answer
 
 
