@@ -68,13 +68,37 @@ INERT = {
                                  "from torch._inductor.runtime.cache_dir_utils import cache_dir\n"
                                  "CACHE = cache_dir()\n"
                                  "torch.manual_seed = _disable_dynamo(torch.manual_seed)\n",
+    # transformers puts a lazy module of itself in sys.modules, and its processing_utils executes its __init__ again
     "transformers/__init__.py": "import sys\n"
-                                "from transformers.utils.import_utils import _LegacyModuleAliasFinder\n"
-                                "sys.meta_path.append(_LegacyModuleAliasFinder())\n",
+                                "from transformers.utils.import_utils import _LazyModule, _LegacyModuleAliasFinder\n"
+                                "if not any(isinstance(f, _LegacyModuleAliasFinder) for f in sys.meta_path):\n"
+                                "    sys.meta_path.append(_LegacyModuleAliasFinder())\n"
+                                "sys.modules[__name__] = _LazyModule(__name__, __file__)\n",
     "transformers/utils/__init__.py": "",
-    "transformers/utils/import_utils.py": "class _LegacyModuleAliasFinder:\n"
+    "transformers/utils/import_utils.py": "import importlib.util, os, sys, types\n"
+                                          "class _LegacyModuleAliasFinder:\n"
                                           "    def find_spec(self, fullname, path=None, target=None):\n"
-                                          "        return None\n",
+                                          "        return None\n"
+                                          "class _LazyModule(types.ModuleType):\n"
+                                          "    def __init__(self, name, file):\n"
+                                          "        super().__init__(name)\n"
+                                          "        self.__file__ = file\n"
+                                          "        self.__path__ = [os.path.dirname(file)]\n"
+                                          "def direct_transformers_import(path):\n"
+                                          "    spec = importlib.util.spec_from_file_location(\n"
+                                          "        'transformers', os.path.join(path, '__init__.py'),\n"
+                                          "        submodule_search_locations=[path])\n"
+                                          "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+                                          "    return sys.modules['transformers']\n",
+    "transformers/processing_utils.py": "import os\n"
+                                        "from transformers.utils.import_utils import direct_transformers_import\n"
+                                        "transformers_module = direct_transformers_import(os.path.dirname(__file__))\n",
+    # a module of another package that puts a copy of `helper` (executed again) in its place
+    "evil_replace.py": "import importlib.util, sys, helper\n"
+                       "spec = importlib.util.spec_from_file_location('helper', helper.__file__)\n"
+                       "copy = importlib.util.module_from_spec(spec)\n"
+                       "spec.loader.exec_module(copy)\n"
+                       "sys.modules['helper'] = copy\n",
     # a wrapper of torch.manual_seed of its own (functools.wraps, but not torch's guard): it adds one to the seed
     "evil_seed.py": "import functools, torch\n"
                     "_old = torch.manual_seed\n"
@@ -361,6 +385,43 @@ def test_a_list_learned_where_a_package_s_dependency_was_refused_with_its_group_
     assert _warm(zygote, check, probes) == fresh
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
     assert "mixed.dirty" in recorded["refused"], recorded
+
+    events: list[Event] = []
+    again = _start(venv, started, events)  # the next command's zygote, from that list: it holds
+    assert _warm(again, check, probes) == fresh
+    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
+
+
+REEXEC_FIRST = "import transformers, helper\nprint('learned')\n"
+REEXEC_THEN = "import transformers.processing_utils, evil_replace\nprint('learned')\n"
+CHECK_REEXEC = """\
+import sys, helper, transformers
+first = sys.modules["transformers"]
+import transformers.processing_utils as processing
+print(type(first).__name__, processing.transformers_module is sys.modules["transformers"], helper.answer())
+"""
+
+
+def test_transformers_executed_again_by_its_processing_utils_is_preloaded_another_replaced_module_is_not(
+        venv: Path, started: list[Zygote], probes: Path) -> None:
+    """transformers.processing_utils executes transformers/__init__.py again, which puts a new lazy module in
+    sys.modules: read as "it rebinds transformers.__name__" where transformers was preloaded first (a recorded
+    list imports it first, or an earlier round), so the list learned from nothing did not hold in the next command.
+    A module of another package replaced by a copy of itself is still refused."""
+    for name, text in (("first.py", REEXEC_FIRST), ("then.py", REEXEC_THEN), ("check_reexec.py", CHECK_REEXEC)):
+        (probes / name).write_text(text)
+    check = [str(venv), str(probes / "check_reexec.py")]
+    fresh = _fresh(check, probes)
+    assert fresh == (0, b"_LazyModule True 42\n"), fresh
+
+    zygote = _start(venv, started)
+    for script in ("first.py", "then.py"):  # two rounds: transformers is preloaded before processing_utils is tried
+        assert _warm(zygote, [str(venv), str(probes / script)], probes) == (0, b"learned\n")
+        _settled(zygote)
+    assert _warm(zygote, check, probes) == fresh
+    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
+    assert {"transformers", "transformers.processing_utils"} <= set(recorded["preload"]), recorded
+    assert "evil_replace" in recorded["refused"], recorded
 
     events: list[Event] = []
     again = _start(venv, started, events)  # the next command's zygote, from that list: it holds

@@ -48,8 +48,9 @@ from vpatch.base import ChildProcess, Event, ProcessError, Reporter, atomic_writ
 
 PRELOAD_FILE = "vpatch-preload.json"
 TESTS_PRELOAD_FILE = "vpatch-preload-upstream-tests.json"  # the upstream-tests zygote's (pytest and what tests import)
-# The leak check's version, recorded with what it refused: 2 knows the inert traces of torch._dynamo and transformers
-LEAK_RULES = 2
+# The leak check's version, recorded with what it refused: 2 knows the inert traces of torch._dynamo and transformers,
+# 3 also transformers executed again by its own processing_utils
+LEAK_RULES = 3
 # Set in the zygote (not in what a probe sees): a BLAS or OpenMP pool started at import would not survive fork.
 THREAD_VARS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _SUBJECT = "probe zygote"
@@ -607,7 +608,8 @@ def watched(name, module):
 
 
 def bindings(names=None):
-    return {name: dict(vars(module)) for name, module in list(sys.modules.items())
+    # each watched module's bindings, and the module itself (one executed again is a new object in sys.modules)
+    return {name: (module, dict(vars(module))) for name, module in list(sys.modules.items())
             if (names is None or name in names) and watched(name, module)}
 
 
@@ -653,6 +655,16 @@ def inert_finder(finder):
     return path_finder in sys.meta_path and sys.meta_path.index(path_finder) < sys.meta_path.index(finder)
 
 
+def inert_reexecuted(name, old, module):
+    # transformers.processing_utils executes transformers/__init__.py again (direct_transformers_import), which
+    # puts a new lazy module of the same file in sys.modules, as it does in a fresh run that imports it; a run that
+    # imports transformers alone gets that one, of the same import structure: its names are the same modules' own
+    kind = type(module)
+    return name == "transformers" and module is not old[0] and type(old[0]) is kind and \
+        (kind.__module__, kind.__qualname__) == ("transformers.utils.import_utils", "_LazyModule") and \
+        old[1].get("__file__") == getattr(module, "__file__", None)
+
+
 def _private(key):
     # a module's private names (a cache, a backport patching a helper) are no API a probe relies on; dunders are
     return key.startswith("_") and not key.startswith("__")
@@ -661,16 +673,20 @@ def _private(key):
 def traces(before, settled):
     # What changed since `before` (bindings) and `settled` (settings): a rebound or new name in a module that was
     # loaded (a submodule bound into its package and a lazy module's cache aside), or a process-wide setting.
-    for name, old in before.items():
+    for name, (was, old) in before.items():
         module = sys.modules.get(name)
         if module is None:
             return f"{name} was unloaded"
+        if module is not was and not inert_reexecuted(name, (was, old), module):
+            return f"it replaces the module {name}"
         now = vars(module)
         try:
             if now == old:
                 continue
         except Exception:
             pass
+        if module is not was:
+            continue  # a new module of the same file and kind (inert_reexecuted): its own start, not a change
         lazy = "__getattr__" in old or type(module) is not types.ModuleType
         for key, value in now.items():
             if isinstance(value, types.ModuleType) or key == "__warningregistry__" or _private(key):
@@ -747,7 +763,7 @@ def check(todo, out, recorded=(), barred=()):
         if why is not None:
             return out(done, {"top": top, "names": names, "refused": why})
         done += [n for n in names if n in sys.modules]
-        before.update(bindings(set(new)))
+        before.update(bindings({*new, *(m for m, (was, _) in before.items() if sys.modules.get(m) is not was)}))
         settled = settings()
     return out(done, None)
 
