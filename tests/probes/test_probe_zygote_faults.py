@@ -336,60 +336,49 @@ def test_the_inert_traces_of_torch_dynamo_and_transformers_are_preloaded_the_sam
     assert _warm(again, check, probes) == fresh
 
 
-LEARN_MADE = "import maker\nprint('learned')\n"
-CHECK_MADE = "import sys, maker\nprint(maker.MADE.VALUE, maker.MADE is sys.modules['_made_by_maker'])\n"
+# Learned by one run, what a probe then sees, what a fresh run prints, and what the list must hold or refuse:
+# torch.distributed.nn makes _remote_module_non_scriptable at import from generated source, a module of no file that
+# no finder knows, read as another package to import first (its maker never learned clean, a list naming it did
+# not hold); a learning round refuses a package's group (mixed.dirty leaves a trace, mixed.clean goes with it), then
+# imports mixed.clean clean with a package that imports it, and recorded it both preloaded and refused (the next
+# command's zygote found its importer "imports a module refused before")
+LISTS_THAT_HOLD = {
+    "made": ("import maker\nprint('learned')\n",
+             "import sys, maker\nprint(maker.MADE.VALUE, maker.MADE is sys.modules['_made_by_maker'])\n",
+             b"7 True\n", {"maker"}, set()),
+    "refused-with-its-group": ("import uses_clean, mixed.dirty\nprint('learned')\n",
+                               "import builtins, uses_clean\n"
+                               "print(uses_clean.answer(), hasattr(builtins, 'MIXED_LEAK'))\n",
+                               b"42 False\n", {"uses_clean", "mixed.clean"}, {"mixed.dirty"}),
+}
 
 
-def test_a_package_whose_import_makes_a_module_from_no_file_is_preloaded_and_its_list_holds(
-        venv: Path, started: list[Zygote], probes: Path) -> None:
-    """torch.distributed.nn makes _remote_module_non_scriptable at import, from generated source: a module of no
-    file that no finder knows. It was read as another package the group imports first, so its maker was never
-    learned clean, and a list holding it did not hold in the next command (learned again, ~37 s a zygote)."""
-    (probes / "learn_made.py").write_text(LEARN_MADE)
-    (probes / "check_made.py").write_text(CHECK_MADE)
-    learn, check = [str(venv), str(probes / "learn_made.py")], [str(venv), str(probes / "check_made.py")]
+def _holds_in_the_next_command(venv: Path, started: list[Zygote], check: list[str], probes: Path,
+                               fresh: tuple[int, bytes]) -> None:
+    events: list[Event] = []
+    again = _start(venv, started, events)  # the next command's zygote, from the list recorded
+    assert _warm(again, check, probes) == fresh
+    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
+
+
+@pytest.mark.parametrize("case", sorted(LISTS_THAT_HOLD))
+def test_a_list_learned_from_nothing_holds_in_the_next_command(venv: Path, started: list[Zygote], probes: Path,
+                                                                case: str) -> None:
+    learn_text, check_text, expected, preloaded, refused = LISTS_THAT_HOLD[case]
+    (probes / "learn_case.py").write_text(learn_text)
+    (probes / "check_case.py").write_text(check_text)
+    learn, check = [str(venv), str(probes / "learn_case.py")], [str(venv), str(probes / "check_case.py")]
     fresh = _fresh(check, probes)
-    assert fresh == (0, b"7 True\n"), fresh
+    assert fresh == (0, expected), fresh
 
     zygote = _start(venv, started)
     assert _warm(zygote, learn, probes) == (0, b"learned\n")
     _settled(zygote)
     assert _warm(zygote, check, probes) == fresh
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
-    assert "maker" in recorded["preload"] and "_made_by_maker" not in recorded["preload"], recorded
-
-    events: list[Event] = []
-    again = _start(venv, started, events)  # the next command's zygote, from that list: it holds
-    assert _warm(again, check, probes) == fresh
-    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
-
-
-LEARN_MIXED = "import uses_clean, mixed.dirty\nprint('learned')\n"
-CHECK_MIXED = "import builtins, uses_clean\nprint(uses_clean.answer(), hasattr(builtins, 'MIXED_LEAK'))\n"
-
-
-def test_a_list_learned_where_a_package_s_dependency_was_refused_with_its_group_holds_in_the_next_command(
-        venv: Path, started: list[Zygote], probes: Path) -> None:
-    """One learning round refuses a package's group (mixed.dirty leaves a trace, so mixed and mixed.clean go with
-    it), then admits a package that imports only mixed.clean, which it imports clean with it. The list recorded
-    the importer and refused what it imports: the next command's zygote found it did not hold, and learned again."""
-    (probes / "learn_mixed.py").write_text(LEARN_MIXED)
-    (probes / "check_mixed.py").write_text(CHECK_MIXED)
-    learn, check = [str(venv), str(probes / "learn_mixed.py")], [str(venv), str(probes / "check_mixed.py")]
-    fresh = _fresh(check, probes)
-    assert fresh == (0, b"42 False\n"), fresh
-
-    zygote = _start(venv, started)
-    assert _warm(zygote, learn, probes) == (0, b"learned\n")
-    _settled(zygote)
-    assert _warm(zygote, check, probes) == fresh
-    recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
-    assert "mixed.dirty" in recorded["refused"], recorded
-
-    events: list[Event] = []
-    again = _start(venv, started, events)  # the next command's zygote, from that list: it holds
-    assert _warm(again, check, probes) == fresh
-    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
+    assert preloaded <= set(recorded["preload"]) and refused <= set(recorded["refused"]), recorded
+    assert not set(recorded["preload"]) & set(recorded["refused"]), recorded
+    _holds_in_the_next_command(venv, started, check, probes, fresh)
 
 
 REEXEC_FIRST = "import transformers, helper\nprint('learned')\n"
@@ -423,10 +412,7 @@ def test_transformers_executed_again_by_its_processing_utils_is_preloaded_anothe
     assert {"transformers", "transformers.processing_utils"} <= set(recorded["preload"]), recorded
     assert "evil_replace" in recorded["refused"], recorded
 
-    events: list[Event] = []
-    again = _start(venv, started, events)  # the next command's zygote, from that list: it holds
-    assert _warm(again, check, probes) == fresh
-    assert again.broken is None and not [e for e in events if "does not hold" in e.step], events
+    _holds_in_the_next_command(venv, started, check, probes, fresh)
 
 
 GENERATORS = "import random, os\nprint(random.random(), os.getpid() == os.getsid(0))\n"
