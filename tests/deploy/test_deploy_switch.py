@@ -68,7 +68,7 @@ def test_candidate_that_dies_at_start_is_rolled_back(tiny_bare: Host) -> None:
 def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_although_health_is_green(
         tiny_bare: Host) -> None:
     """Two failure kinds of the two-builds write-up on one candidate (on the bare host: one server start): the
-    2,048-token pool makes vLLM preempt under the parallel check, and the cue image prints "memory allocation
+    1,280-token pool makes vLLM preempt under the parallel check, and the cue image prints "memory allocation
     failed" there (cued as the check begins) while /health stays green. The parallel check allows the preemptions
     here (max_preemptions 1,000) so that the deploy goes on to the log scan, which fails it: what this shows live
     is that the real server's preemption counter is read over the parallel check and that the log scan rolls
@@ -76,12 +76,14 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     (test_parallel_fails_on_preemptions_errors_and_early_stops, tests/deploy/test_deploy_checks.py)."""
     host = tiny_bare
     # vLLM preempts only a request already running that needs a block none has free; one waits for its prompt's
-    # blocks instead. So short prompts (all four admitted at once, 1 block each) that each grow to 1,000 tokens
-    # (8 of the pool's 15 usable blocks): any two that overlap for most of their decode need 16. With 600-token
-    # prompts and 400 tokens (5 blocks, growing to 8) two staggered requests fit one after another: 0 preemptions
-    # at load ~5, twice in shuffled runs (at 160 tokens, then at 400 with the four TTFTs 0.86-1.16 s).
+    # blocks instead. So short prompts (all four admitted at once, 1 block each) that each grow to ~960 tokens
+    # (8 blocks), in a pool of 9 usable: any two running at once need a block none has free before the first ends,
+    # unless the second has barely started. With 15 usable blocks, two had to overlap for most of their decode:
+    # at load ~5 the four reached the engine seconds apart and none was preempted (a shuffled run, seed 901; before
+    # it, at 600-token prompts with 160 and then 400 tokens, twice more).
     checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "prompt_tokens": 100, "max_tokens": 900,
-                                              "max_preemptions": 1000}}
+                                              "max_preemptions": 1000},
+              "kv_pool": {**SUITE["checks"]["kv_pool"], "min_tokens": KV_PREEMPT // 1024}}
     host.write_yaml(kv_bytes=KV_PREEMPT, checks=checks)
     image = cue_image(host.docker, host.image)
     run = Spawned(host.spawn("--image", image, "--json"))
@@ -90,7 +92,7 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     report = json.loads(out)
     assert code == 6, err
     checks_run = {c["name"]: c for c in report["candidate"]["checks"]}
-    assert report["candidate"]["figures"]["kv_pool_tokens"] == 2048, out
+    assert report["candidate"]["figures"]["kv_pool_tokens"] == KV_PREEMPT // 1024, out
     preemptions = report["candidate"]["figures"]["preemptions"]
     assert preemptions > 0, out
     parallel = checks_run["parallel"]

@@ -45,13 +45,15 @@ from vpatch.serve import drift
 NAME = "tiny"
 # The tiny Qwen3 of the test image costs 1 KiB of KV cache per token (see tests/helpers/serverimage.py).
 KV_NORMAL = 8 * 1024 * 1024  # 8,192 tokens
-KV_PREEMPT = 2 * 1024 * 1024  # 2,048 tokens: the parallel check's requests cannot all stay resident
 KV_TOO_SMALL = 512 * 1024  # 512 tokens < max-model-len 1,024: vLLM refuses to start
 # The startup minimum of vLLM 0.32.0 for max-model-len 1,024: 9 blocks of 128 tokens (128 KiB each), one
 # of them BlockPool's null block, 1,024 usable. 8 blocks (exactly one request, the one-block-short pool)
 # is refused at start by this version: "the estimated maximum model length is 896".
 KV_BLOCK = 128 * 1024
 KV_MINIMUM = 9 * KV_BLOCK
+# 10 blocks, 9 usable (1,152 tokens): one request of 1,000 tokens needs 8, so two running at once need a block
+# none has free unless the second has barely started when the first ends
+KV_PREEMPT = 10 * KV_BLOCK
 STALL_S = 15  # the stall tests' stall_s (the default 30 would only make them slower)
 TOOL_REGEX = r'<tool_call>\{"name": "get_weather", "arguments": \{"city": "Paris"\}\}</tool_call>'
 IMAGE_PYTHON = "/opt/vllm/bin/python"  # the test image's venv
