@@ -7,7 +7,8 @@ whose images/tiny.yaml serves that image with `--network host` on a free port; `
 text, with keys to override. Fixtures (conftest.py): `vllm_server_image` and `tiny_production` (tests/helpers/deployhost.py).
 `free_port()` and `unique_name()` never give two xdist workers the same port or container name.
 
-Measured on the 2-core machine: start to healthy about 60 s with --enforce-eager; the start log says
+Measured on the 2-core machine: start to healthy about 23 s quiet with --enforce-eager (30 s before the image
+carried vLLM's model-info cache: scripts/bench-server-start), a minute and more under load; the start log says
 `CPU KV cache size: 2,048 tokens` with the KV budget below and max_model_len 1024 (2.00x concurrency).
 """
 
