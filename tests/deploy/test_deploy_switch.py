@@ -76,7 +76,7 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     (test_parallel_fails_on_preemptions_errors_and_early_stops, tests/deploy/test_deploy_checks.py)."""
     host = tiny_bare
     # vLLM preempts only a request already running that needs a block none has free; one waits for its prompt's
-    # blocks instead. So short prompts (all four admitted at once, 1 block each) that each grow to ~960 tokens
+    # blocks instead. So short prompts (all four admitted at once, 1 block each) that each grow to ~1,000 tokens
     # (8 blocks), in a pool of 9 usable: any two running at once need a block none has free before the first ends,
     # unless the second has barely started. With 15 usable blocks, two had to overlap for most of their decode:
     # at load ~5 the four reached the engine seconds apart and none was preempted (a shuffled run, seed 901; before
