@@ -124,6 +124,33 @@ def test_vllm_itself_refuses_serve_serve(vllm_server_image: str) -> None:
     assert "unrecognized arguments: /models/tiny-qwen3" in result.err
 
 
+# vLLM's own check of its model-info cache (registry.py's _LazyRegisteredModel), in the image's venv: the hash of the
+# model class's source file, and the cached info if the file under VLLM_CACHE_ROOT/modelinfos matches it.
+_MODELINFO_CHECK = """
+import os
+from pathlib import Path
+import vllm.model_executor.models.registry as registry
+model = registry.ModelRegistry.models["Qwen3ForCausalLM"]
+source = Path(registry.__file__).parent / (model.module_name.rsplit(".", 1)[1] + ".py")
+for root in (None, "/tmp/empty"):  # vllm.envs reads VLLM_CACHE_ROOT at each use
+    if root:
+        os.environ["VLLM_CACHE_ROOT"] = root
+    info = model._load_modelinfo_from_cache(model._get_modelinfo_module_hash(source))
+    print("cache", root or "default", "hit" if info is not None else "miss")
+"""
+
+
+def test_the_image_carries_a_model_info_cache_that_vllm_takes(vllm_server_image: str) -> None:
+    """Each server start reads the model class's info from the image (scripts/testserver/warm-modelinfo.py) instead
+    of inspecting it in a subprocess of its own (8 s a start: scripts/bench-server-start). A file whose hash vLLM
+    no longer matches would only make the starts slower, silently: so vLLM's own check reads it here, and misses
+    where the folder is empty."""
+    taken = Docker.connect().execute(vllm_server_image, ["/opt/vllm/bin/python", "-c", _MODELINFO_CHECK],
+                                     network="none", timeout=300)
+    assert taken.returncode == 0, taken.err
+    assert taken.out.splitlines()[-2:] == ["cache default hit", "cache /tmp/empty miss"], taken.out + taken.err
+
+
 def test_unknown_flag_is_refused_naming_flag_and_version_before_the_old_container_is_touched(served: Served) -> None:
     docker = Docker.connect()
     before = docker.container(served.name)
