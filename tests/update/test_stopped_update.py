@@ -351,3 +351,20 @@ def test_a_hand_edit_holding_the_trees_resolution_is_taken_in_once(stopped: Proj
     assert "set aside" not in out and not (stopped.root / ".git" / "vpatch-resolutions").exists()
     text = patch.read_text()
     assert "+line twenty fixed" in text and "Vendor-Bug: PARSE-1234" in text
+
+
+def test_a_hand_edit_that_conflicts_again_is_resolved_in_the_tree_and_taken_in_once(stopped: Project) -> None:
+    patch = stopped.patches / "0002-parser-fix.patch"
+    patch.write_text(patch.read_text().replace("+line 20 fixed\n", "+line 20 mended\n"))  # still on v1.0's line
+    commit_all(stopped, "0002 edited by hand, not yet for v1.1")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 5 and "as edited by hand does not apply on v1.1 either: conflicts in vllm/parser.py" in out, out
+    assert ">>>>>>> 0002-parser-fix.patch (hand-edited)" in (tree_of(stopped) / "vllm/parser.py").read_text()
+    resolve_in_tree(stopped)  # the tree decides from here: the edited file is not applied over it again
+    name_the_bug(patch)  # and a word in the header on top
+    commit_all(stopped, "0002: name the vendor bug")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    assert "as edited by hand" not in out and "two different resolutions" not in out, out
+    text = patch.read_text()
+    assert "+line twenty fixed" in text and "mended" not in text and "Vendor-Bug: PARSE-1234" in text

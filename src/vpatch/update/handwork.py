@@ -96,7 +96,9 @@ def take_in_hand_edit(project: Project, state: UpdateState, series: Series, note
         return state
     patch = series.get(file.removesuffix(".patch"))
     digest = hashlib.sha256(patch.diff).hexdigest()
-    if (before is not None and _diff_of(patch, before) == patch.diff) or digest == state.edited:
+    if digest == state.edited:
+        return state  # its diff is taken in already: the tree decides from there (the header is the file's)
+    if before is not None and _diff_of(patch, before) == patch.diff:
         # a word in the header (a vendor bug named, a note) is no resolution: the tree decides the diff
         notes.append(f"took in the header of {patches}/{file} as edited by hand; its diff comes from the update tree")
         return state
