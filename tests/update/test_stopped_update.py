@@ -183,16 +183,18 @@ def test_a_hand_edit_of_patches_committed_during_the_stop_is_taken_in(stopped: P
     assert "set aside" not in out and not (stopped.root / ".git" / "vpatch-resolutions").exists()
 
 
-def test_work_in_the_tree_is_set_aside_when_a_hand_edit_of_patches_replaces_it(stopped: Project) -> None:
-    (tree_of(stopped) / "vllm/parser.py").write_text(RESOLVED.replace("line 21\n", "line 21 half-way\n"))
+def test_work_in_progress_in_the_tree_is_set_aside_when_a_hand_edit_of_patches_replaces_it(stopped: Project) -> None:
+    # work begun in the tree, its conflict markers still there: no resolution; the hand edit is the one
+    conflicted = tree_of(stopped) / "vllm/parser.py"
+    conflicted.write_text(conflicted.read_text().replace("line 21\n", "line 21 half-way\n"))
     patch = stopped.patches / "0002-parser-fix.patch"
     patch.write_text(patch.read_text().replace("-line 20\n+line 20 fixed\n", "-line twenty\n+line twenty fixed\n"))
     commit_all(stopped, "0002 rewritten for v1.1 by hand")
     code, out = run(stopped, "update", "--continue")
     assert code == 0, out
     kept = stopped.root / ".git" / "vpatch-resolutions" / "0002-parser-fix"
-    assert f"the update tree's work is set aside for the hand edit of patches/0002-parser-fix.patch: your " \
-           f"resolution of 0002-parser-fix.patch (vllm/parser.py) is kept in {kept}" in out, out
+    assert f"the update tree's work is set aside for the hand edit of patches/0002-parser-fix.patch: your work in " \
+           f"progress (conflict markers left in it) of 0002-parser-fix.patch (vllm/parser.py) is kept in {kept}" in out, out
     assert "line 21 half-way" in (kept / "files" / "vllm/parser.py").read_text()
     assert "line 21 half-way" not in patch.read_text()  # the committed hand edit decided
 
@@ -269,3 +271,100 @@ def test_ctrl_c_during_continue_says_how_to_go_on(project: Project, tmp_path: Pa
     code, out = run(project, "update", "--continue")
     assert code == 0, out
     assert Config.load(project.root).pin.ref == "v1.1"
+
+
+def name_the_bug(patch: Path) -> str:
+    """What the stop's hint offers besides the tree: a word in the patch's header in patches/ (a vendor bug
+    named above its trailers), the diff left as the update found it."""
+    text = patch.read_text()
+    edited = text.replace("\nOrigin: vendor", "\nVendor-Bug: PARSE-1234 (the parser drops line 20)\n\nOrigin: vendor", 1)
+    assert edited != text
+    patch.write_text(edited)
+    return edited
+
+
+def test_a_header_only_edit_of_patches_keeps_the_trees_resolution(stopped: Project) -> None:
+    # the person resolves in the update tree and names the vendor bug in the patch's header, and commits that
+    resolve_in_tree(stopped)
+    patch = stopped.patches / "0002-parser-fix.patch"
+    name_the_bug(patch)
+    commit_all(stopped, "0002: name the vendor bug")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out  # one --continue: the resolution is not asked for again
+    assert Config.load(stopped.root).pin.ref == "v1.1"
+    text = patch.read_text()
+    # the diff from the tree, the header from the file
+    assert "+line twenty fixed" in text and "+line 20 fixed" not in text, text
+    assert "Vendor-Bug: PARSE-1234 (the parser drops line 20)" in text
+    assert "Rewritten: by hand for v1.1 (conflict in vllm/parser.py)" in text
+    assert "header of patches/0002-parser-fix.patch as edited by hand" in out, out
+    assert not (stopped.root / ".git" / "vpatch-resolutions").exists()  # nothing set aside: both kept
+
+
+def test_a_header_only_edit_with_the_conflict_unresolved_says_so_and_keeps_the_edit(stopped: Project) -> None:
+    name_the_bug(stopped.patches / "0002-parser-fix.patch")
+    commit_all(stopped, "0002: name the vendor bug")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 5 and "still have conflicts: vllm/parser.py" in out, out
+    resolve_in_tree(stopped)
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    text = (stopped.patches / "0002-parser-fix.patch").read_text()
+    assert "+line twenty fixed" in text and "Vendor-Bug: PARSE-1234" in text
+
+
+def test_a_hand_edit_changing_the_diff_and_a_different_tree_resolution_stop_naming_both(stopped: Project) -> None:
+    resolve_in_tree(stopped)
+    patch = stopped.patches / "0002-parser-fix.patch"
+    edited = name_the_bug(patch).replace("-line 20\n+line 20 fixed\n", "-line twenty\n+line twenty mended\n")
+    patch.write_text(edited)
+    commit_all(stopped, "0002 rewritten for v1.1 by hand")
+    state = (stopped.root / ".git" / "vpatch-update" / "state.json").read_bytes()
+    for _ in range(2):  # as often as it is asked: the same stop, nothing discarded
+        code, out = run(stopped, "update", "--continue")
+        assert code == 5, out
+        flat = " ".join(out.split())
+        assert "0002-parser-fix.patch has two different resolutions" in flat, out
+        assert "patches/0002-parser-fix.patch as edited by hand" in flat and "the update tree's (vllm/parser.py)" in flat
+        assert "nothing was discarded" in flat and "hint:" in out
+        assert (tree_of(stopped) / "vllm/parser.py").read_text() == RESOLVED
+        assert git(tree_of(stopped), "diff", "--name-only", "--diff-filter=U") == ""
+        assert patch.read_text() == edited
+        assert not (stopped.root / ".git" / "vpatch-resolutions").exists()
+    assert (stopped.root / ".git" / "vpatch-update" / "state.json").read_bytes() != state  # the commit taken in
+    # the person keeps the file's: the tree's work undone as the hint says, then one --continue
+    git(tree_of(stopped), "reset", "-q", "--hard")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    text = patch.read_text()
+    assert "+line twenty mended" in text and "Vendor-Bug: PARSE-1234" in text
+
+
+def test_a_hand_edit_holding_the_trees_resolution_is_taken_in_once(stopped: Project) -> None:
+    resolve_in_tree(stopped)
+    patch = stopped.patches / "0002-parser-fix.patch"
+    edited = name_the_bug(patch).replace("-line 20\n+line 20 fixed\n", "-line twenty\n+line twenty fixed\n")
+    patch.write_text(edited)
+    commit_all(stopped, "0002 rewritten for v1.1 by hand, as in the tree")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    assert "set aside" not in out and not (stopped.root / ".git" / "vpatch-resolutions").exists()
+    text = patch.read_text()
+    assert "+line twenty fixed" in text and "Vendor-Bug: PARSE-1234" in text
+
+
+def test_a_hand_edit_that_conflicts_again_is_resolved_in_the_tree_and_taken_in_once(stopped: Project) -> None:
+    patch = stopped.patches / "0002-parser-fix.patch"
+    patch.write_text(patch.read_text().replace("+line 20 fixed\n", "+line 20 mended\n"))  # still on v1.0's line
+    commit_all(stopped, "0002 edited by hand, not yet for v1.1")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 5 and "as edited by hand does not apply on v1.1 either: conflicts in vllm/parser.py" in out, out
+    assert ">>>>>>> 0002-parser-fix.patch (hand-edited)" in (tree_of(stopped) / "vllm/parser.py").read_text()
+    resolve_in_tree(stopped)  # the tree decides from here: the edited file is not applied over it again
+    name_the_bug(patch)  # and a word in the header on top
+    commit_all(stopped, "0002: name the vendor bug")
+    code, out = run(stopped, "update", "--continue")
+    assert code == 0, out
+    assert "as edited by hand" not in out and "two different resolutions" not in out, out
+    text = patch.read_text()
+    assert "+line twenty fixed" in text and "mended" not in text and "Vendor-Bug: PARSE-1234" in text

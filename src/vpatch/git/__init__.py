@@ -45,7 +45,7 @@ from vpatch.git.history import (
     stream_patch_ids,
     topo_order,
 )
-from vpatch.git.index import add_index_entries, apply_cached, load_index, temp_index, tree_with, tree_with_patch, write_tree
+from vpatch.git.index import add_index_entries, apply_cached, load_index, temp_index, tree_with, tree_with_patch, worktree_tree, write_tree
 from vpatch.git.moves import MERGE_RENAME_LIMIT, PathChange, best_rename_among, files_containing, renames_and_deletions
 from vpatch.git.objects import (
     CommitObject,
@@ -112,6 +112,7 @@ from vpatch.git.worktree import (
     staged_paths,
     switch_tree,
     tree_changes,
+    tree_diff,
     unmerged_paths,
     worktree_diff,
 )
@@ -219,12 +220,14 @@ __all__ = [
     "toplevel",
     "topo_order",
     "tree_changes",
+    "tree_diff",
     "tree_of",
     "tree_with",
     "tree_with_patch",
     "unmerged_paths",
     "update_refs",
     "worktree_diff",
+    "worktree_tree",
     "write_commit_graph",
     "write_tree",
 ]

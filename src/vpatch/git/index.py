@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from vpatch.git.core import ZERO_SHA, Result, run
 from vpatch.git.objects import hash_object, ls_tree
+from vpatch.git.refs import git_dir
 
 
 @contextmanager
@@ -79,3 +81,14 @@ def tree_with(repo: Path, base: str, writes: Mapping[str, bytes], removes: Itera
         add_index_entries(repo, env, [*(("100644", hash_object(repo, data), path) for path, data in writes.items()),
                                       *(("0", ZERO_SHA, path) for path in removes)])
         return write_tree(repo, env)
+
+
+def worktree_tree(worktree: Path) -> str:
+    """The tree a work tree's files make, as `git add -A` would stage them (conflicted paths as their files hold
+    them), written without touching the work tree's own index."""
+    index = git_dir(worktree) / "index"
+    with temp_index(worktree) as env:
+        if index.is_file():
+            shutil.copyfile(index, env["GIT_INDEX_FILE"])  # its stat data: only the changed files are read
+        run(worktree, ["add", "-A"], env=env)
+        return write_tree(worktree, env)

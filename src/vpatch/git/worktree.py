@@ -293,6 +293,11 @@ def staged_diff(worktree: Path, base: str) -> bytes:
     return run(worktree, ["diff", "--cached", "--binary", "--full-index", base, "--"]).stdout
 
 
+def tree_diff(repo: Path, old: str, new: str) -> bytes:
+    """The diff from tree-ish `old` to `new`, binary, as `git apply` takes it."""
+    return run(repo, ["diff", "--binary", "--full-index", "--no-renames", old, new, "--"]).stdout
+
+
 def staged_paths(worktree: Path, base: str) -> list[str]:
     """The paths whose staged content differs from `base`."""
     out = run(worktree, ["diff", "--cached", "--name-only", "-z", base, "--"]).stdout

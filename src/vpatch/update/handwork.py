@@ -70,8 +70,13 @@ def refuse_uncommitted(project: Project) -> None:
 
 
 def take_in_hand_edit(project: Project, state: UpdateState, series: Series, notes: list[str]) -> UpdateState:
-    """The stopped patch's file edited by hand in patches/ (committed) is the resolution: it goes into the update
-    tree in place of the conflict; what the tree held beyond the conflict is set aside first."""
+    """The stopped patch's file edited by hand in patches/ (committed) and what the update tree holds make one
+    resolution, or the update stops naming both; nothing either holds is thrown away (docs/update.md):
+    - the header edited, the diff as it was: the header from the file, the diff from the tree;
+    - the diff edited, the tree holding the same resolution: that one;
+    - the diff edited, the tree holding no resolution (the conflict as the stop left it, nothing, or work with
+      conflict markers left, which is set aside first): the file's diff goes into the tree in place of the conflict;
+    - the diff edited, the tree holding a different resolution: stop, both left as they are."""
     if not state.pending:
         return state
     file = state.pending[0]
@@ -79,27 +84,46 @@ def take_in_hand_edit(project: Project, state: UpdateState, series: Series, note
     assert recorded is not None
     if file in {a.file for a in recorded.applied}:
         return state
-    path = project.path(f"{project.config.patches}/{file}")
+    patches = project.config.patches
+    path = project.path(f"{patches}/{file}")
     before = git.read_blobs(project.top, state.start, [path])[path]
     now_file = project.config.patches_dir / file
     if not now_file.is_file():
-        raise VpatchError(f"{project.config.patches}/{file} was deleted during the stopped update; nothing changed",
+        raise VpatchError(f"{patches}/{file} was deleted during the stopped update; nothing changed",
                           hint=f"restore it (`git checkout {state.start[:12]} -- {path}`) and resolve in "
                                f"{project.tree}; or vpatch update --abort")
-    now = now_file.read_bytes()
-    digest = hashlib.sha256(now).hexdigest()
-    if now == before or digest == state.edited:
+    if now_file.read_bytes() == before:
+        return state
+    patch = series.get(file.removesuffix(".patch"))
+    digest = hashlib.sha256(patch.diff).hexdigest()
+    if digest == state.edited:
+        return state  # its diff is taken in already: the tree decides from there (the header is the file's)
+    if before is not None and _diff_of(patch, before) == patch.diff:
+        # a word in the header (a vendor bug named, a note) is no resolution: the tree decides the diff
+        notes.append(f"took in the header of {patches}/{file} as edited by hand; its diff comes from the update tree")
         return state
     tree = project.tree
+    made = _tree_resolution(project, state, recorded)
+    if made is not None:
+        if made != git.tree_with_patch(tree, recorded.tip, patch.diff):
+            paths = [p for _, p in git.tree_changes(tree, recorded.tip, made)]
+            raise ApplyError(
+                f"{file} has two different resolutions: {patches}/{file} as edited by hand (committed during the "
+                f"stop) and the update tree's ({', '.join(paths)}); nothing was discarded",
+                hint=f"keep one, then vpatch update --continue. The tree's: put the diff of {patches}/{file} back "
+                     f"as the update found it (`git show {state.start[:12]}:{path}`; edits of its header may stay) "
+                     f"and commit. The file's: undo the work in the tree (`git -C {tree} reset --hard`)")
+        notes.append(f"took in {patches}/{file} as edited by hand: the update tree holds the same resolution")
+        state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {patches}/")
+        save_state(project, state)
+        return state
     kept = keep_work(project, state, recorded)
     if kept is not None:
-        notes.append(f"the update tree's work is set aside for the hand edit of {project.config.patches}/{file}: "
-                     + kept.words())
+        notes.append(f"the update tree's work is set aside for the hand edit of {patches}/{file}: " + kept.words())
     if git.head(tree) != recorded.tip:
         git.reset_soft(tree, recorded.tip)
     git.discard_changes(tree)
-    patch = series.get(file.removesuffix(".patch"))
-    state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {project.config.patches}/",
+    state = replace(state, edited=digest, why=f"{state.why}; hand-edited in {patches}/",
                     replayed=[f for f in state.replayed if f != file])  # what was set aside stays set aside
     save_state(project, state)
     applied = git.apply_to_worktree(tree, patch.diff)
@@ -109,13 +133,30 @@ def take_in_hand_edit(project: Project, state: UpdateState, series: Series, note
         if applied.returncode != 0 or conflicts:
             if conflicts:
                 resolution.label_conflicts(tree, conflicts, ours=ours_label(state.plan.to_ref), theirs=f"{file} (hand-edited)")
-            raise ApplyError(f"{project.config.patches}/{file} as edited by hand does not apply on "
+            raise ApplyError(f"{patches}/{file} as edited by hand does not apply on "
                              f"{state.plan.to_ref} either" + (f": conflicts in {', '.join(conflicts)}" if conflicts
                                                               else f"\n{applied.err.strip()}"),
                              hint=f"resolve them in {tree}, `git add` them, then vpatch update --continue (the "
                                   "edited file is taken in once; the tree decides from here)")
-    notes.append(f"took in {project.config.patches}/{file} as edited by hand: it applies on {state.plan.to_ref}")
+    notes.append(f"took in {patches}/{file} as edited by hand: it applies on {state.plan.to_ref}")
     return state
+
+
+def _diff_of(patch: Patch, raw: bytes) -> bytes:
+    """The diff of `raw`, an earlier version of `patch`'s file."""
+    return Patch.parse(raw, number=patch.number, slug=patch.slug, path=patch.path).diff
+
+
+def _tree_resolution(project: Project, state: UpdateState, recorded: Stack) -> str | None:
+    """The tree that the person's resolution in the update tree makes; None where the update tree holds none:
+    the conflict as the stop left it, nothing beyond the last committed patch, or work with conflict markers."""
+    tree = project.tree
+    if state.left and git.head(tree) == recorded.tip and tree_digest(project) == state.left:
+        return None
+    made = git.worktree_tree(tree)
+    if made == git.tree_of(tree, recorded.tip) or resolution.has_markers(git.tree_diff(tree, recorded.tip, made)):
+        return None
+    return made
 
 
 def refuse_unresolved(project: Project) -> None:

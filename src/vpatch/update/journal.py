@@ -69,7 +69,8 @@ class UpdateState:
     left: str = ""  # sha256 of the update tree's diff as the stop left it: unchanged, there is nothing to keep
     replayed: list[str] = field(default_factory=list)  # patches whose kept resolution a stop replayed (and
     # nothing replaced since): their kept copy goes once the update's commit holds it
-    edited: str = ""  # sha256 of the stopped patch's file as edited by hand in patches/ and taken in
+    edited: str = ""  # sha256 of the diff of the stopped patch as edited by hand in patches/ and taken in (its
+    # header is always the file's: an edit of the header alone never replaces the tree's resolution)
 
     @property
     def start(self) -> str:

@@ -69,8 +69,7 @@ def keep(project: Project, file: str, tip: str, to_ref: str) -> Kept | None:
         return None
     paths = tuple(git.staged_paths(tree, tip))
     folder = folder_of(project, file)
-    unresolved = any(line[1:].startswith(_MARKS) for line in diff.decode("utf-8", "replace").splitlines()
-                     if line.startswith("+"))
+    unresolved = has_markers(diff)
     atomic_write(folder / DIFF_FILE, diff)
     for path in paths:
         source = tree / path
@@ -80,6 +79,12 @@ def keep(project: Project, file: str, tip: str, to_ref: str) -> Kept | None:
              "kept": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     atomic_write(folder / "about.json", (json.dumps(about, indent=2) + "\n").encode())
     return Kept(file, folder, to_ref, paths, unresolved)
+
+
+def has_markers(diff: bytes) -> bool:
+    """Whether `diff` adds conflict marker lines: work in progress, not a resolution."""
+    return any(line[1:].startswith(_MARKS) for line in diff.decode("utf-8", "replace").splitlines()
+               if line.startswith("+"))
 
 
 def kept(project: Project, file: str) -> Kept | None:
