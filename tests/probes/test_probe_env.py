@@ -316,3 +316,41 @@ def test_update_shows_each_probe_it_runs_on_stderr(project: Project) -> None:
     with_patch = [line for line in lines if line.startswith("probe 0001-kv-skip-null on ") and ": pass (" in line
                   and " on v1." not in line]
     assert len(with_patch) == 1, "\n".join(lines)
+
+
+def test_the_series_probe_venv_builds_beside_other_work_and_is_ready_after_it(
+        project: Project, wheels: Path, tmp_path: Path) -> None:
+    """`vpatch releases` in a project builds its probe venv while the sdists download: the block runs at once
+    (it does not wait for the venv), and the venv is there when it ends, so the next probe builds nothing."""
+    from vpatch.probes import venvs_beside
+    from vpatch.series import Series
+
+    project_patch(project, LOCKED_PROBE, VERSION_SCRIPT)
+    (project.patches / "probes" / "requirements.lock").write_text("tinypkg==1.0\n")
+    patches = Series.load(project.patches).patches
+    seen: list[Event] = []
+
+    with venvs_beside(patches, cache=tmp_path / "cache", report=seen.append):
+        inside = [e.step for e in seen if e.final]  # the block's own work runs while the venv builds
+    after = [e.step for e in seen if e.final]
+    again: list[Event] = []
+    probe_env.probe_venv(Requirements.from_lock(project.patches / "probes" / "requirements.lock"),
+                         cache=tmp_path / "cache", report=again.append)
+
+    assert inside == [] and after == ["ready"]
+    assert again == []  # built already: nothing to do
+
+
+def test_a_series_whose_probe_venv_cannot_be_built_does_not_fail_the_work_beside_it(
+        project: Project, wheels: Path, tmp_path: Path) -> None:
+    from vpatch.probes import venvs_beside
+    from vpatch.series import Series
+
+    project_patch(project, LOCKED_PROBE, VERSION_SCRIPT)
+    (project.patches / "probes" / "requirements.lock").write_text("tinypkg==7.0\n")  # no such wheel
+    seen: list[Event] = []
+
+    with venvs_beside(Series.load(project.patches).patches, cache=tmp_path / "cache", report=seen.append):
+        pass
+
+    assert [(e.subject, e.step) for e in seen if e.final] == [("probe venv", "failed")]
