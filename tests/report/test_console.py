@@ -49,7 +49,8 @@ def test_a_long_command_ends_with_each_phase_s_time_in_the_order_they_began(monk
         (2.0, Event("probe venv", "creating the venv")),
         (3.0, Event("vllm 0.31.0", "downloading")),
         (9.0, Event("probe venv", "ready", final=True, seconds=7.0)),
-        (14.0, Event("vllm 0.30.0", "committed", final=True)),
+        (12.0, Event("vllm 0.30.0", "downloaded", final=True)),
+        (14.0, Event("vllm 0.30.0", "committed", final=True)),  # a subject that ends twice counts once
         (30.0, Event("vllm 0.31.0", "committed", final=True)),
         (31.0, Event("upstream tests of 0003 on v0.30.0", "running")),  # never ended: no phase line of its own
     ]

@@ -59,7 +59,7 @@ class ProgressView:
         self.stream = stream or sys.stderr
         self.phases = phases
         self._began = time.monotonic()
-        self._spans: dict[str, tuple[float, float, int]] = {}  # phase -> (first event, last end, subjects ended)
+        self._spans: dict[str, tuple[float, float, frozenset[str]]] = {}  # phase -> (first event, last end, ended)
         self.live = self.stream.isatty() if live is None else live
         self._lock = threading.Lock()
         self._last: dict[str, tuple[str, float]] = {}  # subject -> (step, when last shown)
@@ -94,17 +94,19 @@ class ProgressView:
 
     def phase_line(self, total: float) -> str:
         """Each phase's seconds in the order they began, and how many subjects ended in it."""
-        parts = [f"{name} {end - first:.1f}s" + (f" ({count})" if count > 1 else "")
-                 for name, (first, end, count) in sorted(self._spans.items(), key=lambda item: item[1][0])
-                 if count]
+        parts = [f"{name} {end - first:.1f}s" + (f" ({len(ended)})" if len(ended) > 1 else "")
+                 for name, (first, end, ended) in sorted(self._spans.items(), key=lambda item: item[1][0])
+                 if ended]
         return f"time by phase (they overlap): {', '.join(parts)}; in all {total:.1f}s"
 
     def __call__(self, event: Event) -> None:
         with self._lock:
             if self.phases:
                 now = time.monotonic()
-                first, end, count = self._spans.get(phase(event.subject), (now, now, 0))
-                self._spans[phase(event.subject)] = (first, now if event.final else end, count + event.final)
+                first, end, ended = self._spans.get(phase(event.subject), (now, now, frozenset()))
+                if event.final:  # a subject may end more than once (a release: downloaded, then committed)
+                    end, ended = now, ended | {event.subject}
+                self._spans[phase(event.subject)] = (first, end, ended)
             if self._progress is not None:
                 self._live(self._progress, event)
             else:
