@@ -151,6 +151,27 @@ def test_building_the_venv_reports_one_event_per_phase(wheels: Path, tmp_path: P
     assert {e.subject for e in seen} == {"probe venv"} and seen[-1].final and seen[-1].seconds is not None
 
 
+def test_uv_installs_the_lock_from_where_pip_s_config_file_looks(wheels: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv reads none of pip's configuration: a find-links folder named only in pip's config file (no PIP_*
+    variable) is still where the pins come from, and uv (the declared dependency) is what installed them."""
+    monkeypatch.delenv("PIP_FIND_LINKS")
+    monkeypatch.delenv("PIP_NO_INDEX")
+    config = tmp_path / "pip.conf"
+    config.write_text(f"[global]\nno-index = true\n[install]\nfind-links = {tmp_path / 'nowhere'}\n  {wheels}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("tinypkg==1.1\n")  # its tinydep is not installed: no resolver
+
+    python = probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache")
+
+    site = subprocess.run([python, "-c", "import tinypkg, importlib.metadata as m; print(tinypkg.VERSION, "
+                           "m.distribution('tinypkg').read_text('INSTALLER').strip(), "
+                           "[d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('tiny')])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert site == "1.1 uv ['tinypkg']"
+
+
 @pytest.mark.parametrize("constrained", [False, True], ids=["plain", "constraint-file"])
 def test_a_cpu_torch_pip_cannot_see_is_named_with_where_to_get_it(
         wheels: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, constrained: bool) -> None:
@@ -165,7 +186,7 @@ def test_a_cpu_torch_pip_cannot_see_is_named_with_where_to_get_it(
     lock.write_text("tinypkg==1.0\ntorch==2.13.0+cpu\n")
     with pytest.raises(EnvError) as caught:
         probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache")
-    assert caught.value.message == ("pip found no wheel of torch==2.13.0+cpu, the CPU build of PyTorch the probe "
+    assert caught.value.message == ("no wheel of torch==2.13.0+cpu where pip looks, the CPU build of PyTorch the probe "
                                     "lock pins (PyPI does not carry it)")
     assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu" in (caught.value.hint or "")
     assert "PIP_FIND_LINKS" in (caught.value.hint or "")
@@ -295,3 +316,41 @@ def test_update_shows_each_probe_it_runs_on_stderr(project: Project) -> None:
     with_patch = [line for line in lines if line.startswith("probe 0001-kv-skip-null on ") and ": pass (" in line
                   and " on v1." not in line]
     assert len(with_patch) == 1, "\n".join(lines)
+
+
+def test_the_series_probe_venv_builds_beside_other_work_and_is_ready_after_it(
+        project: Project, wheels: Path, tmp_path: Path) -> None:
+    """`vpatch releases` in a project builds its probe venv while the sdists download: the block runs at once
+    (it does not wait for the venv), and the venv is there when it ends, so the next probe builds nothing."""
+    from vpatch.probes import venvs_beside
+    from vpatch.series import Series
+
+    project_patch(project, LOCKED_PROBE, VERSION_SCRIPT)
+    (project.patches / "probes" / "requirements.lock").write_text("tinypkg==1.0\n")
+    patches = Series.load(project.patches).patches
+    seen: list[Event] = []
+
+    with venvs_beside(patches, cache=tmp_path / "cache", report=seen.append):
+        inside = [e.step for e in seen if e.final]  # the block's own work runs while the venv builds
+    after = [e.step for e in seen if e.final]
+    again: list[Event] = []
+    probe_env.probe_venv(Requirements.from_lock(project.patches / "probes" / "requirements.lock"),
+                         cache=tmp_path / "cache", report=again.append)
+
+    assert inside == [] and after == ["ready"]
+    assert again == []  # built already: nothing to do
+
+
+def test_a_series_whose_probe_venv_cannot_be_built_does_not_fail_the_work_beside_it(
+        project: Project, wheels: Path, tmp_path: Path) -> None:
+    from vpatch.probes import venvs_beside
+    from vpatch.series import Series
+
+    project_patch(project, LOCKED_PROBE, VERSION_SCRIPT)
+    (project.patches / "probes" / "requirements.lock").write_text("tinypkg==7.0\n")  # no such wheel
+    seen: list[Event] = []
+
+    with venvs_beside(Series.load(project.patches).patches, cache=tmp_path / "cache", report=seen.append):
+        pass
+
+    assert [(e.subject, e.step) for e in seen if e.final] == [("probe venv", "failed")]

@@ -38,10 +38,11 @@ def test_pip_settings_come_from_its_config_file_and_its_environment_wins(
     config.write_text("[global]\nindex-url = https://mirror.invalid/simple/\n"
                       "extra-index-url = https://extra.invalid/simple\n  https://more.invalid/simple\n"
                       "cert = /some/ca.pem\ntrusted-host = extra.invalid\n"
-                      "[download]\ntimeout = 7\n")
+                      "[download]\ntimeout = 7\n[install]\nfind-links = /some/wheels\n  /more/wheels\n")
     point_pip_at(monkeypatch, "", config=config)
 
     from_file = IndexSettings.from_pip()
+    for_install = IndexSettings.from_pip(command="install")
     monkeypatch.setenv("PIP_INDEX_URL", "https://env.invalid/simple")
     from_env = IndexSettings.from_pip()
     monkeypatch.setenv("PIP_NO_INDEX", "1")
@@ -50,6 +51,9 @@ def test_pip_settings_come_from_its_config_file_and_its_environment_wins(
     assert from_file.index_urls[:3] == (
         "https://mirror.invalid/simple", "https://extra.invalid/simple", "https://more.invalid/simple")
     assert (from_file.cert, from_file.trusted_hosts, from_file.timeout) == ("/some/ca.pem", ("extra.invalid",), 7.0)
+    assert "/some/wheels" not in from_file.find_links  # [install] is not `pip download`'s section
+    assert for_install.find_links[-2:] == ("/some/wheels", "/more/wheels")
+    assert for_install.index_urls == from_file.index_urls and for_install.timeout == 15.0
     assert from_env.index_urls[0] == "https://env.invalid/simple"
     assert no_index.index_urls == ()
     with pytest.raises(UpstreamError, match="no-index"):

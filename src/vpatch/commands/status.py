@@ -23,7 +23,7 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
     repo = upstream.open_upstream(config)
     pin, targets = core.resolve_targets(repo, config, against)
 
-    with ProgressView() as view, Witness(repo, config, report=view, jobs=jobs) as evidence:
+    with ProgressView(phases=True) as view, Witness(repo, config, report=view, jobs=jobs) as evidence:
         result = core.compute_status(
             repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
             branch=config.upstream.branch, evidence=None if no_probes else evidence, report=view,

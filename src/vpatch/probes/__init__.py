@@ -10,6 +10,7 @@ from vpatch.probes.env import LOCK_NAME, LockChange, refresh_lock
 from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.follow import Followed, FollowedStrings, Moved, follow_strings, rename_key
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
+from vpatch.probes.prepare import venvs_beside
 from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
@@ -50,6 +51,7 @@ __all__ = [
     "refresh_lock",
     "rename_key",
     "stacked_tree",
+    "venvs_beside",
     "write_probe_template",
     "zygote_pays",
 ]

@@ -1,7 +1,7 @@
 """The probe venv: built once per requirement set from a lock file of exact pins, keyed by its content.
 
 A lock file (``patches/probes/requirements.lock``) names every distribution the venv holds as
-``name==version``, installed as listed with ``pip install --no-deps``: no resolver runs, so a
+``name==version``, installed as listed with ``uv pip install --no-deps`` from where pip finds them: no resolver runs, so a
 transitive package cannot move under a probe and flip its verdict. Its header says how to
 refresh it (``# requires:`` what to resolve, ``# omit:`` what to leave out); ``refresh_lock`` does.
 Venvs live in ``$VPATCH_CACHE/probe-venvs/<key>``, built in a ``.``-folder and renamed into place.
@@ -140,9 +140,12 @@ def _build(dest: Path, requirements: Requirements, report: Reporter) -> None:
     python = str(dest / "bin" / "python")
     pip = [python, "-m", "pip", "--disable-pip-version-check", "install", "--quiet"]
     if requirements.locked:
-        report(Event(_SUBJECT, f"installing {len(requirements.lines)} pinned packages", "(--no-deps, no resolver)"))
+        uv = _uv()
+        report(Event(_SUBJECT, f"installing {len(requirements.lines)} pinned packages",
+                     f"({'uv, ' if uv else ''}--no-deps, no resolver)"))
+        install, env = ([*pip, "--no-deps"], {}) if uv is None else _uv_install(uv, python, sys.executable)
         try:
-            _pip_step([*pip, "--no-deps", *requirements.lines], "install the locked probe requirements", dest)
+            _pip_step([*install, *requirements.lines], "install the locked probe requirements", dest, env)
         except EnvError as exc:
             raise _missing_cpu_build(exc, requirements.lines) or exc from None
     else:
@@ -174,28 +177,76 @@ def _refuse_cuda_torch(resolved: Sequence[tuple[str, str]]) -> None:
             )
 
 
-# pip's words for "no such distribution here" (the last: its resolver, when a constraint file names the package).
-_NOT_FOUND = ("No matching distribution found for {pin}", "satisfies the requirement {pin}", "Cannot install {pin}")
+# pip's words for "no such distribution here" (the last: its resolver, when a constraint file names the package),
+# then uv's (an index that has other versions; sources that have none at all).
+_NOT_FOUND = ("No matching distribution found for {pin}", "satisfies the requirement {pin}", "Cannot install {pin}",
+              "there is no version of {pin}", "{name} was not found in the")
 
 
 def _missing_cpu_build(exc: EnvError, lines: Sequence[str]) -> EnvError | None:
     """The error for a locked CPU build of PyTorch (torch==X+cpu) that pip cannot see: PyPI carries only the CUDA
     builds, so a machine whose pip knows no other place fails here, in pip's words that blame dependencies."""
     for pin in lines:
-        if "+cpu" in pin and any(form.format(pin=pin) in exc.message for form in _NOT_FOUND):
+        name = pin.split("==")[0]
+        if "+cpu" in pin and any(form.format(pin=pin, name=name) in exc.message for form in _NOT_FOUND):
             return EnvError(
-                f"pip found no wheel of {pin}, the CPU build of PyTorch the probe lock pins (PyPI does not carry it)",
-                hint="let pip see it: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu or "
-                     "PIP_FIND_LINKS=<folder with the wheel>")
+                f"no wheel of {pin} where pip looks, the CPU build of PyTorch the probe lock pins (PyPI does not carry it)",
+                hint="let pip see it (vpatch's installer reads pip's sources): "
+                     "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu or PIP_FIND_LINKS=<folder with the wheel>")
     return None
 
 
-def _pip_step(args: Sequence[str], what: str, work: Path) -> None:
-    # pip's temporary build folders go inside the venv's build folder, so they go with it.
+def _uv() -> str | None:
+    """uv's binary (the `uv` wheel, a declared dependency, carries it); None where it is missing: pip installs then."""
+    try:
+        import uv  # lazy: optional at run time (pip installs without it); only a venv build asks
+    except ImportError:
+        return None
+    try:
+        return str(uv.find_uv_bin())
+    except FileNotFoundError:
+        return None
+
+
+def _uv_install(uv: str, python: str, pip_python: str) -> tuple[list[str], dict[str, str]]:
+    """uv's install of exact pins into `python`'s venv, from the places `pip_python`'s pip would look: the command
+    and its environment (pip's certificates, in the variables uv reads).
+
+    uv reads none of pip's configuration, so its files and PIP_* variables are handed on as uv's options; every
+    source is searched for the best match, as pip does (uv's default stops at the first index that has a name,
+    which would miss a CPU torch on a second index). uv does not byte-compile what it installs (pip's default,
+    two thirds of pip's time for torch): Python writes a module's .pyc when it first imports it."""
+    from vpatch.upstream import IndexSettings  # lazy: loads the PyPI client (http, ssl); only a venv build needs it
+
+    pip = IndexSettings.from_pip(pip_python, command="install")
+    args = [uv, "pip", "install", "--quiet", "--no-deps", "--python", python, "--index-strategy", "unsafe-best-match"]
+    if not pip.index_urls:
+        args.append("--no-index")
+    else:
+        args += ["--index-url", pip.index_urls[0]]
+        for url in pip.index_urls[1:]:
+            args += ["--extra-index-url", url]
+    for place in pip.find_links:
+        # pip passes over a folder that is not there (a warning); uv stops at it.
+        local = Path(place.removeprefix("file://")) if "://" not in place or place.startswith("file://") else None
+        if local is None or local.exists():
+            args += ["--find-links", place]
+    for constraint in pip.constraints:
+        args += ["--constraint", constraint]
+    for host in pip.trusted_hosts:
+        args += ["--allow-insecure-host", host]
+    env = {"SSL_CERT_FILE": pip.cert} if pip.cert else {}
+    if pip.client_cert:
+        env["SSL_CLIENT_CERT"] = pip.client_cert
+    return args, env
+
+
+def _pip_step(args: Sequence[str], what: str, work: Path, env: dict[str, str] | None = None) -> None:
+    # pip's (and uv's) temporary build folders go inside the venv's build folder, so they go with it.
     tmp = work / ".pip-tmp"
     tmp.mkdir(exist_ok=True)
     try:
-        run_process(args, check=True, merge_output=True, env={"TMPDIR": str(tmp)},
+        run_process(args, check=True, merge_output=True, env={**(env or {}), "TMPDIR": str(tmp)},
                     hint="check that pip reaches the package index, then run the command again")
     except ProcessError as exc:
         raise EnvError(f"cannot {what}: {exc.message}", hint=exc.hint) from None

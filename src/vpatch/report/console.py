@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 # Plain mode: a transfer's running total at most this often per subject (lines go to CI logs).
 _PLAIN_EVERY_S = 5.0
+# A view that asked for it ends with each phase's time when its command ran at least this long.
+_PHASES_AFTER_S = 10.0
 
 
 def _size(n: int) -> str:
@@ -37,11 +39,27 @@ def describe(event: Event) -> str:
     return text
 
 
-class ProgressView:
-    """A reporter (call it with events) that draws on stderr for the length of a `with` block."""
+def phase(subject: str) -> str:
+    """The phase a subject belongs to: its words up to the first that names one thing ("probe 0003-x on
+    v0.30.0" -> "probe", "vllm 0.30.0" -> "vllm", "upstream tests of 0003 on v0.30.0" -> "upstream tests")."""
+    words: list[str] = []
+    for word in subject.split():
+        if word in ("of", "on") or any(c.isdigit() for c in word):
+            break
+        words.append(word)
+    return " ".join(words) or subject
 
-    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None) -> None:
+
+class ProgressView:
+    """A reporter (call it with events) that draws on stderr for the length of a `with` block; with `phases`, a
+    block that ran long ends with one line of where its time went (each phase from its first event to its last
+    subject's end: phases overlap, so they need not add up to the whole)."""
+
+    def __init__(self, stream: TextIO | None = None, *, live: bool | None = None, phases: bool = False) -> None:
         self.stream = stream or sys.stderr
+        self.phases = phases
+        self._began = time.monotonic()
+        self._spans: dict[str, tuple[float, float, frozenset[str]]] = {}  # phase -> (first event, last end, ended)
         self.live = self.stream.isatty() if live is None else live
         self._lock = threading.Lock()
         self._last: dict[str, tuple[str, float]] = {}  # subject -> (step, when last shown)
@@ -70,9 +88,25 @@ class ProgressView:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+        total = time.monotonic() - self._began
+        if self.phases and kind is None and self._spans and total >= _PHASES_AFTER_S:
+            print(self.phase_line(total), file=self.stream, flush=True)
+
+    def phase_line(self, total: float) -> str:
+        """Each phase's seconds in the order they began, and how many subjects ended in it."""
+        parts = [f"{name} {end - first:.1f}s" + (f" ({len(ended)})" if len(ended) > 1 else "")
+                 for name, (first, end, ended) in sorted(self._spans.items(), key=lambda item: item[1][0])
+                 if ended]
+        return f"time by phase (they overlap): {', '.join(parts)}; in all {total:.1f}s"
 
     def __call__(self, event: Event) -> None:
         with self._lock:
+            if self.phases:
+                now = time.monotonic()
+                first, end, ended = self._spans.get(phase(event.subject), (now, now, frozenset()))
+                if event.final:  # a subject may end more than once (a release: downloaded, then committed)
+                    end, ended = now, ended | {event.subject}
+                self._spans[phase(event.subject)] = (first, end, ended)
             if self._progress is not None:
                 self._live(self._progress, event)
             else:

@@ -48,12 +48,15 @@ from vpatch.upstream.prefetch import prefetch_for_status
 from vpatch.upstream.source import history_path, open_upstream, pin_commit, pin_moved, resolve
 
 if TYPE_CHECKING:
+    from vpatch.upstream.index import IndexSettings
     from vpatch.upstream.releases import Release, list_releases
     from vpatch.upstream.releases import update as update_releases
 
 # name -> (module, name there): loaded on first use (PEP 562), because releases.py loads the PyPI client (http,
-# ssl) that no other command needs; tests/project/test_architecture.py checks each entry.
+# ssl) that no other command needs; tests/project/test_architecture.py checks each entry. The probe venv's
+# installer reads pip's sources from the same place (IndexSettings).
 _LAZY: dict[str, tuple[str, str]] = {
+    "IndexSettings": ("vpatch.upstream.index", "IndexSettings"),
     "Release": ("vpatch.upstream.releases", "Release"),
     "list_releases": ("vpatch.upstream.releases", "list_releases"),
     "update_releases": ("vpatch.upstream.releases", "update"),
@@ -67,6 +70,7 @@ __all__ = [
     "Fate",
     "HistoryEvent",
     "HunkMove",
+    "IndexSettings",
     "Move",
     "Release",
     "ReleaseProof",

@@ -54,20 +54,22 @@ def _truthy(text: str) -> bool:
 
 @dataclass(frozen=True)
 class IndexSettings:
-    """What `pip download` would use to find a file: its indexes, certificates and trusted hosts."""
+    """What `pip download` (or `pip install`) would use to find a file: its indexes, certificates and trusted hosts."""
 
     index_urls: tuple[str, ...] = (PYPI,)  # index-url first, then each extra-index-url
+    find_links: tuple[str, ...] = ()  # folders or pages of files pip reads beside the indexes (pip's `find-links`)
+    constraints: tuple[str, ...] = ()  # constraint files pip applies to every install (pip's `constraint`)
     cert: str | None = None  # CA bundle (pip's `cert`)
     client_cert: str | None = None  # PEM with key and certificate (pip's `client-cert`)
     trusted_hosts: tuple[str, ...] = ()  # hosts whose certificate is not checked (pip's `trusted-host`)
     timeout: float = 15.0
 
     @classmethod
-    def parse(cls, items: Mapping[str, str]) -> IndexSettings:
+    def parse(cls, items: Mapping[str, str], command: str = "download") -> IndexSettings:
         """From `pip config list` items ("global.index-url" -> value); later sections win, as in pip."""
         merged: dict[str, str] = {}
         # pip reads [global], then the command's own section, then PIP_* variables (":env:").
-        for section in ("global", "download", ":env:"):
+        for section in ("global", command, ":env:"):
             for key, value in items.items():
                 where, _, name = key.rpartition(".")
                 if where == section:
@@ -82,18 +84,20 @@ class IndexSettings:
             cert=merged.get("cert") or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE"),
             client_cert=merged.get("client-cert"),
             trusted_hosts=tuple(merged.get("trusted-host", "").split()),
+            find_links=tuple(merged.get("find-links", "").split()),
+            constraints=tuple(merged.get("constraint", "").split()),
             timeout=float(timeout) if timeout else cls.timeout,
         )
 
     @classmethod
-    def from_pip(cls, python: str = sys.executable) -> IndexSettings:
-        """pip's own view of its configuration (files, PIP_* variables), as `pip config list` shows it."""
+    def from_pip(cls, python: str = sys.executable, command: str = "download") -> IndexSettings:
+        """pip's own view of its configuration (files, PIP_* variables) for `command`, as `pip config list` shows it."""
 
         result = run_process([python, "-m", "pip", "config", "list"], check=False)
         if result.returncode != 0 and "No module named pip" in result.err:
             # An interpreter without pip (a pipx or --without-pip venv): its PIP_* variables still count.
             return cls.parse({f":env:.{k[4:].lower().replace('_', '-')}": v
-                              for k, v in os.environ.items() if k.startswith("PIP_")})
+                              for k, v in os.environ.items() if k.startswith("PIP_")}, command)
         if result.returncode != 0:
             raise UpstreamError(f"cannot read pip's configuration: pip config list exited with {result.returncode}\n"
                                 + result.err.strip()[-2000:],
@@ -108,7 +112,7 @@ class IndexSettings:
             except (ValueError, SyntaxError):
                 parsed = value
             items[key.strip()] = str(parsed)
-        return cls.parse(items)
+        return cls.parse(items, command)
 
 
 @dataclass(frozen=True)
