@@ -83,7 +83,7 @@ def three_answers(root: Path, tmp_path: Path, targets: list[str]) -> list[str]:
         for file in sorted({f for f, t in status if t == target}):
             answers = (status[(file, target)], dry.get(file, "(not printed)"), real.get(file, "(not reached)"))
             if file not in real and "refuse" in real.values():
-                answers = answers[:2] + (answers[0],)  # a refused move reaches no other patch: nothing to compare
+                answers = (*answers[:2], answers[0])  # a refused move reaches no other patch: nothing to compare
             if len(set(answers)) != 1:
                 wrong.append(f"{file} on {target}: status says {answers[0]}, the dry run {answers[1]}, "
                              f"the update does {answers[2]}")

@@ -58,8 +58,9 @@ def cell_words(row: PatchPlan) -> str:
     """The disposition in a status cell: the dry run's verb, and for a narrowing the hunks it leaves out."""
     words = row.verb(planned=True)
     if row.action is Action.NARROW and row.narrowing is not None:
-        left = ", ".join(h.name.split(" (@@")[0] for h in row.narrowing.dropped)
-        return f"{words}: leaves out {left} ({'rewritten' if any(h.rewritten for h in row.narrowing.dropped) else 'upstream'}), proven"
+        left = "; ".join(h.name.split(" (@@")[0] + (" rewritten upstream" if h.rewritten else " upstream")
+                         for h in row.narrowing.dropped)
+        return f"{words}: {row.narrowing.summary}: {left}; proven"
     if row.action is Action.REFUSE:
         return f"{words}: {row.refused}"
     return words

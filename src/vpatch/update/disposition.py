@@ -23,6 +23,7 @@ import datetime
 import hashlib
 import json
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -259,7 +260,12 @@ def check_carried(repo: Path, work: Path, series: Series, plan: UpdatePlan, vali
         row = rows[a.row.file]
         if row.action in (Action.STOP, Action.REFUSE) or checked[row.file].probe_path is None:
             continue
-        check = validate(checked[row.file], plan.to_commit, a.tree)
+        try:
+            check = validate(checked[row.file], plan.to_commit, a.tree)
+        except ProcessError:
+            raise
+        except VpatchError as exc:  # the probe cannot tell the bug from the fix there (Witness.validate)
+            check = Revalidation(row.file, checked[row.file].trailer("Probe"), False, exc.message)
         rows[row.file] = (replace(row, validated=check.probe or "", validated_detail=check.detail)
                           if check.ok else replace(row, action=Action.REFUSE, refused_by=Refusal.PROBE, refused=(
                               f"its probe no longer validates on {plan.to_ref}: {check.detail}")))
@@ -355,11 +361,14 @@ def dispose_status(
             key = _cache_key(config, series, rows, pin=report.pin.commit, target=target, probes=validator is not None)
             cached = _cached(key)
             if cached is None:
-                progress(Event(f"disposition on {target.ref}", "deciding", "narrowing, probes re-validated"))
+                started = time.monotonic()
                 rows = dispose(repo, config, series, rows, _two_columns(report, column), current=report.pin.commit,
                                to=target.ref, target=target.commit, validator=validator)
                 _keep(key, UpdatePlan(config.pin.ref, report.pin.commit, target.ref, target.commit, tuple(rows)))
-                progress(Event(f"disposition on {target.ref}", "done", final=True))
+                took = time.monotonic() - started
+                if took >= 1:  # the probes it ran said their own progress; this says what it was for
+                    progress(Event(f"disposition on {target.ref}", "decided", "narrowing, the probes re-validated",
+                                   final=True, seconds=took))
             else:
                 rows = cached
         out[target.ref] = tuple(rows)
