@@ -52,19 +52,20 @@ def said_by_dry_run(root: Path, target: str) -> dict[str, str]:
 def done_by_update(root: Path, tmp_path: Path, target: str) -> dict[str, str]:
     """file -> what the real update to `target` does, in a clone of the project: read from the project it leaves
     (a patch file gone: drop; narrowed in RETIRED.md: narrow; still there: carry), the patch it stops at (stop), or
-    the patches its refusal names (refuse; the others were not reached)."""
+    the patches its refusal names (refuse; the others were not reached); stopped, what it holds for the others."""
     scratch = tmp_path / f"real-{root.name}-{target}"
     git(tmp_path, "clone", "-q", str(root), str(scratch))
     before = sorted(p.name for p in (scratch / "patches").glob("*.patch"))
-    code, out = vpatch(scratch, "update", "--to", target)
+    code, out = vpatch(scratch, "update", "--to", target, "--json")
     if code == 1:
         named = REFUSED.findall(out)
         assert named, out
         return dict.fromkeys(named, "refuse")
     if code == 5:
-        stop = re.search(r"^stopped at (\S+\.patch)", out, re.MULTILINE)
-        assert stop is not None, out
-        return {stop[1]: "stop"}
+        # stopped: the patch it stops at, and what the stopped update holds to carry out for the others
+        stopped = json.loads(out[out.index("{"):])
+        held = {p["file"]: p["action"] for p in stopped["patches"]}
+        return {**held, stopped["stop"]["file"]: "stop"}
     assert code == 0, out
     left = {p.name for p in (scratch / "patches").glob("*.patch")}
     retired = (scratch / "patches" / "RETIRED.md").read_text() if (scratch / "patches" / "RETIRED.md").is_file() else ""
