@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch.report.disposition import cell_words, disposition_json
 from vpatch.upstream import HunkMove, Move
-from vpatch.verdict import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, Verdict, classify
+from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict, classify
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -201,8 +201,8 @@ def _short(ev: Evidence, v: Verdict) -> str:
 
 def _resolved(move: Move, v: Verdict) -> bool:
     """Whether each hunk on a file that was deleted or split followed its code to a clear place (hunkmoves.py)."""
-    return any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.detail.startswith(f"{move.old} ")
-               and FOLLOWED_CODE in ev.detail for ev in v.evidence)
+    return not move.followed and any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.path == move.old
+                                     for ev in v.evidence)
 
 
 def _lost_hunk(hunk: HunkMove) -> str:

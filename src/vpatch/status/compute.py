@@ -27,7 +27,6 @@ each on the pin: one that does not validate there is INVALID everywhere (never e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,7 +246,6 @@ def _landing(
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     """Where the line's last revert of this change sits (+1), 0 when none is on the line."""
 
-    story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
-    named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
-    reverted = [c for c in line if c[:12] in named] if named else []
+    named = {c for ev in verdict.evidence if ev.kind is Kind.REVERT for c in ev.commits}
+    reverted = [c for c in line if c in named]
     return line.index(reverted[-1]) + 1 if reverted else 0

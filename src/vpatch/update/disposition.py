@@ -35,7 +35,7 @@ from vpatch.probes import Witness, hunk_coverage
 from vpatch.series import Patch, Series
 from vpatch.update import guard, narrow, probefollow, retarget
 from vpatch.update.plan import Action, PatchPlan, Refusal, Revalidation, UpdatePlan, Validator
-from vpatch.verdict import FOLLOWED_CODE, Case, Kind, classify, judge_series
+from vpatch.verdict import Case, Kind, Says, classify, judge_series
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -99,12 +99,13 @@ def _move_words(verdict: Verdict) -> tuple[str, ...]:
     """Where the files and hunks of a patch went, in words: a deleted or split file whose hunks all followed their
     code says so (its evidence item) instead of "a person must look"."""
 
-    followed = [ev.detail.removesuffix(" (below)") for ev in verdict.evidence
-                if ev.kind is Kind.MOVED and FOLLOWED_CODE in ev.detail]
+    # the file's evidence item, when every hunk of it followed its code (it is neutral then: the fate no longer blocks)
+    followed = {ev.path: ev.detail.removesuffix(" (below)") for ev in verdict.evidence
+                if ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.path}
     words = []
     for move in verdict.moved:
-        said = next((f for f in followed if f.startswith(f"{move.old} ")), None)
-        words.append(said if said is not None and not move.followed else str(move))
+        said = followed.get(move.old) if not move.followed else None
+        words.append(said if said is not None else str(move))
     return tuple(words) + tuple(str(h) for h in verdict.hunk_moves)
 
 

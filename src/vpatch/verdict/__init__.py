@@ -6,11 +6,10 @@ Other rooms import these names from here; modules inside the room import each ot
 from vpatch.verdict.applycheck import ApplyOutcome
 from vpatch.verdict.applycheck import check as apply_check
 from vpatch.verdict.case import Case, Finding, classify
-from vpatch.verdict.judge import FOLLOWED_CODE, Evidence, Kind, Says, State, Verdict, judge_series
+from vpatch.verdict.judge import Evidence, Kind, Says, State, Verdict, judge_series
 from vpatch.verdict.textual import Applies, hunk_name
 
 __all__ = [
-    "FOLLOWED_CODE",
     "Applies",
     "ApplyOutcome",
     "Case",
