@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL_CACHE, git
+from helpers.releasepatch import commit_project, diff_on, mail
 from helpers.shipped import committed_copy, shipped_files, vpatch
 
 pytestmark = [pytest.mark.releases, pytest.mark.probe_venv]
@@ -26,7 +27,7 @@ RELEASES = ["v0.30.0", "v0.31.0", "v0.32.0", "v0.33.0", "v0.34.0"]
 WORDS = {"would drop": "drop", "would re-apply": "carry", "would narrow": "narrow", "would stop at": "stop",
          "would refuse": "refuse"}
 PLANNED = re.compile(r"^  (would (?:drop|re-apply|narrow|stop at|refuse))\s+(\S+\.patch)  \[", re.MULTILINE)
-REFUSED = re.compile(r"^error: not moving the pin to \S+: (\S+\.patch): ", re.MULTILINE)
+REFUSED = re.compile(r"^error: not moving the pin to \S+: (\S+\.patch)[: ]", re.MULTILINE)
 
 
 @pytest.fixture(autouse=True)
@@ -124,5 +125,21 @@ CONSTRUCTED = {
 @pytest.mark.parametrize("case", list(CONSTRUCTED))
 def test_constructed_cases_on_the_shipped_series(tmp_path: Path, case: str) -> None:
     root = committed_copy(tmp_path / case, {**shipped_files(), PROBE: CONSTRUCTED[case]})
+    wrong = three_answers(root, tmp_path, ["v0.33.0"])
+    assert not wrong, "status, update --dry-run and update disagree:\n" + "\n".join(wrong)
+
+
+KV = "vllm/v1/core/kv_cache_utils.py"
+KV_CHANGE = ("left, right = 1, original_max_model_len", "left, right = 1, max(original_max_model_len, 1)")
+
+
+def test_a_hunk_whose_code_moved_to_another_file(tmp_path: Path, release_history: Path) -> None:
+    # v0.33.0 moved estimate_max_model_len out of kv_cache_utils.py (which stays) into kv_cache_planning.py: the
+    # change follows its code, and the relocation's proof is what carries it (status and the dry run run it too)
+    root = tmp_path / "moved"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches" / "0001-max-model-len.patch").write_bytes(mail(
+        "Never search below length 1", diff_on(release_history, tmp_path, "v0.32.0", KV, KV_CHANGE)))
+    commit_project(root)
     wrong = three_answers(root, tmp_path, ["v0.33.0"])
     assert not wrong, "status, update --dry-run and update disagree:\n" + "\n".join(wrong)

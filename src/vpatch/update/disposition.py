@@ -251,7 +251,8 @@ def check_carried(repo: Path, work: Path, series: Series, plan: UpdatePlan, vali
         except ProcessError:
             raise
         except VpatchError as exc:
-            rows[row.file] = replace(row, action=Action.REFUSE, refused=exc.message, refused_by=Refusal.MOVE_PROOF)
+            rows[row.file] = replace(row, action=Action.REFUSE, refused=exc.message, refused_by=Refusal.MOVE_PROOF,
+                                     refused_hint=exc.hint or "")
             continue
         rows[row.file] = replace(row, move_proof=proof.get(row.file, ""))
     plan = replace(plan, patches=tuple(rows[p.file] for p in plan.patches))
@@ -297,7 +298,8 @@ def follow_probes(work: Path, repo: Path, plan: UpdatePlan, originals: dict[str,
         except ProcessError:
             raise
         except VpatchError as exc:
-            rows[file] = replace(row, action=Action.REFUSE, refused=exc.message, refused_by=Refusal.PROBE)
+            rows[file] = replace(row, action=Action.REFUSE, refused=exc.message, refused_by=Refusal.PROBE,
+                                 refused_hint=exc.hint or "")
             continue
         if found is not None:
             checked[file] = probefollow.validating(work, by_file[file], found)
@@ -309,16 +311,17 @@ def follow_probes(work: Path, repo: Path, plan: UpdatePlan, originals: dict[str,
 
 
 def refusal(plan: UpdatePlan) -> VpatchError | None:
-    """The error of a move some disposition refuses (None: none does); the dry run and the real run raise it alike."""
+    """The error of a move some disposition refuses (None: none does); the dry run and the real run raise it alike.
+    Each refused patch is named once, with why; the hint is the refusing step's own where it has one."""
     refused = plan.refused
     if not refused:
         return None
-    first = refused[0]
-    lines = [f"not moving the pin to {plan.to_ref}: {first.file}: {first.refused}",
-             *(f"{r.file}: {r.refused}" for r in refused[1:])]
-    return VpatchError("\n".join(lines),
-                       hint="fix what it names (a probe must fail on the pin without its patch and pass with it: "
-                            "vpatch probe check NNNN), commit, and run the update again; the project is unchanged")
+    lines = [r.refused if r.refused.startswith(r.file) else f"{r.file}: {r.refused}" for r in refused]
+    lines[0] = f"not moving the pin to {plan.to_ref}: {lines[0]}"
+    hint = refused[0].refused_hint or (
+        "fix what it names (a probe must fail on the pin without its patch and pass with it: vpatch probe check "
+        "NNNN), commit, and run the update again; the project is unchanged")
+    return VpatchError("\n".join(lines), hint=hint)
 
 
 def exit_code(rows: Sequence[PatchPlan]) -> ExitCode:

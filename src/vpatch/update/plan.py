@@ -78,6 +78,7 @@ class PatchPlan:
     probe_moves: tuple[str, ...] = ()  # its `files` probe's checks that followed the code or files (probefollow.py)
     refused: str = ""  # REFUSE: what it leans on that does not hold, in words
     refused_by: Refusal | None = None  # REFUSE: which step refused it
+    refused_hint: str = ""  # REFUSE: what a person does about it, where the step that refused it says
     validated: str = ""  # carried or narrowed: its probe (Probe: trailer) re-validated on the new pin plus the rest
     validated_detail: str = ""  # what that re-validation said
     # a person looks although the action stands: the probe could not decide there, or the patch breaks upstream's
