@@ -12,6 +12,9 @@ from conftest import KV_FIXED, KV_V1, PARSER_FIXED, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
+from vpatch import update, upstream
+from vpatch.config.project import Config
+from vpatch.series import Series
 from vpatch.update import Action
 from vpatch.verdict import Case
 
@@ -163,3 +166,18 @@ def test_a_hunk_landed_reverted_and_re_landed_narrows_with_the_re_land_as_its_la
     assert first[:12] not in landing and revert[:12] not in landing
     # searched after the revert only: the re-land and the three commits after it
     assert "over 4 commits" in landing, landing
+
+
+def test_the_disposition_of_one_patch_at_one_target_is_status_s(project: Project) -> None:
+    """`update.disposition_of`, the one question another command asks (is P landed at T?), answers as status does."""
+    file = landed(project)
+    commit_all(project)
+    assert run(project, "fetch")[0] == 0
+    _, out = run(project, "status", "--json", "--against", "v1.1")
+    (entry,) = json.loads(out[out.index("{"):])["patches"]
+    config = Config.load(project.root)
+    repo = upstream.open_upstream(config)
+    made = update.disposition_of(repo, config, Series.load(config.patches_dir), file, "v1.1", validator=None)
+    assert made.action is Action.DROP and made.action.value == entry["results"]["v1.1"]["disposition"]["action"]
+    with pytest.raises(update.VpatchError, match=r"no patch 0009-nope\.patch in the series"):
+        update.disposition_of(repo, config, Series.load(config.patches_dir), "0009-nope.patch", "v1.1", validator=None)

@@ -7,7 +7,7 @@ project commit.
 """
 
 from vpatch.base import ExitCode, VpatchError
-from vpatch.update.disposition import Dispositions, dispose_status, judge_with_status
+from vpatch.update.disposition import Dispositions, dispose_status, disposition_of, judge_with_status
 from vpatch.update.furthest import Blocker, Choice, Reach
 from vpatch.update.guard import Refused
 from vpatch.update.journal import Stopped, stopped_update
@@ -44,6 +44,7 @@ __all__ = [
     "abort",
     "commit_message",
     "dispose_status",
+    "disposition_of",
     "judge_with_status",
     "resume",
     "stopped_update",

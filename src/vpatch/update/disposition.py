@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import __version__, status
+from vpatch import __version__, status, upstream
 from vpatch.base import Event, ExitCode, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, silent
 from vpatch.probes import Witness, hunk_coverage
 from vpatch.series import Patch, Series
@@ -305,6 +305,22 @@ def follow_probes(work: Path, repo: Path, plan: UpdatePlan, originals: dict[str,
             checked[file] = probefollow.validating(work, by_file[file], found)
             rows[file] = replace(row, probe_moves=found.lines)
     return replace(plan, patches=tuple(rows[p.file] for p in plan.patches)), checked
+
+
+def disposition_of(repo: Path, config: Config, series: Series, file: str, target: str, *,
+                   validator: Validator | None, evidence: Witness | None = None) -> PatchPlan:
+    """The disposition of patch `file` on `target` (a ref), as status shows it and `update --to target` carries it
+    out: the one question another command asks (a patch landed there is refused by `vpatch forward`)."""
+    current = upstream.pin_commit(repo, config)
+    commit = upstream.resolve(repo, target)
+    rows, report = judge_with_status(repo, config, series, current, target, commit, evidence=evidence)
+    if commit != current:
+        rows = dispose(repo, config, series, rows, report, current=current, to=target, target=commit,
+                       validator=validator)
+    found = next((r for r in rows if r.file == file), None)
+    if found is None:
+        raise VpatchError(f"no patch {file} in the series", hint="vpatch status lists the series' patch files")
+    return found
 
 
 # --- what the dispositions say as a whole ----------------------------------------------------------------
