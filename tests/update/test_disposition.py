@@ -13,6 +13,7 @@ from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
 from vpatch import update, upstream
+from vpatch.base import cache_dir
 from vpatch.config.project import Config
 from vpatch.series import Series
 from vpatch.update import Action
@@ -181,3 +182,20 @@ def test_the_disposition_of_one_patch_at_one_target_is_status_s(project: Project
     assert made.action is Action.DROP and made.action.value == entry["results"]["v1.1"]["disposition"]["action"]
     with pytest.raises(update.VpatchError, match=r"no patch 0009-nope\.patch in the series"):
         update.disposition_of(repo, config, Series.load(config.patches_dir), "0009-nope.patch", "v1.1", validator=None)
+
+
+def test_a_second_status_decides_nothing_again_and_a_changed_probe_decides_again(project: Project) -> None:
+    invalid_probe(project)
+    commit_all(project)
+    assert run(project, "fetch")[0] == 0
+    kept = cache_dir() / "dispositions"
+    first = json.loads(run(project, "status", "--json", "--against", "v1.1")[1])
+    made = set(kept.iterdir())
+    assert len(made) == 1  # one target after the pin
+    again = json.loads(run(project, "status", "--json", "--against", "v1.1")[1])
+    assert again["patches"] == first["patches"] and set(kept.iterdir()) == made  # the probes: from their cache
+    # the probe is one of the things a disposition is decided from: changed, it is decided again
+    (project.patches / "probes" / "parser.yaml").write_text(VACUOUS.replace("NEVER", "NEVER EVER"))
+    commit_all(project)
+    run(project, "status", "--json", "--against", "v1.1")
+    assert len(set(kept.iterdir()) - made) == 1

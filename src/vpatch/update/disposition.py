@@ -20,20 +20,18 @@ A row the update tree alone can tell (a patch that only merges 3-way after anoth
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vpatch import __version__, status, upstream
-from vpatch.base import Event, ExitCode, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, silent
+from vpatch import status, upstream
+from vpatch.base import Event, ExitCode, ProcessError, Reporter, VpatchError, silent
 from vpatch.probes import Witness, hunk_coverage
 from vpatch.series import Patch, Series
-from vpatch.update import guard, narrow, probefollow, retarget
+from vpatch.update import decided, guard, narrow, probefollow, retarget
 from vpatch.update.plan import Action, PatchPlan, Refusal, Revalidation, UpdatePlan, Validator
 from vpatch.verdict import Case, Kind, Says, classify, judge_series
 
@@ -378,13 +376,13 @@ def dispose_status(
             continue
         rows = first_rows(report, series, column)
         if target.commit != report.pin.commit:
-            key = _cache_key(config, series, rows, pin=report.pin.commit, target=target, probes=validator is not None)
-            cached = _cached(key)
+            key = decided.key(config, series, rows, pin=report.pin.commit, target=target, probes=validator is not None)
+            cached = decided.load(key)
             if cached is None:
                 started = time.monotonic()
                 rows = dispose(repo, config, series, rows, _two_columns(report, column), current=report.pin.commit,
                                to=target.ref, target=target.commit, validator=validator)
-                _keep(key, UpdatePlan(config.pin.ref, report.pin.commit, target.ref, target.commit, tuple(rows)))
+                decided.keep(key, UpdatePlan(config.pin.ref, report.pin.commit, target.ref, target.commit, tuple(rows)))
                 took = time.monotonic() - started
                 if took >= 1:  # the probes it ran said their own progress; this says what it was for
                     progress(Event(f"disposition on {target.ref}", "decided", "narrowing, the probes re-validated",
@@ -393,40 +391,6 @@ def dispose_status(
                 rows = cached
         out[target.ref] = tuple(rows)
     return Dispositions(out)
-
-
-_CACHE_FOLDER = "dispositions"
-
-
-def _cache_key(config: Config, series: Series, rows: Sequence[PatchPlan], *, pin: str, target: status.Target,
-               probes: bool) -> str:
-    """What a target's dispositions are decided from: vpatch's version, both commits, the verdicts' facts (step 1's
-    rows), every file of the series folder (patches, probes, their scripts) and whether the Live-Checks exist."""
-    digest = hashlib.sha256()
-    facts = {"version": __version__, "pin": pin, "target": [target.ref, target.commit], "probes": probes,
-             "config": [config.pin.ref, config.upstream.source, config.upstream.branch],
-             "rows": [asdict(r) for r in rows],
-             "live": [str(p.live_check_path(config.root)) + str((p.live_check_path(config.root) or Path()).is_file())
-                      for p in series if p.live_check]}
-    digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
-    for path in sorted(series.directory.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(str(path.relative_to(series.directory)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:32]
-
-
-def _cached(key: str) -> list[PatchPlan] | None:
-    path = cache_dir() / _CACHE_FOLDER / f"{key}.json"
-    try:
-        return list(UpdatePlan.from_dict(json.loads(path.read_text(encoding="utf-8"))).patches)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # not there, or written by another version: decided again
-
-
-def _keep(key: str, plan: UpdatePlan) -> None:
-    folder = cache_dir() / _CACHE_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder / f"{key}.json", json.dumps(plan.to_dict(), sort_keys=True).encode(), durable=False)
 
 
 def _two_columns(report: Status, column: int) -> Status:
