@@ -98,6 +98,17 @@ def test_the_shipped_series_on_every_release_after_its_pin(tmp_path: Path) -> No
     root = committed_copy(tmp_path / "shipped", shipped_files())
     wrong = three_answers(root, tmp_path, RELEASES)
     assert not wrong, "status, update --dry-run and update disagree:\n" + "\n".join(wrong)
+    # status names what the narrowing rests on: the qwen3.py hunk, upstream's change of it, the probe's proof
+    code, out = vpatch(root, "status", "--json", "--exit-code", "--against", "v0.33.0", "--against", "v0.34.0")
+    assert code == 3, out  # drops and a narrowing: nothing for a person
+    (narrowed,) = [p for p in json.loads(out[out.index("{"):])["patches"] if p["number"] == 3]
+    for target in ("v0.33.0", "v0.34.0"):
+        made = narrowed["results"][target]["disposition"]
+        (hunk,) = made["dropped_hunks"]
+        assert hunk["hunk"].startswith("vllm/parser/qwen3.py hunk 1") and hunk["rewritten"], made
+        assert "(release v0.33.0)" in hunk["upstream"] and "cite issue #58227" in hunk["upstream"], made
+        assert made["proof"].startswith("probes/0003-qwen3-tool-call-unclosed-function.yaml covers each dropped hunk "
+                                        "on v0.29.0 (fails without it there)"), made
 
 
 PROBE = "patches/probes/0003-qwen3-tool-call-unclosed-function.yaml"

@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 
 
 _FOLDER = "dispositions"
+_HERE = Path(__file__).parent
 
 
 def key(config: Config, series: Series, rows: Sequence[PatchPlan], *, pin: str, target: Target, probes: bool) -> str:
     """What a target's dispositions are decided from: vpatch's version, both commits, the verdicts' facts (step 1's
-    rows), every file of the series folder (patches, probes, their scripts) and whether the Live-Checks exist."""
+    rows), every file of the series folder (patches, probes, their scripts), whether the Live-Checks exist, and the
+    source of the rooms that decide (update/, verdict/)."""
     digest = hashlib.sha256()
     facts = {"version": __version__, "pin": pin, "target": [target.ref, target.commit], "probes": probes,
              "config": [config.pin.ref, config.upstream.source, config.upstream.branch],
@@ -34,6 +36,9 @@ def key(config: Config, series: Series, rows: Sequence[PatchPlan], *, pin: str, 
              "live": [str(p.live_check_path(config.root)) + str((p.live_check_path(config.root) or Path()).is_file())
                       for p in series if p.live_check]}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
+    # the deciding code itself: a checkout whose version did not move but whose rules did decides again
+    for source in sorted((*_HERE.glob("*.py"), *(_HERE.parent / "verdict").glob("*.py"))):
+        digest.update(source.read_bytes())
     for path in sorted(series.directory.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:
             digest.update(str(path.relative_to(series.directory)).encode() + b"\0" + path.read_bytes() + b"\0")

@@ -133,13 +133,15 @@ def dispose(
     def validate(patch: Patch, base: str, tree: str) -> Revalidation:
         if patch.probe_path is None:
             return Revalidation(patch.filename, None, True, "no probe")
-        if validator is None:
-            return Revalidation(patch.filename, patch.trailer("Probe"), True, "not re-validated (no probes)")
+        if validator is None:  # nothing re-validated, so the row claims nothing of its probe
+            return Revalidation(patch.filename, None, True, "not re-validated (no probes)")
         return validator(repo, config, patch, base, tree)
 
     if narrow_them:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target,
                            (lambda patch, tree: validate(patch, target, tree)) if validator is not None else None)
+        if validator is None:  # no probe runs (status --no-probes): nothing proves a narrowing through a rewrite
+            rows = [_unproven(r) for r in rows]
     rows = [_unnarrowed(r) for r in rows]
     rows = _live_checks(config, series, rows)
     plan = UpdatePlan(config.pin.ref, current, to, target, tuple(rows), report)
@@ -156,6 +158,14 @@ def without_probes(repo: Path, config: Config, series: Series, rows: list[PatchP
     if narrow_them:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target, None)
     return _live_checks(config, series, [_unnarrowed(r) for r in rows])
+
+
+def _unproven(row: PatchPlan) -> PatchPlan:
+    if row.narrowing is None or not any(h.rewritten for h in row.narrowing.dropped):
+        return row
+    return replace(row, action=Action.STOP if row.case is Case.CONFLICT else Action.NARROW, narrowing=None,
+                   note="\n".join(n for n in (row.note, "not narrowed through upstream's rewrite: its probe did not run "
+                                                        "(--no-probes), and only the probe proves it") if n))
 
 
 def _unnarrowed(row: PatchPlan) -> PatchPlan:
