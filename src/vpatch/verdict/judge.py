@@ -45,7 +45,6 @@ Textual checks never check out a tree; textual.py reads the diff on the touched 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -258,8 +257,8 @@ def _move_evidence(patch: Patch, found: Mapping[str, Move],
         if fd.hunks and all(hunks.get((move.old, n)) is not None and hunks[(move.old, n)].followed
                             for n in range(1, len(fd.hunks) + 1)):
             # every hunk of the file followed its code to a clear place: the file's fate no longer blocks
-            said = re.sub(r"[;:] not guessed, a person must (look|choose)$", "", str(move))
-            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{said}; {FOLLOWED_CODE} (below)", path=move.old))
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move.fate_words()}; {FOLLOWED_CODE} (below)",
+                                path=move.old))
         else:
             out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(move), path=move.old))
     for hunk in hunks.values():
