@@ -161,7 +161,10 @@ def test_update_dry_run_refuses_what_the_real_update_refuses(project: Project) -
     real_code, real = run(project, "update", "--to", "v1.1")
     assert (dry_code, real_code) == (1, 1), dry + real
     assert "would re-apply" not in dry and "probe INVALID: it fails on v1.0 without the patch" in dry  # the table, then
-    error = "error: probe 0001-kv.yaml does not discriminate for 0001-kv.patch: it fails on"
+    # the plan says it is refused, for the reason status gives: the probe does not validate on the pin
+    assert "would refuse   0001-kv.patch  [invalid-probe]" in dry
+    error = ("error: not moving the pin to v1.1: 0001-kv.patch: its probe is INVALID: probe 0001-kv.yaml does not "
+             "discriminate for 0001-kv.patch: it fails on v1.0 without the patch")
     assert error in dry and error in real
     assert dry.split("error: ")[1] == real.split("error: ")[1]  # word for word
 
@@ -539,7 +542,9 @@ def test_a_target_is_named_by_its_ref_in_the_update_refusal(project: Project) ->
     assert run(project, "fetch")[0] == 0
     for args in (("update", "--to", "v1.1", "--dry-run"), ("update", "--to", "v1.1")):
         code, out = run(project, *args)
-        assert code == 1 and "it fails on v1.1 without the patch and fails with it" in out, out
+        # the target by its ref, the pin (where the probe does not validate) by its ref
+        assert code == 1 and "not moving the pin to v1.1: " in out, out
+        assert "it fails on v1.0 without the patch and fails with it" in out, out
         assert not re.search(r"\b[0-9a-f]{40}\b", out), out
 
 

@@ -22,7 +22,7 @@ from typing import Any
 # "after" it returned). The function is looked up where the update calls it, at call time.
 STEPS: dict[str, tuple[str, str, str]] = {
     "resolved": ("vpatch.update", "judge_with_status", "before"),  # target resolved, series loaded; nothing judged
-    "judged": ("vpatch.update.guard", "refuse_unproven_drops", "before"),  # every patch has its action
+    "judged": ("vpatch.update.run", "dispose", "after"),  # every patch has its disposition
     "applied": ("vpatch.update.run", "apply_series", "after"),  # the update tree holds the patches that apply plainly
     "validated": ("vpatch.update.run", "export_series", "before"),  # their probes are validated on the new pin
     "exported": ("vpatch.update.run", "export_series", "after"),  # the refreshed patch files exist, in memory only

@@ -67,11 +67,13 @@ def test_a_drop_whose_probe_does_not_validate_on_the_pin_is_refused(project: Pro
     head = commit_all(project)
     project.upstream.commit({"vllm/kv.py": KV_FIX}, "v1.1", tag="v1.1")
     assert run(project, "fetch")[0] == 0
-    refusal = "not dropping 0001-kv-skip-null.patch: its probe does not validate on the pin v1.0"
+    # one meaning of "validated on the pin" (the Witness's, as status says it): the probe is INVALID, the move refused
+    refusal = "not moving the pin to v1.1: 0001-kv-skip-null.patch: its probe is INVALID: "
     # the dry run says what the real run does: it refuses the same drop, never "would drop"
     code, out = run(project, "update", "--to", "v1.1", "--dry-run")
-    # no plan row says it (the probe's hint may: "... would drop a needed patch")
+    # no plan row says it (the probe's hint may: "... would drop a needed patch"): the row says it would refuse
     assert code == 1 and refusal in out and not any(line.strip().startswith("would drop") for line in out.splitlines())
+    assert "would refuse   0001-kv-skip-null.patch" in out, out
     code, out = run(project, "update", "--to", "v1.1")
     assert code == 1
     assert refusal in out

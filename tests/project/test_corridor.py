@@ -1,6 +1,8 @@
-"""The drop decision's corridor as docs/architecture.md walks it, and one meaning per name: the files the walk
-names exist and are few, status runs no probe and update takes none from status, no class name is defined twice
-in src/, no function is longer than a screenful or two. Read from the source with `ast` and the text of the doc."""
+"""The drop decision's corridor, measured from the code: the call graph of the disposition (update/disposition.py),
+built from the imports and the calls through the faces, reaches its own room and the evidence rooms only, and the
+architecture doc lists the files it reaches; and one meaning per name: status runs no probe and update takes none
+from status, no class name is defined twice in src/, no function is longer than a screenful or two. Read from the
+source with `ast` and the text of the doc."""
 
 from __future__ import annotations
 
@@ -62,11 +64,147 @@ def corridor(text: str | None = None) -> list[str]:
     return [re.findall(r"`([a-z_]+/[a-z_]+\.py)`", step)[0] for step in steps]
 
 
-def test_the_drop_decision_crosses_at_most_eight_files_and_they_exist() -> None:
+def test_the_walk_starts_at_a_command_and_ends_where_the_disposition_is_decided() -> None:
     files = corridor()
-    assert 3 <= len(files) <= 8, f"the walk of the drop decision names {len(files)} files: {files}"
     assert all((PACKAGE / f).is_file() for f in files), files
-    assert files[0].startswith("commands/") and files[-1] == "verdict/decision.py", files
+    assert files[0].startswith("commands/") and files[-1] == DECIDES, files
+
+
+# --- the decision's call graph, built from the code ------------------------------------------------------------
+
+# the one module where what an update does with a patch is decided, and its entry points (status, the update)
+DECIDES = "update/disposition.py"
+ENTRIES = ("dispose_status", "first_rows", "dispose", "judge_with_status")
+# the rooms the decision may read its evidence from (the doors and the base included); `update` is its own room
+EVIDENCE_ROOMS = {"status", "verdict", "probes", "upstream", "series", "config", "git", "base"}
+
+
+def modules(package: Path = PACKAGE) -> dict[str, ast.Module]:
+    """Dotted module name -> its syntax tree (a package is its `__init__.py`)."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = ast.parse(path.read_text(encoding="utf-8"))
+    return out
+
+
+class CallGraph:
+    """Functions and classes as nodes; an edge for every name a body uses that resolves to another one, through
+    the imports and the faces' re-exports (`from vpatch.verdict import classify` is verdict/case.py's `classify`;
+    `narrow.narrow_series` with `narrow` a module is that module's function). A class stands for all its methods:
+    a method called on an object whose type only the annotations say is reached through its class."""
+
+    def __init__(self, package: Path = PACKAGE) -> None:
+        self.trees = modules(package)
+        self.defs = {m: {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+                     for m, tree in self.trees.items()}
+        self.aliases = {m: self._aliases(m, tree) for m, tree in self.trees.items()}
+
+    def _aliases(self, module: str, tree: ast.Module) -> dict[str, str | tuple[str, str]]:
+        out: dict[str, str | tuple[str, str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level and node.module.startswith("vpatch"):
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    out[a.asname or a.name] = full if full in self.trees else (node.module, a.name)
+            elif isinstance(node, ast.Import):
+                out.update({a.asname: a.name for a in node.names if a.asname and a.name.startswith("vpatch")})
+        return out
+
+    def resolve(self, module: str, name: str, depth: int = 0) -> str | tuple[str, str] | None:
+        """A module's name, or (module, name) where the name is defined; None when it is not vpatch's."""
+        if module not in self.trees or depth > 10:
+            return None
+        if name in self.defs[module]:
+            return module, name
+        target = self.aliases[module].get(name)
+        if target is None or isinstance(target, str):
+            return target
+        return self.resolve(*target, depth=depth + 1)
+
+    def uses(self, module: str, name: str) -> set[tuple[str, str]]:
+        out = set()
+        for node in ast.walk(self.defs[module][name]):
+            found: str | tuple[str, str] | None = None
+            if isinstance(node, ast.Name):
+                found = self.resolve(module, node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                owner = self.resolve(module, node.value.id)
+                found = self.resolve(owner, node.attr) if isinstance(owner, str) else None
+            if isinstance(found, tuple):
+                out.add(found)
+        return out
+
+    def reached(self, entries: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        seen: set[tuple[str, str]] = set()
+        todo = list(entries)
+        while todo:
+            key = todo.pop()
+            if key not in seen:
+                seen.add(key)
+                todo += self.uses(*key) - seen
+        return seen
+
+
+def as_file(module: str) -> str:
+    """"vpatch.update.plan" -> "update/plan.py"."""
+    return "/".join(module.split(".")[1:]) + ".py"
+
+
+def decision_files() -> set[str]:
+    graph = CallGraph()
+    decides = "vpatch." + DECIDES.removesuffix(".py").replace("/", ".")
+    return {as_file(m) for m, _ in graph.reached([(decides, e) for e in ENTRIES])}
+
+
+def documented_files(text: str | None = None) -> set[str]:
+    """The files the architecture doc lists as the decision's (the paragraph "The decision's files")."""
+    text = ARCHITECTURE.read_text(encoding="utf-8") if text is None else text
+    paragraph = text.split("**The decision's files**", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"`([a-z_]+/[a-z_]+\.py)`", paragraph))
+
+
+def test_the_decision_is_one_room_plus_the_evidence_rooms_it_reads() -> None:
+    """From the calls: the disposition reaches its own room (update) and the evidence rooms only: no command, no
+    report, nothing that carries an update out (run, commit, journal, a person's work at a stop), no image."""
+    files = decision_files()
+    rooms = {f.split("/")[0] for f in files}
+    assert rooms <= EVIDENCE_ROOMS | {"update"}, sorted(rooms - EVIDENCE_ROOMS - {"update"})
+    carrying_out = {f"update/{m}.py" for m in ("run", "commit", "journal", "handwork", "resolution", "furthest")}
+    assert not files & carrying_out, sorted(files & carrying_out)
+
+
+def test_the_doc_lists_the_decision_s_files_as_the_code_has_them() -> None:
+    """docs/architecture.md names the decision's own files (update/, status/, verdict/) that the call graph reaches;
+    the rooms below them it names as rooms."""
+    files = {f for f in decision_files() if f.split("/")[0] in ("update", "status", "verdict")}
+    listed = documented_files()
+    assert listed == files, (f"docs/architecture.md's decision's files differ from the call graph: missing "
+                             f"{sorted(files - listed)}, not reached {sorted(listed - files)}")
+
+
+def test_status_and_update_reach_the_one_disposition() -> None:
+    """`vpatch status` shows the dispositions (dispose_status, every target), `vpatch update` carries one target's
+    out (dispose), both in the one module."""
+    graph = CallGraph()
+    assert ("vpatch.update.disposition", "dispose_status") in graph.reached([("vpatch.commands.status", "run")])
+    assert ("vpatch.update.disposition", "dispose") in graph.reached([("vpatch.commands.update", "run")])
+
+
+def test_the_call_graph_follows_faces_and_module_attributes(tmp_path: Path) -> None:
+    pkg = tmp_path / "vpatch"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("from vpatch.low.inner import helper\n")
+    (pkg / "low" / "inner.py").write_text("def helper():\n    return deep()\n\ndef deep():\n    return 1\n\n"
+                                          "def unused():\n    return 2\n")
+    (pkg / "low" / "other.py").write_text("def far():\n    return 3\n")
+    (pkg / "top.py").write_text("from vpatch.low import helper\nfrom vpatch.low import other\n\n"
+                                "def entry():\n    return helper() + other.far()\n")
+    graph = CallGraph(pkg)
+    assert {m for m, _ in graph.reached([("vpatch.top", "entry")])} == {"vpatch.top", "vpatch.low.inner",
+                                                                       "vpatch.low.other"}
+    assert ("vpatch.low.inner", "unused") not in graph.reached([("vpatch.top", "entry")])
 
 
 def test_the_doc_checks_see_a_missing_module() -> None:

@@ -33,7 +33,7 @@ def summary(tmp_path: Path, release_history: Path, commits: int) -> dict[str, ob
     repo = mirror.fetch(cache_dir(), built.upstream.as_uri())
     code, out = vpatch(root, "status", "--json", "--no-probes", *(a for t in TARGETS for a in ("--against", t)))
     assert code in (0, 3), out
-    doc = json.loads(out)
+    doc = json.loads(out[out.index("{"):])  # the runner mixes stderr's progress lines in
     assert doc["targets"] == ["v0.30.0", *TARGETS]
     found: dict[str, object] = {}
     for p in doc["patches"]:

@@ -95,8 +95,13 @@ def test_partial_and_conflict_are_named_in_the_table(project: Project) -> None:
     first, second = doc["patches"]
     assert first["results"]["v1.1"]["state"] == "partial"
     assert first["results"]["v1.1"]["hunks"]["landed"] == ["vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@)"]
-    assert first["results"]["v1.1"]["summary"] == "1/2 hunks upstream: parser.py #1; would narrow: drops 1 of 2 hunks"
+    assert first["results"]["v1.1"]["summary"] == "1/2 hunks upstream: parser.py #1"
+    # what an update does with it is its disposition, with the narrowing's proof (not a count of hunks)
+    made = first["results"]["v1.1"]["disposition"]
+    assert made["action"] == "narrow" and made["dropped_hunks"][0]["hunk"] == "vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@)"
+    assert made["proof"] and ("reverse-applies" in made["proof"] or "identical files" in made["proof"]), made
     assert second["results"]["v1.1"]["state"] == "conflict"
+    assert second["results"]["v1.1"]["disposition"]["action"] == "stop"  # 4: a person resolves it
     assert first["landed_in"] is None
 
 

@@ -98,8 +98,11 @@ def test_dry_run_and_status_say_would_narrow_and_change_nothing(project: Project
     assert "would narrow   0001-parser-three.patch  [partial]" in out
     assert (project.patches / "0001-parser-three.patch").read_bytes() == before
     code, out = run(project, "status", "--against", "v1.1", "--json")
-    summary = json.loads(out)["patches"][0]["results"]["v1.1"]["summary"]
-    assert summary.startswith("1/3 hunks upstream: parser.py #2; would narrow: drops 1 of 3 hunks")
+    result = json.loads(out)["patches"][0]["results"]["v1.1"]
+    assert result["summary"].startswith("1/3 hunks upstream: parser.py #2")
+    # status's disposition is the dry run's: narrowed, with the proof
+    assert result["disposition"]["action"] == "narrow" and result["disposition"]["proof"], result["disposition"]
+    assert [h["hunk"] for h in result["disposition"]["dropped_hunks"]] == ["vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)"]
 
 
 def test_no_narrow_stops_at_the_partial_patch_as_before(project: Project) -> None:
@@ -146,8 +149,9 @@ def test_remaining_hunks_that_need_a_3way_merge_are_narrowed_that_way(project: P
     # upstream lands hunk 2 and edits line 33, inside hunk 3's context: hunk 3 applies only 3-way
     release(project, {"vllm/parser.py": HUNK_2_ONLY.replace("line 33\n", "line 33 upstream\n")}, "v1.1")
     code, out = run(project, "status", "--against", "v1.1", "--json")
-    summary = json.loads(out)["patches"][0]["results"]["v1.1"]["summary"]
-    assert "would narrow: drops 1 of 3 hunks if parser.py #3 merge 3-way" in summary
+    made = json.loads(out)["patches"][0]["results"]["v1.1"]["disposition"]
+    # narrowed as the update narrows it: the rest goes on by a clean 3-way merge, proven
+    assert made["action"] == "narrow" and "3-way merge" in made["proof"], made
     code, out = run(project, "update", "--to", "v1.1")
     assert code == 0, out
     assert "Applies by a clean 3-way merge" in git(project.root, "log", "-1", "--format=%B")

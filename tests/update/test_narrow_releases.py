@@ -80,7 +80,8 @@ def test_update_narrows_a_real_upstream_hunk_away_and_status_then_says_needed(
     assert [len(fd.hunks) for fd in Patch.load(patch_file).files] == [2]
     code, out = vpatch(root, "status", "--against", "v0.31.0", "--json")
     cell = json.loads(out)["patches"][0]["results"]["v0.31.0"]
-    assert cell["state"] == "partial" and "would narrow: drops 1 of 2 hunks" in cell["summary"]
+    # status's disposition is the update's: narrowed, with the proof
+    assert cell["state"] == "partial" and cell["disposition"]["action"] == "narrow" and cell["disposition"]["proof"]
 
     code, out = vpatch(root, "update", "--to", "v0.31.0")
     assert code == 0, out

@@ -172,6 +172,13 @@ def test_a_probe_that_no_longer_validates_stops_the_update_and_changes_nothing(t
     v11_lands_kv_and_shifts_parser(three)
     (three.patches / "0003-new-module.patch").write_text(
         (three.patches / "0003-new-module.patch").read_text().replace("Upstream-PR: 123", "Upstream-PR: 123\nProbe: probes/extra.yaml"))
+    # a probe that validates on the pin (extra.py is missing there, the patch adds it); the validator below says it
+    # does not on v1.1
+    (three.patches / "probes").mkdir(exist_ok=True)
+    (three.patches / "probes" / "extra.py").write_text(
+        "import pathlib, sys\nsys.exit(0 if pathlib.Path('vllm/extra.py').is_file() else 1)\n")
+    (three.patches / "probes" / "extra.yaml").write_text(
+        'kind: command\nrun: ["{python}", "{probe_dir}/extra.py"]\nrequirements: []\n')
     commit_all(three, "probe for 0003")
     before = state_of(three)
     seen: list[tuple[str, str, str]] = []
@@ -180,7 +187,7 @@ def test_a_probe_that_no_longer_validates_stops_the_update_and_changes_nothing(t
         seen.append((patch.filename, base, patched))
         return core.Revalidation(patch.filename, "probes/extra.yaml", False, "passes without the patch")
 
-    with pytest.raises(core.VpatchError, match=r"probe of 0003-new-module\.patch no longer validates on v1\.1"):
+    with pytest.raises(core.VpatchError, match=r"0003-new-module\.patch: its probe no longer validates on v1\.1"):
         core.update(Config.load(three.root), "v1.1", validator=validator)
     assert [s[0] for s in seen] == ["0003-new-module.patch"]
     assert seen[0][1] == git(three.upstream.path, "rev-parse", "v1.1").strip()

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from vpatch import status as core
-from vpatch import upstream
+from vpatch import update, upstream
 from vpatch.base import ExitCode
 from vpatch.commands import console, echo, load_config, load_series, stopped_update, warn_tree_work
 from vpatch.probes import Witness
@@ -28,13 +29,16 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
             repo, series.patches, pin=pin, targets=targets, history=config.upstream.source == "git",
             branch=config.upstream.branch, evidence=None if no_probes else evidence, report=view,
         )
+        # what an update to each target does with each patch, decided as the update decides it (with its proofs)
+        validator = None if no_probes else functools.partial(update.validate_with_probes, evidence=evidence)
+        dispositions = update.dispose_status(repo, config, series, result, validator=validator, progress=view)
     stopped = stopped_update(config)
     if json_out:
 
-        echo(json.dumps({**status_json(result),
+        echo(json.dumps({**status_json(result, dispositions),
                          "stopped_update": None if stopped is None else stopped.to_json()}, indent=2))
     else:
-        console().print(status_table(result))
+        console().print(status_table(result, dispositions))
         if stopped is not None:
             echo(stopped.line())
-    return result.exit_code() if exit_code else ExitCode.OK
+    return dispositions.exit_code() if exit_code else ExitCode.OK

@@ -11,8 +11,7 @@ from vpatch import update as core
 from vpatch.base import ExitCode, VpatchError, interruptible
 from vpatch.commands import console, echo, load_config, warn_tree_work
 from vpatch.probes import Witness
-from vpatch.report import ProgressView, furthest_lines, status_table, update_lines, update_plan_table
-from vpatch.status import Status
+from vpatch.report import ProgressView, furthest_lines, update_json, update_lines, update_plan_table
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -46,14 +45,18 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
                                      judge=functools.partial(core.judge_with_status, progress=view, evidence=evidence),
                                      validator=validator)
             except core.Refused as refused:
-                # the dry run's refusal comes after the judging: show the table it refused on, then the error
-
-                if isinstance(refused.report, Status) and not json_out:
-                    console().print(status_table(refused.report))
+                # a refusal comes after every disposition was decided: a dry run shows them, then the error
+                if dry_run and not json_out:
+                    planned = core.Result(core.UpdateOutcome.PLANNED, refused.plan)
+                    table = update_plan_table(planned)
+                    if table is not None:
+                        console().print(table)
+                    for line in update_lines(planned):
+                        echo(line)
                 raise
     if json_out:
 
-        echo(json.dumps(result.to_json(), indent=2))
+        echo(json.dumps(update_json(result), indent=2))
     else:
 
         table = update_plan_table(result)
@@ -62,7 +65,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
         for line in update_lines(result):
             echo(line)
     # a dry run exits as the real run would: one that would stop at a patch exits as the stop does
-    would_stop = result.outcome is core.UpdateOutcome.PLANNED and bool(result.plan.files(core.FileAction.STOP))
+    would_stop = result.outcome is core.UpdateOutcome.PLANNED and bool(result.plan.files(core.Action.STOP))
     return ExitCode.CONFLICT if result.outcome is core.UpdateOutcome.STOPPED or would_stop else ExitCode.OK
 
 
@@ -135,7 +138,7 @@ def _furthest(project: Path, to: str, *, dry_run: bool, no_commit: bool, narrow:
                                      evidence=evidence)
     if json_out:
 
-        echo(json.dumps(reach.to_json(), indent=2))
+        echo(json.dumps({**reach.to_json(), "patches": update_json(reach.result)["patches"]}, indent=2))
     else:
         table = update_plan_table(reach.result)
         if table is not None:

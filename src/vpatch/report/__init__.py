@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from vpatch.report.deploy_html import live_page
     from vpatch.report.deploy_html import render as deploy_page
     from vpatch.report.status import status_json, status_table
-    from vpatch.report.update import furthest_lines, update_lines
+    from vpatch.report.update import furthest_lines, update_json, update_lines
     from vpatch.report.update import plan_table as update_plan_table
 
 # name -> (module, name there): loaded on first use (PEP 562); tests/project/test_architecture.py checks each entry
@@ -50,6 +50,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "rolled_back_line": ("vpatch.report.deploy", "rolled_back_line"),
     "status_json": ("vpatch.report.status", "status_json"),
     "status_table": ("vpatch.report.status", "status_table"),
+    "update_json": ("vpatch.report.update", "update_json"),
     "update_lines": ("vpatch.report.update", "update_lines"),
     "update_plan_table": ("vpatch.report.update", "plan_table"),
 }
@@ -92,6 +93,7 @@ __all__ = [
     "status_json",
     "status_table",
     "tree_lines",
+    "update_json",
     "update_lines",
     "update_plan_table",
     "written_lines",

@@ -5,22 +5,24 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from vpatch.report.disposition import cell_words, disposition_json
 from vpatch.upstream import HunkMove, Move
-from vpatch.verdict import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, Verdict
+from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict, classify
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from vpatch.status import Landing, PatchStatus, Status
-    from vpatch.verdict import Decision
+    from vpatch.update import Dispositions, PatchPlan
 
 JSON_VERSION = 1
 _STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow", State.CONFLICT: "red",
           State.DISPUTED: "magenta"}
 
 
-def status_json(status: Status) -> dict[str, Any]:
-    """The --json document: pin, targets, one entry per patch with a result per target and its landing."""
+def status_json(status: Status, dispositions: Dispositions) -> dict[str, Any]:
+    """The --json document: pin, targets, one entry per patch with a result per target (its verdict, and from the
+    pin on its disposition: what an update to that target does with it) and its landing."""
     return {
         "version": JSON_VERSION,
         "source": "git" if status.history else "releases",
@@ -33,7 +35,8 @@ def status_json(status: Status) -> dict[str, Any]:
                 "slug": p.slug,
                 "file": p.file,
                 "subject": p.subject,
-                "results": {t.ref: {**_verdict_json(v), **_decision_json(status.decision(p, v))}
+                "results": {t.ref: {**_verdict_json(v), **_disposition_json(status, p, v,
+                                                                            dispositions.at(t.ref, p.file))}
                             for t, v in zip(status.targets, p.results)},
                 "landed_in": _landing_json(p.landed_in, status.branch),
             }
@@ -42,13 +45,26 @@ def status_json(status: Status) -> dict[str, Any]:
         "probes": {"run": status.probes_run, "cached": status.probes_cached, "errors": status.probe_errors,
                    "problems": [{"file": file, "why": why} for file, why in status.probe_problems()]},
         "bisect_checks": status.bisect_checks,
-        "exit_code": int(status.exit_code()),
+        "regressions": [{"file": file, "why": why} for file, why in _regressions(dispositions)],
+        "exit_code": int(dispositions.exit_code()),
     }
 
 
-def _decision_json(made: Decision) -> dict[str, Any]:
-    """What an update to that target does with the patch (decision.py): the case and the action."""
-    return {"case": made.case.value, "action": made.action.value, "regression": made.regression or None}
+def _disposition_json(status: Status, p: PatchStatus, v: Verdict, row: PatchPlan | None) -> dict[str, Any]:
+    """The case on that target and, from the pin on, the disposition there (update/disposition.py); a target
+    older than the pin has its case only (no update goes there)."""
+    if row is None:
+        pin = p.results[status.targets.index(status.pin)] if status.pin in status.targets else None
+        case = classify(v, pin=pin, pin_ref=status.pin.ref).case
+        return {"case": case.value, "action": None, "regression": None, "disposition": None}
+    return {"case": row.case.value, "action": row.action.value, "regression": row.regression or None,
+            "disposition": disposition_json(row)}
+
+
+def _regressions(dispositions: Dispositions) -> list[tuple[str, str]]:
+    """(patch file, why) for each patch that breaks upstream's own tests on the pin: a person must look."""
+    return list({r.file: r.regression for rows in dispositions.by_target.values() for r in rows
+                 if r.regression}.items())
 
 
 def _verdict_json(v: Verdict) -> dict[str, Any]:
@@ -176,11 +192,8 @@ def _short(ev: Evidence, v: Verdict) -> str:
                 Applies.THREE_WAY: "applies 3-way only", Applies.NO: "does not apply"}[v.applies]
     every = v.landed_hunks + v.needed_hunks + v.conflict_hunks
     if v.state is State.PARTIAL:
-        # what `vpatch update` would do with it (narrow.py decides, with its proof, at the update)
-        narrow = f"would narrow: drops {len(v.landed_hunks)} of {len(every)} hunks"
-        if v.conflict_hunks:
-            narrow += " if " + _hunks_short(v.conflict_hunks, every) + " merge 3-way"
-        return f"{len(v.landed_hunks)}/{len(every)} hunks upstream: " + _hunks_short(v.landed_hunks, every) + "; " + narrow
+        # what an update does with it is the disposition's (narrowed only with narrow.py's proof), shown beside
+        return f"{len(v.landed_hunks)}/{len(every)} hunks upstream: " + _hunks_short(v.landed_hunks, every)
     if v.conflict_hunks:
         return f"{len(v.conflict_hunks)}/{len(every)} hunks do not apply: " + _hunks_short(v.conflict_hunks, every)
     return ev.detail
@@ -188,8 +201,8 @@ def _short(ev: Evidence, v: Verdict) -> str:
 
 def _resolved(move: Move, v: Verdict) -> bool:
     """Whether each hunk on a file that was deleted or split followed its code to a clear place (hunkmoves.py)."""
-    return any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.detail.startswith(f"{move.old} ")
-               and FOLLOWED_CODE in ev.detail for ev in v.evidence)
+    return not move.followed and any(ev.kind is Kind.MOVED and ev.says is Says.NEUTRAL and ev.path == move.old
+                                     for ev in v.evidence)
 
 
 def _lost_hunk(hunk: HunkMove) -> str:
@@ -238,8 +251,9 @@ def landing_line(p: PatchStatus, branch: str) -> str:
     return f"{p.file}: landed in {landing.ref}, {how}, {release}"
 
 
-def status_table(status: Status) -> RenderableType:
-    """The table people read: one row per patch, one column per target, then a landing line per patch."""
+def status_table(status: Status, dispositions: Dispositions) -> RenderableType:
+    """The table people read: one row per patch, one column per target (the verdict, then from the pin on the
+    disposition: what an update to that target does), then a landing line per patch."""
     from rich.console import Group  # lazy: rich loads only when something is shown; --help shows no table
     from rich.table import Table  # lazy: rich loads only when something is shown; --help shows no table
     from rich.text import Text  # lazy: rich loads only when something is shown; --help shows no table
@@ -250,9 +264,12 @@ def status_table(status: Status) -> RenderableType:
         table.add_column(t.ref + (" (pin)" if t == status.pin else ""), overflow="fold")
     for p in status.patches:
         cells = [Text(f"{p.number:04d} {p.slug}")]
-        for v in p.results:
+        for t, v in zip(status.targets, p.results):
             cell = Text(v.state.value, style=f"bold {_STYLE[v.state]}")
             cell.append("\n" + cell_summary(v), style="dim")
+            row = dispositions.at(t.ref, p.file)
+            if row is not None and t.commit != status.pin.commit:
+                cell.append("\n" + cell_words(row), style="bold")
             cells.append(cell)
         table.add_row(*cells)
     lines = [Text(landing_line(p, status.branch)) for p in status.patches]
@@ -260,7 +277,7 @@ def status_table(status: Status) -> RenderableType:
     lines += [Text(f"{file}: its probe is INVALID: {why} (no evidence either way)" if file in invalid else
                    f"{file}: its probe could not decide {why}", style="bold red")
               for file, why in status.probe_problems()]
-    lines += [Text(f"{file}: {why}", style="bold red") for file, why in status.regressions()]
+    lines += [Text(f"{file}: {why}", style="bold red") for file, why in _regressions(dispositions)]
     footer = f"probes: {status.probes_run} run, {status.probes_cached} from the cache"
     if status.probe_errors:
         footer += f", {status.probe_errors} could not decide"

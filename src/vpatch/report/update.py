@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vpatch.report import status as report
+from vpatch.report.disposition import disposition_json, reason
 from vpatch.status import Status
-from vpatch.update import FileAction, UpdateOutcome
+from vpatch.update import Action, Dispositions, UpdateOutcome
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -20,7 +21,18 @@ def plan_table(result: Result) -> RenderableType | None:
         return None
 
     assert isinstance(result.plan.report, Status)
-    return report.status_table(result.plan.report)
+    # the same cells as `status --against` the target: the verdicts, and the dispositions the plan holds
+    return report.status_table(result.plan.report, Dispositions({result.plan.to_ref: result.plan.patches}))
+
+
+def update_json(result: Result) -> dict[str, object]:
+    """`update --json`: the result, each patch with its `disposition` object as `status --json` has it."""
+    out = result.to_json()
+    rows = {p.file: p for p in result.plan.patches}
+    patches = out["patches"]
+    assert isinstance(patches, list)
+    out["patches"] = [{**entry, "disposition": disposition_json(rows[entry["file"]])} for entry in patches]
+    return out
 
 
 def update_lines(result: Result) -> list[str]:
@@ -39,18 +51,18 @@ def update_lines(result: Result) -> list[str]:
         lines += list(result.notes)  # what --continue took in from a person's work at the stop
     lines.append(f"{head}: pin {plan.from_ref} ({plan.from_commit[:12]}) -> {plan.to_ref} ({plan.to_commit[:12]})")
     for row in plan.patches:
-        verb = row.verb(planned=result.outcome is UpdateOutcome.PLANNED)  # the decision's words (decision.py)
+        verb = row.verb(planned=result.outcome is UpdateOutcome.PLANNED)  # the disposition's words
         lines.append(f"  {verb:<14} {row.file}  [{row.state}] {row.decided_by}")
         lines += [f"  {'':<14} moved: {move}" for move in row.moves if f"moved: {move}" != row.decided_by]
         if row.move_proof:
             lines.append(f"  {'':<14} proof: {row.move_proof}")
         lines += [f"  {'':<14} {line}" for line in row.probe_moves]
-        if row.action is FileAction.DROP:
+        if row.action is Action.DROP:
             lines.append(f"  {'':<14} Applied-Upstream: {row.landed_in}")
+        if row.action is Action.REFUSE:
+            lines.append(f"  {'':<14} refused: {reason(row)}")
         if row.narrowing is not None:
-            lines.append(f"  {'':<14} {row.narrowing.summary}: "
-                         + "; ".join(f"{h.name} rewritten upstream {h.landed_in}" if h.rewritten
-                                   else f"{h.name} upstream in {h.landed_in}" for h in row.narrowing.dropped))
+            lines.append(f"  {'':<14} {reason(row)}")
             lines.append(f"  {'':<14} proof: {row.narrowing.proof}")
             if row.narrowing.probe != "no probe":
                 lines.append(f"  {'':<14} probe: {row.narrowing.probe}")

@@ -9,7 +9,8 @@ Library API (used by `vpatch status` and `vpatch update`):
 
 `compute_status` returns a frozen `Status`: `targets` oldest first (the pin among them), one `PatchStatus` per
 patch with a `Verdict` per target (`PatchStatus.at(ref)`), `landed_in` (a `Landing` or None), the
-number of probes run and answered from the cache, and `exit_code()` for `--exit-code`.
+number of probes run and answered from the cache. What an update does with each patch there (and so
+`--exit-code`) is the disposition, decided from this in update/disposition.py.
 
 Landing point: the first target (oldest first, by ancestry) where the patch is LANDED. When an earlier
 target is not landed, the first-parent commits between the nearest such ancestor (the pin, for every target
@@ -26,14 +27,13 @@ each on the pin: one that does not validate there is INVALID everywhere (never e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
-from vpatch.base import ExitCode, Reporter, VpatchError, silent
+from vpatch.base import Reporter, VpatchError, silent
 from vpatch.probes import ProbeFn, ProbeOutcome, Tally, Witness
 from vpatch.status.landing import search_landing
 from vpatch.upstream import (
@@ -48,7 +48,7 @@ from vpatch.upstream import (
     release_tags,
     save_commit_facts,
 )
-from vpatch.verdict import Decision, Kind, State, Verdict, decide, judge_series, worst
+from vpatch.verdict import Kind, State, Verdict, judge_series
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -98,24 +98,6 @@ class Status:
     probe_errors: int = 0  # probe runs that could not decide (never counted as run)
     bisect_checks: int = 0
 
-    def exit_code(self) -> ExitCode:
-        """What the decisions (decision.py) on the pin and every later target say: ATTENTION when any patch needs
-        a person there (partial, conflict, disputed, landed on its own pin, its probe invalid or undecided),
-        else LANDED when any would be dropped, else OK. Targets older than the pin say nothing about what to
-        do next."""
-        return worst(d.exit_code for d in self.decisions())
-
-    def decisions(self) -> list[Decision]:
-        """The decision for every patch on the pin and each later target, as an update to that target makes it."""
-        start = self.targets.index(self.pin) if self.pin in self.targets else 0
-        return [self.decision(p, v) for p in self.patches for v in p.results[start:]]
-
-    def decision(self, patch: PatchStatus, verdict: Verdict) -> Decision:
-        """What an update to `verdict`'s target does with `patch` (decide, the pin's verdict beside it)."""
-        on_pin = patch.results[self.targets.index(self.pin)] if self.pin in self.targets else None
-        return decide(verdict, pin=on_pin, pin_ref=self.pin.ref)
-
-
     def invalid_probes(self) -> list[str]:
         """Patches whose probe does not validate on the pin (it must fail there and pass with the series up to
         its patch): it cannot tell the bug from the fix, so it is no evidence anywhere."""
@@ -129,11 +111,6 @@ class Status:
                 if v.probe is not None and v.probe.outcome is ProbeOutcome.ERROR and p.file not in out:
                     out[p.file] = v.probe.detail if v.probe.invalid else f"on {t.ref}: {v.probe.detail}"
         return list(out.items())
-
-    def regressions(self) -> list[tuple[str, str]]:
-        """(patch file, why) for each patch that breaks upstream's own tests on the pin: a person must look."""
-        return list({p.file: made.regression for p in self.patches for v in p.results
-                     for made in (self.decision(p, v),) if made.regression}.items())
 
     def _invalid(self, file: str) -> bool:
         return any(v.probe is not None and v.probe.invalid for p in self.patches if p.file == file for v in p.results)
@@ -269,7 +246,6 @@ def _landing(
 def _after_last_revert(line: Sequence[str], verdict: Verdict) -> int:
     """Where the line's last revert of this change sits (+1), 0 when none is on the line."""
 
-    story = next((ev.detail for ev in verdict.evidence if ev.kind is Kind.REVERT), "")
-    named = set(re.findall(r"reverted in ([0-9a-f]{12})", story))
-    reverted = [c for c in line if c[:12] in named] if named else []
+    named = {c for ev in verdict.evidence if ev.kind is Kind.REVERT for c in ev.commits}
+    reverted = [c for c in line if c in named]
     return line.index(reverted[-1]) + 1 if reverted else 0

@@ -19,7 +19,7 @@ from vpatch.update.journal import (
     save_journal,
 )
 from vpatch.update.narrow import record
-from vpatch.update.plan import FileAction, Result, Revalidation, UpdateOutcome, UpdatePlan, commit_message
+from vpatch.update.plan import Action, Result, Revalidation, UpdateOutcome, UpdatePlan, commit_message
 from vpatch.update.probefollow import probe_writes
 
 
@@ -29,11 +29,11 @@ def commit_update(project: Project, series: Series, state: UpdateState, plan: Up
     config, top = project.config, project.top
     old = state.head
     writes = {project.path(f"{config.patches}/{name}"): data for name, data in exported.writes.items()}
-    removes = [project.path(f"{config.patches}/{f}") for f in plan.files(FileAction.DROP)]
+    removes = [project.path(f"{config.patches}/{f}") for f in plan.files(Action.DROP)]
     gone_probes = _retired_probe_files(project, series, plan, old)
     removes += gone_probes
 
-    kept = [p for p in series.patches if p.filename not in plan.files(FileAction.DROP)]
+    kept = [p for p in series.patches if p.filename not in plan.files(Action.DROP)]
     moved_probes = probe_writes(Path(state.repo), config.root, project.rel, kept, {p.file: p for p in plan.patches},
                                 pin=plan.from_commit, target=plan.to_commit)
     writes.update(moved_probes)
@@ -190,7 +190,7 @@ def _retired_entries(project: Project, series: Series, plan: UpdatePlan, head: s
 
             entries.append(record(patch, row.narrowing, retired_by=f"update {plan.from_ref} -> {plan.to_ref}",
                                   last_version=f"{head[:12]}:{project.path(f'{project.config.patches}/{row.file}')}"))
-        if row.action is not FileAction.DROP:
+        if row.action is not Action.DROP:
             continue
         entries.append(RetiredPatch(
             patch.number, patch.slug, patch.subject, row.landed_in or plan.to_ref,
@@ -206,8 +206,8 @@ def _retired_probe_files(project: Project, series: Series, plan: UpdatePlan, hea
     """The files of a dropped patch's probe (its YAML, and the files beside it named after it, such as its
     script): they leave with the patch, unless a kept patch's probe names them too. RETIRED.md's last version
     of the patch (a commit) still reaches them."""
-    dropped = [series.get(f.removesuffix(".patch")) for f in plan.files(FileAction.DROP)]
-    kept = [p for p in series if p.filename not in plan.files(FileAction.DROP)]
+    dropped = [series.get(f.removesuffix(".patch")) for f in plan.files(Action.DROP)]
+    kept = [p for p in series if p.filename not in plan.files(Action.DROP)]
     keep = {p.probe_path.with_suffix("") for p in kept if p.probe_path is not None}
     gone: list[str] = []
     for patch in dropped:

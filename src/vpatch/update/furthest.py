@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 
 from vpatch import git
 from vpatch.base import Event, ExitCode, Reporter, VpatchError, silent
-from vpatch.update.plan import FileAction, PatchPlan, Result, UpdateOutcome
+from vpatch.update.plan import Action, PatchPlan, Refusal, Result, UpdateOutcome
 from vpatch.upstream import direction_between, release_tags, release_version
-from vpatch.verdict import Action
 
 if TYPE_CHECKING:
     from vpatch.config import Config
@@ -204,35 +203,28 @@ def choose(target: Candidate, mode: str, line: Sequence[Candidate], *, judged: C
     return chosen(bad - 1)
 
 def blockers_of(rows: Sequence[PatchPlan], at: Candidate, target: str | None = None) -> tuple[Blocker, ...]:
-    """The patches a person must resolve at `at`: those the update would stop at (after narrowing) and those
-    whose probe is INVALID (the move is refused)."""
+    """The patches a person must resolve at `at`: those whose disposition there stops or refuses."""
     out = []
     for row in rows:
-        refused = row.case.action is Action.REFUSE
-        if row.action is not FileAction.STOP and not refused:
+        if row.action not in (Action.STOP, Action.REFUSE):
             continue
-        reasons = tuple(r for r in (row.decided_by, *row.note.splitlines()) if r)
-        out.append(Blocker(row.file, row.case.value if refused else row.state, at.ref, at.commit,
-                           reasons or (f"{row.state} on {at.ref}",), person_runs(row.file, row.case.value, at.ref, target)))
+        case = row.state
+        if row.refused_by in (Refusal.INVALID_PROBE, Refusal.PROBE):
+            case = row.refused_by.value
+        elif row.refused_by is not None:
+            case = "refused"  # another step refuses the move (a Live-Check: naming no file, a move's proof)
+        reasons = tuple(r for r in (row.refused or row.decided_by, *row.note.splitlines()) if r)
+        out.append(Blocker(row.file, case, at.ref, at.commit, reasons or (f"{row.state} on {at.ref}",),
+                           person_runs(row.file, case, at.ref, target)))
     return tuple(out)
-
-
-def refused(error: VpatchError, at: Candidate, files: Sequence[str], target: str | None = None) -> tuple[Blocker, ...]:
-    """A full check's refusal as blockers, one per patch the message names (else the whole series): `probe` for
-    a drop's or a kept patch's probe that does not validate there, `refused` for the rest (a drop whose
-    Live-Check: names no file, a re-targeted patch whose proof fails), with the error's hint to run."""
-    named = [f for f in files if f in error.message] or ["(the series)"]
-    reasons = tuple(line for line in error.message.splitlines() if line)
-    case = "probe" if "probe" in error.message else "refused"
-    return tuple(Blocker(f, case, at.ref, at.commit, reasons,
-                         person_runs(f, case, at.ref, target) if case == "probe" else error.hint or person_runs(f, case, at.ref, target))
-                 for f in named)
 
 
 def person_runs(file: str, case: str, ref: str, target: str | None = None) -> str:
     """What a person runs to get a patch past `ref` on the way to `target` (the update's own target, named in the
     hint: an update to `ref` alone would stop short of it), by its case."""
     number = file[:4]
+    if case == "refused":
+        return f"vpatch update --to {ref} --dry-run (it says what refuses the move); fix it and commit it"
     if case in ("invalid-probe", "probe"):
         return (f"vpatch probe check {number} (the probe must fail on the pin and pass with the patch); fix the "
                 "probe or the patch and commit it")

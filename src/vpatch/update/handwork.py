@@ -15,7 +15,7 @@ from vpatch.series import Patch, Series
 from vpatch.tree import AppliedPatch, Stack, commit_patch, load_stack, save_stack
 from vpatch.update import resolution
 from vpatch.update.journal import Project, UpdateState, save_state
-from vpatch.update.plan import FileAction
+from vpatch.update.plan import Action
 
 
 def take_in_commits(project: Project, state: UpdateState, notes: list[str]) -> UpdateState:
@@ -37,7 +37,7 @@ def take_in_commits(project: Project, state: UpdateState, notes: list[str]) -> U
     recorded = load_stack(project.work, required=False)
     used = {a.file for a in recorded.applied} if recorded is not None else set()
     planned = {p.file for p in state.plan.patches}
-    dropped = set(state.plan.files(FileAction.DROP))
+    dropped = set(state.plan.files(Action.DROP))
     for path in git.paths_differing(top, state.head, now):
         name = path.removeprefix(patches) if path.startswith(patches) else None
         why = None

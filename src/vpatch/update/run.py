@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vpatch import git, upstream
-from vpatch.base import ApplyError, ProcessError, Reporter, VpatchError, silent
+from vpatch.base import ApplyError, Reporter, VpatchError, silent
 from vpatch.probes import Witness
 from vpatch.series import Patch, Series
-from vpatch.tree import ExportResult, apply_series, commit_patch, export_series, load_stack
-from vpatch.update import furthest, guard, handwork, probefollow, resolution, retarget
+from vpatch.tree import apply_series, commit_patch, export_series, load_stack
+from vpatch.update import furthest, guard, handwork, resolution, retarget
 from vpatch.update.commit import commit_update, finish_commit, undo_commit
+from vpatch.update.disposition import as_applied, dispose, follow_probes, judge_with_status, refusal, without_probes
 from vpatch.update.journal import (
     JOURNAL_FILE,
     STATE_FILE,
@@ -35,7 +36,7 @@ from vpatch.update.journal import (
     save_state,
 )
 from vpatch.update.plan import (
-    FileAction,
+    Action,
     Judge,
     PatchPlan,
     Result,
@@ -44,8 +45,6 @@ from vpatch.update.plan import (
     UpdateOutcome,
     UpdatePlan,
     Validator,
-    judge_with_status,
-    narrow_rows,
 )
 
 if TYPE_CHECKING:
@@ -100,7 +99,6 @@ def _furthest(
     guard.refuse_downgrade(repo, config, current, to, target)
     mode, line = furthest.candidates(repo, config, current=current, to=to, target=target)
     series = Series.load(config.patches_dir)
-    files = [p.filename for p in series]
     judged: dict[tuple[str, bool], tuple[list[PatchPlan], Status | None]] = {}
 
     def judge_at(cand: furthest.Candidate, *, landing: bool) -> tuple[list[PatchPlan], Status | None]:
@@ -117,8 +115,8 @@ def _furthest(
 
     def by_judging(cand: furthest.Candidate) -> furthest.CandidateCheck:
         rows, report = judge_at(cand, landing=False)
-        if narrow:
-            rows = narrow_rows(repo, config, series, rows, report, current, cand.ref, cand.commit, None)
+        rows = without_probes(repo, config, series, rows, report, current=current, to=cand.ref, target=cand.commit,
+                              narrow_them=narrow)
         blockers = furthest.blockers_of(rows, cand, to)
         return furthest.CandidateCheck(cand, not blockers, False, blockers)
 
@@ -129,15 +127,11 @@ def _furthest(
         return judge_at(furthest.Candidate(ref, commit), landing=True)
 
     def in_full(cand: furthest.Candidate) -> furthest.CandidateCheck:
-        try:
-            result = _update(project, cand.ref, dry_run=True, no_commit=False, allow_downgrade=False, judge=memo,
-                             validator=validator, narrow=narrow)
-        except ProcessError:
-            raise  # a command that failed is an error, not a patch that needs a person
-        except VpatchError as exc:
-            return furthest.CandidateCheck(cand, False, True, furthest.refused(exc, cand, files, to))
-        planned[cand.commit] = result
-        blockers = furthest.blockers_of(result.plan.patches, cand, to)
+        # every disposition there, as the real run decides them; a refused one is a blocker like a stop
+        plan = _plan(project, repo, series, current, cand.ref, cand.commit, judge=memo, validator=validator,
+                     narrow=narrow)
+        planned[cand.commit] = Result(UpdateOutcome.PLANNED, plan, probes=_probes_of(plan))
+        blockers = furthest.blockers_of(plan.patches, cand, to)
         return furthest.CandidateCheck(cand, not blockers, True, blockers)
 
     choice = furthest.choose(goal, mode, line, judged=by_judging, full=in_full, report=progress or silent)
@@ -147,14 +141,15 @@ def _furthest(
     if dry_run:
         result = planned[choice.step.commit]
         return furthest.Reach(choice, replace(result, plan=replace(result.plan, ahead=ahead)))
+    # the real run carries out the plan the full check made, nothing else
     return furthest.Reach(choice, _update(project, choice.step.ref, dry_run=False, no_commit=no_commit,
                                           allow_downgrade=False, judge=memo, validator=validator, narrow=narrow,
-                                          ahead=ahead))
+                                          ahead=ahead, planned=planned[choice.step.commit].plan))
 
 
 def _update(
     project: Project, to: str, *, dry_run: bool, no_commit: bool, allow_downgrade: bool, judge: Judge | None,
-    validator: Validator | None, narrow: bool, ahead: tuple[str, ...] = (),
+    validator: Validator | None, narrow: bool, ahead: tuple[str, ...] = (), planned: UpdatePlan | None = None,
 ) -> Result:
 
     config = project.config
@@ -169,35 +164,40 @@ def _update(
     if not allow_downgrade:
         guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
-    rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
-    if narrow:
-        rows = narrow_rows(repo, config, series, rows, report, current, to, target,
-                           lambda patch, tree: _validate(repo, config, patch, target, tree, validator))
-    plan = UpdatePlan(config.pin.ref, current, to, target, tuple(rows), report, ahead)
-    # The dry run re-validates the drops' probes too: a plan saying "would drop" where the real run refuses
-    # would be a promise it does not keep. Both refuse with the same error.
-    try:
-        guard.refuse_unproven_drops(repo, config, series, plan,
-                                    lambda r, c, p, b, t: _validate(r, c, p, b, t, validator))
-        guard.refuse_missing_live_checks(config, series, plan)
-        if dry_run:
-            # ... and what the real run checks last: no "would re-apply" for what the real run would refuse
-            plan, checked = _check_kept(project, repo, series, plan, validator)
-            return Result(UpdateOutcome.PLANNED, plan, probes=tuple(checked))
-    except VpatchError as exc:
-        if dry_run:
-            raise guard.Refused(exc, report) from None
-        raise
+    plan = replace(planned or _plan(project, repo, series, current, to, target, judge=judge, validator=validator,
+                                    narrow=narrow), ahead=ahead)
+    # the dry run and the real run refuse alike: a plan saying "would drop" where the real run refuses would be a
+    # promise it does not keep
+    refused = refusal(plan)
+    if refused is not None:
+        raise guard.Refused(refused, plan)
+    if dry_run:
+        return Result(UpdateOutcome.PLANNED, plan, probes=_probes_of(plan))
     clear_stale(project, repo)
     try:
         state = UpdateState(plan=plan, head=git.head(project.top), head_ref=git.head_ref(project.top), repo=str(repo),
-                      no_commit=no_commit, pending=plan.files(FileAction.KEEP, FileAction.STOP))
+                      no_commit=no_commit, pending=plan.files(Action.CARRY, Action.NARROW, Action.STOP))
         return _run(project, series, state, validator)
     except BaseException:
         # past the commit point the journal is the way back (or forward): keep it and the update tree
         if not (project.work / JOURNAL_FILE).exists():
             discard(project, repo)
         raise
+
+
+def _plan(project: Project, repo: Path, series: Series, current: str, to: str, target: str, *, judge: Judge | None,
+          validator: Validator | None, narrow: bool) -> UpdatePlan:
+    """Every patch's disposition on `target` (disposition.py): the plan the update carries out."""
+    config = project.config
+    rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
+    rows = dispose(repo, config, series, rows, report, current=current, to=to, target=target,
+                   validator=lambda r, c, p, b, t: _validate(r, c, p, b, t, validator), narrow_them=narrow)
+    return UpdatePlan(config.pin.ref, current, to, target, tuple(rows), report)
+
+
+def _probes_of(plan: UpdatePlan) -> tuple[Revalidation, ...]:
+    """The probes the dispositions re-validated on the new pin, as the real run reports them."""
+    return tuple(Revalidation(p.file, p.validated, True, p.validated_detail) for p in plan.patches if p.validated)
 
 
 def resume(config: Config, *, validator: Validator | None = None) -> Result:
@@ -258,8 +258,8 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     """Apply the pending patches in the update tree, then finish; or stop on the first that needs a person."""
     config, repo, plan = project.config, Path(state.repo), state.plan
     originals = {p.filename: p for p in series}
-    by_file = _as_applied(series, plan)
-    kept = [by_file[f] for f in plan.files(FileAction.KEEP, FileAction.REFRESH, FileAction.STOP)]
+    by_file = as_applied(series, plan)
+    kept = [by_file[f] for f in plan.files(Action.CARRY, Action.NARROW, Action.STOP)]
     if not project.tree.exists():
         done = _start_tree(project, repo, plan, kept, state.pending)
     else:
@@ -288,70 +288,23 @@ def _run(project: Project, series: Series, state: UpdateState, validator: Valida
     proofs = retarget.prove(repo, project.work, applied, originals, plan.patches)
     plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
                                        for p in plan.patches))
-    plan, checked = _follow_probes(project, repo, plan, originals, by_file)
+    plan, checked = follow_probes(project.work, repo, plan, originals, by_file)
+    refused = refusal(plan)
+    if refused is not None:
+        raise refused
     probes = tuple(_validate(repo, config, checked[a.file], applied.base, a.commit, validator) for a in applied.applied)
     failed = [p for p in probes if not p.ok]
     if failed:
         raise guard.unvalidated(failed, plan.to_ref)
-    guard.refuse_invalid_probes(plan)
     exported = export_series(Series(series.directory, tuple(originals[p.filename] for p in kept), series.retired),
                                    project.work, dry_run=True, check_edits=False)
-    plan = _mark_refreshed(plan, exported)
+    for file in exported.changed:
+        plan = plan.exported(file, changed=True)
+    for file in exported.unchanged:
+        plan = plan.exported(file, changed=False)
     done_result = commit_update(project, series, state, plan, exported, probes)
     resolution.forget(project, [f for f in state.resolved if f in state.replayed])  # in the project's commit now
     return done_result
-
-
-def _as_applied(series: Series, plan: UpdatePlan) -> dict[str, Patch]:
-    """file -> the patch as the update applies it: a patch whose file or code moved at the new place (retarget.py),
-    a narrowed one without the hunks upstream has (export compares with the file)."""
-    narrowed = {p.file: p.narrowing for p in plan.patches if p.narrowing}
-    rows = {p.file: p for p in plan.patches}
-    moved = {p.filename: retarget.retargeted(p, rows[p.filename]) if p.filename in rows else p for p in series}
-    return {f: narrowed[f].patch(p) if f in narrowed else p for f, p in moved.items()}
-
-
-def _check_kept(project: Project, repo: Path, series: Series, plan: UpdatePlan,
-                validator: Validator | None) -> tuple[UpdatePlan, list[Revalidation]]:
-    """The dry run's copy of the real run's last checks (`_run`), on the kept patches applied in memory
-    (guard.applied_in_memory): each re-targeted patch's proof, each `files` probe followed to where its code went,
-    each kept patch's probe on the new pin; the plan with the proofs and followed probes, as the real run shows
-    them. Raises the real run's error. The scratch files go under the update's folder and are removed after."""
-    originals = {p.filename: p for p in series}
-    by_file = _as_applied(series, plan)
-    applied = guard.applied_in_memory(repo, plan, by_file)
-    made = not project.work.exists()
-    try:
-        proofs = retarget.prove_steps(repo, project.work, plan.to_commit, [
-            (a.parent, a.tree, originals[a.row.file], a.row) for a in applied
-            if a.row.action is not FileAction.STOP and (a.row.retarget or a.row.relocate)])  # a stop: a person's first
-        plan = replace(plan, patches=tuple(replace(p, move_proof=proofs[p.file]) if p.file in proofs else p
-                                           for p in plan.patches))
-        plan, checked = _follow_probes(project, repo, plan, originals, by_file)
-        probes = guard.refuse_unvalidated_kept(repo, project.config, plan,
-                                               lambda r, c, p, b, t: _validate(r, c, p, b, t, validator),
-                                               applied, checked)
-    finally:
-        if made:
-            shutil.rmtree(project.work, ignore_errors=True)
-    guard.refuse_invalid_probes(plan)
-    return plan, probes
-
-
-def _follow_probes(project: Project, repo: Path, plan: UpdatePlan, originals: dict[str, Patch],
-                   by_file: dict[str, Patch]) -> tuple[UpdatePlan, dict[str, Patch]]:
-    """The plan with what each kept patch's `files` probe followed (probefollow.py), and file -> the patch as the
-    update applies it, reading its probe as it will be written (the probe validated is the one committed)."""
-    rows = {p.file: p for p in plan.patches}
-    checked = dict(by_file)
-    for file, row in rows.items():
-        if row.action is FileAction.DROP or file not in originals:
-            continue
-        found = probefollow.followed(repo, originals[file], row, pin=plan.from_commit, target=plan.to_commit)
-        if found is not None:
-            checked[file] = probefollow.validating(project.work, by_file[file], found)
-            rows[file] = replace(row, probe_moves=found.lines)
-    return replace(plan, patches=tuple(rows[p.file] for p in plan.patches)), checked
 
 
 def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch], pending: list[str]) -> set[str]:
@@ -360,7 +313,7 @@ def _start_tree(project: Project, repo: Path, plan: UpdatePlan, kept: list[Patch
     clean_prefix: list[Patch] = []
     actions = {p.file: p.action for p in plan.patches}
     for patch in kept:
-        if patch.filename not in pending or actions[patch.filename] is FileAction.STOP:
+        if patch.filename not in pending or actions[patch.filename] is Action.STOP:
             break
         clean_prefix.append(patch)
     # apply_series is all-or-nothing unless kept; keep=True leaves the tree with the patches before a failure.
@@ -382,17 +335,17 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan,
     tree, to_ref = project.tree, plan.to_ref
     recorded = load_stack(project.work)
     assert recorded is not None
-    if row.action is not FileAction.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
+    if row.action is not Action.STOP and git.apply_to_worktree(tree, patch.diff).returncode == 0:
         commit_patch(tree, patch)
         handwork.record_applied(project, recorded, patch)
         return None, None, ()
     merged = git.apply_to_worktree(tree, patch.diff, three_way=True)
     conflicts = tuple(git.unmerged_paths(tree))
-    if merged.returncode == 0 and not conflicts and row.action is not FileAction.STOP:
+    if merged.returncode == 0 and not conflicts and row.action is not Action.STOP:
         commit_patch(tree, patch)
         handwork.record_applied(project, recorded, patch)
         return None, None, ()
-    if row.action is FileAction.STOP:
+    if row.action is Action.STOP:
         reason = f"{row.file} is {row.state} on {to_ref}: {row.decided_by}" + (f"\n{row.note}" if row.note else "")
     else:
         reason = f"{row.file} does not apply on {to_ref}, not even with a clean 3-way merge"
@@ -419,14 +372,6 @@ def _apply_next(project: Project, patch: Patch, row: PatchPlan,
                    f"\nupstream changed these lines between {plan.from_ref} and {to_ref}: "
                    + ("; ".join(side) if side else "no commit found (the conflict is with an earlier patch)"))
     return Stop(row.file, row.state, tree, conflicts, reason), None, conflicts
-
-
-def _mark_refreshed(plan: UpdatePlan, exported: ExportResult) -> UpdatePlan:
-    for file in exported.changed:
-        plan = plan.with_action(file, FileAction.REFRESH)
-    for file in exported.unchanged:
-        plan = plan.with_action(file, FileAction.KEEP)
-    return plan
 
 
 def _validate(repo: Path, config: Config, patch: Patch, base: str, patched: str, validator: Validator | None) -> Revalidation:

@@ -315,6 +315,11 @@ class ChangeHistory:
         last = self.events[-1] if self.events else None
         return last if last is not None and last.step is HistoryStep.REVERTED else None
 
+    @property
+    def reverts(self) -> tuple[str, ...]:
+        """The commits that reverted the change, oldest first."""
+        return tuple(e.commit for e in self.events if e.step is HistoryStep.REVERTED)
+
     def matched(self, kind: str) -> list[HistoryEvent]:
         return [e for e in self.events if kind in e.by]
 

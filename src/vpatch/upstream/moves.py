@@ -83,6 +83,14 @@ class Move:
         return where_words(self.commit, self.subject, self.release)
 
     def __str__(self) -> str:
+        if self.fate is Fate.MOVED:
+            return self.fate_words()
+        person = "choose" if self.fate is Fate.SPLIT else "look"
+        return f"{self.fate_words()}; not guessed, a person must {person}"
+
+    def fate_words(self) -> str:
+        """What happened to the file, without what a person must do about it (a file whose hunks all followed their
+        code needs nothing of them)."""
         where = self.where()
         tail = f", {where}" if where else ""
         if self.fate is Fate.MOVED:
@@ -92,10 +100,9 @@ class Move:
         if self.fate is Fate.SPLIT:
             names = ", ".join(f"{path} {score}%" for path, score in self.candidates)
             how = f"moved to {self.via}{at}, later split" if later else f"was split{at}"
-            return f"{self.old} {how}: {names} match about equally; not guessed, a person must choose"
+            return f"{self.old} {how}: {names} match about equally"
         how = f"moved to {self.via}{at}, and since then" if later else f"was deleted{at} and"
-        return (f"{self.old} {how} no file matches it at git's {SIMILARITY}% similarity; not guessed, a person "
-                "must look")
+        return f"{self.old} {how} no file matches it at git's {SIMILARITY}% similarity"
 
     def to_json(self) -> dict[str, Any]:
         return {"old": self.old, "fate": self.fate.value, "new": self.new, "similarity": self.similarity,

@@ -45,7 +45,6 @@ Textual checks never check out a tree; textual.py reads the diff on the touched 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -111,7 +110,9 @@ class Says(str, Enum):
 class Evidence:
     kind: Kind
     says: Says
-    detail: str
+    detail: str  # in words, for people: nothing decides by reading it back
+    commits: tuple[str, ...] = ()  # REVERT: the upstream commits that reverted the change (full ids)
+    path: str = ""  # MOVED: the patch's file (its path at the pin) the evidence is about
 
     def __str__(self) -> str:
         return f"{self.kind.value}: {self.detail}"
@@ -250,16 +251,16 @@ def _move_evidence(patch: Patch, found: Mapping[str, Move],
     out = []
     for move in moves_read_by(patch, found):
         if move.followed:
-            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move}: judged at {move.new}"))
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move}: judged at {move.new}", path=move.old))
             continue
         fd = next(fd for fd in patch.files if fd.old_path == move.old)
         if fd.hunks and all(hunks.get((move.old, n)) is not None and hunks[(move.old, n)].followed
                             for n in range(1, len(fd.hunks) + 1)):
             # every hunk of the file followed its code to a clear place: the file's fate no longer blocks
-            said = re.sub(r"[;:] not guessed, a person must (look|choose)$", "", str(move))
-            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{said}; {FOLLOWED_CODE} (below)"))
+            out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{move.fate_words()}; {FOLLOWED_CODE} (below)",
+                                path=move.old))
         else:
-            out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(move)))
+            out.append(Evidence(Kind.MOVED, Says.UNAVAILABLE, str(move), path=move.old))
     for hunk in hunks.values():
         if hunk.followed:
             out.append(Evidence(Kind.MOVED, Says.NEUTRAL, f"{hunk}: judged there"))
@@ -389,10 +390,11 @@ def _identity_of(repo: Path, patch: Patch, commit: str, *, pin: str, history: bo
         out.append(_identity_evidence(found, "upstream-pr", Kind.UPSTREAM_PR,
                                       lambda e: f"#{n} is in {e.commit[:12]} \"{e.subject}\"",
                                       f"no commit since the pin names #{n}"))
+    reverts = found.reverts
     if found.reverted is not None:
-        out.append(Evidence(Kind.REVERT, Says.NOT_LANDED, f"{found.story()}: the change is out again"))
+        out.append(Evidence(Kind.REVERT, Says.NOT_LANDED, f"{found.story()}: the change is out again", reverts))
     elif found.relanded:
-        out.append(Evidence(Kind.REVERT, Says.LANDED, f"{found.story()}: landed again"))
+        out.append(Evidence(Kind.REVERT, Says.LANDED, f"{found.story()}: landed again", reverts))
     return out
 
 

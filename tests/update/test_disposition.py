@@ -1,5 +1,6 @@
-"""One decision (decision.py) drives the update's action, `status --exit-code` and the dry run's words, for every
-case a patch can be in; narrowing finds a dropped hunk's landing with status's landing search (issue 20, item 4)."""
+"""One disposition (update/disposition.py) is status's cell, `status --exit-code`, the dry run's row and words and
+what the update does, for every case a patch can be in; narrowing finds a dropped hunk's landing with status's
+landing search (issue 20, item 4; issue 60)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from conftest import KV_FIXED, KV_V1, PARSER_FIXED, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
 from helpers.project import commit_all
 
-from vpatch.verdict import decision
-from vpatch.verdict.decision import Action, Case
+from vpatch import update, upstream
+from vpatch.base import cache_dir
+from vpatch.config.project import Config
+from vpatch.series import Series
+from vpatch.update import Action
+from vpatch.verdict import Case
 
 THREE = (PARSER_V1.replace("line 5\n", "line 5 fixed\n")
          .replace("line 20\n", "line 20a\nline 20b\nline 20c\n")
@@ -82,16 +87,16 @@ def invalid_probe(project: Project) -> str:
     return "0001-parser.patch"
 
 
-# case -> (the scenario, and what a person sees, written out: status's exit code, the plan row's action, the verb)
-SCENARIOS: dict[Case, tuple[Callable[[Project], str], int, str | None, str | None]] = {
-    Case.LANDED: (landed, 3, "drop", "would drop"),
-    Case.NEEDED: (needed, 0, "keep", "would re-apply"),
-    Case.PARTIAL: (partial, 4, "keep", "would narrow"),  # narrowed, then kept
-    Case.CONFLICT: (conflict, 4, "stop", "would stop at"),
-    Case.MOVED_LOST: (moved_lost, 4, "stop", "would stop at"),
-    Case.DISPUTED: (disputed, 4, "stop", "would stop at"),
-    Case.CONTRADICTION: (contradiction, 4, "stop", "would stop at"),
-    Case.INVALID_PROBE: (invalid_probe, 4, None, None),  # refused: no plan, an error
+# case -> (the scenario, and what a person sees, written out: status's exit code, the disposition, the verb)
+SCENARIOS: dict[Case, tuple[Callable[[Project], str], int, Action, str]] = {
+    Case.LANDED: (landed, 3, Action.DROP, "would drop"),
+    Case.NEEDED: (needed, 0, Action.CARRY, "would re-apply"),
+    Case.PARTIAL: (partial, 3, Action.NARROW, "would narrow"),  # narrowed with proof: no person needed
+    Case.CONFLICT: (conflict, 4, Action.STOP, "would stop at"),
+    Case.MOVED_LOST: (moved_lost, 4, Action.STOP, "would stop at"),
+    Case.DISPUTED: (disputed, 4, Action.STOP, "would stop at"),
+    Case.CONTRADICTION: (contradiction, 4, Action.STOP, "would stop at"),
+    Case.INVALID_PROBE: (invalid_probe, 4, Action.REFUSE, "would refuse"),  # refused: the plan, then an error
 }
 
 
@@ -100,36 +105,38 @@ def test_every_case_has_a_scenario() -> None:
 
 
 @pytest.mark.parametrize("case", list(Case), ids=[c.value for c in Case])
-def test_one_decision_drives_the_update_status_and_the_dry_run(project: Project, case: Case) -> None:
+def test_one_disposition_is_status_the_dry_run_and_the_update(project: Project, case: Case) -> None:
     scenario, code, action, words = SCENARIOS[case]
     file = scenario(project)
     commit_all(project)
     assert run(project, "fetch")[0] == 0
 
-    # status --exit-code: the case's exit code, from the one table
+    # status: the disposition on the target, and the exit code derived from it
     status_code, out = run(project, "status", "--json", "--exit-code", "--against", "v1.1")
-    assert status_code == code == int(case.exit_code), out
+    assert status_code == code, out
+    (entry,) = json.loads(out[out.index("{"):])["patches"]  # progress lines first: the runner mixes stderr in
+    said = entry["results"]["v1.1"]["disposition"]
+    assert (said["action"], said["case"]) == (action.value, case.value), said
+    _, table = run(project, "status", "--against", "v1.1")
+    assert words in table, table  # the table says it in the dry run's words
     head = git(project.root, "rev-parse", "HEAD").strip()
 
     plan_code, plan = run(project, "update", "--to", "v1.1", "--dry-run", "--json")
     text_code, text = run(project, "update", "--to", "v1.1", "--dry-run")
-    if case.action is Action.REFUSE:
-        # the move is refused, in the dry run as in the real run: an error naming the probe, no plan
+    # the dry run prints the same disposition, in the same words
+    assert f"  {words:<14} {file}  [{case.label}]" in text, text
+    if action is Action.REFUSE:
+        # the move is refused, in the dry run as in the real run: the same error naming the patch
         real_code, real = run(project, "update", "--to", "v1.1")
         assert (plan_code, text_code, real_code) == (1, 1, 1), plan + text + real
-        assert f" {file}  [" not in text  # no plan line for it (nor for anything)
         assert file in real.split("error: ")[1] and text.split("error: ")[1] == real.split("error: ")[1], real
     else:
-        (row,) = json.loads(plan)["patches"]
-        # the plan's row: its case and what the update does with it follow the decision
-        assert (row["case"], row["state"], row["action"]) == (case.value, case.label, action), row
-        done = Action.STOP if case.action is Action.NARROW and row["narrowing"] is None else case.action
+        (row,) = json.loads(plan[plan.index("{"):])["patches"]
+        assert row["disposition"] == said, (row["disposition"], said)
+        assert (row["case"], row["state"], row["action"]) == (case.value, case.label, action.value), row
         # a dry run exits as the real run would: 5 where it would stop for a person
-        assert plan_code == text_code == (5 if done is Action.STOP else 0), plan + text
-        assert case.action is not Action.NARROW or row["narrowing"] is not None  # the partial one narrows
-        # the dry run's words for it are the decision's
-        assert decision.verb(done, planned=True) == words
-        assert f"  {words:<14} {file}  [{case.label}]" in text, text
+        assert plan_code == text_code == (5 if action is Action.STOP else 0), plan + text
+        assert (action is Action.NARROW) is (row["narrowing"] is not None)
     assert git(project.root, "rev-parse", "HEAD").strip() == head  # a dry run changes nothing
 
 
@@ -160,3 +167,35 @@ def test_a_hunk_landed_reverted_and_re_landed_narrows_with_the_re_land_as_its_la
     assert first[:12] not in landing and revert[:12] not in landing
     # searched after the revert only: the re-land and the three commits after it
     assert "over 4 commits" in landing, landing
+
+
+def test_the_disposition_of_one_patch_at_one_target_is_status_s(project: Project) -> None:
+    """`update.disposition_of`, the one question another command asks (is P landed at T?), answers as status does."""
+    file = landed(project)
+    commit_all(project)
+    assert run(project, "fetch")[0] == 0
+    _, out = run(project, "status", "--json", "--against", "v1.1")
+    (entry,) = json.loads(out[out.index("{"):])["patches"]
+    config = Config.load(project.root)
+    repo = upstream.open_upstream(config)
+    made = update.disposition_of(repo, config, Series.load(config.patches_dir), file, "v1.1", validator=None)
+    assert made.action is Action.DROP and made.action.value == entry["results"]["v1.1"]["disposition"]["action"]
+    with pytest.raises(update.VpatchError, match=r"no patch 0009-nope\.patch in the series"):
+        update.disposition_of(repo, config, Series.load(config.patches_dir), "0009-nope.patch", "v1.1", validator=None)
+
+
+def test_a_second_status_decides_nothing_again_and_a_changed_probe_decides_again(project: Project) -> None:
+    invalid_probe(project)
+    commit_all(project)
+    assert run(project, "fetch")[0] == 0
+    kept = cache_dir() / "dispositions"
+    first = json.loads(run(project, "status", "--json", "--against", "v1.1")[1])
+    made = set(kept.iterdir())
+    assert len(made) == 1  # one target after the pin
+    again = json.loads(run(project, "status", "--json", "--against", "v1.1")[1])
+    assert again["patches"] == first["patches"] and set(kept.iterdir()) == made  # the probes: from their cache
+    # the probe is one of the things a disposition is decided from: changed, it is decided again
+    (project.patches / "probes" / "parser.yaml").write_text(VACUOUS.replace("NEVER", "NEVER EVER"))
+    commit_all(project)
+    run(project, "status", "--json", "--against", "v1.1")
+    assert len(set(kept.iterdir()) - made) == 1
