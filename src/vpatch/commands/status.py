@@ -29,12 +29,13 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
             branch=config.upstream.branch, evidence=None if no_probes else evidence, report=view,
         )
     stopped = stopped_update(config)
+    forwarded = {p.filename: sent for p in series.patches if (sent := p.forwarded) is not None}
     if json_out:
 
-        echo(json.dumps({**status_json(result),
+        echo(json.dumps({**status_json(result, forwarded),
                          "stopped_update": None if stopped is None else stopped.to_json()}, indent=2))
     else:
-        console().print(status_table(result))
+        console().print(status_table(result, forwarded))
         if stopped is not None:
             echo(stopped.line())
     return result.exit_code() if exit_code else ExitCode.OK

@@ -259,6 +259,11 @@ def commit_index(worktree: Path, message: str, author: Identity | None = None, *
     return head(worktree)
 
 
+def start_branch(worktree: Path, branch: str) -> None:
+    """Put the work tree on `branch` at its HEAD: made there, or moved there when it exists (`checkout -B`)."""
+    run(worktree, ["checkout", "--quiet", "-B", branch])
+
+
 def reset_soft(worktree: Path, commit: str) -> None:
     """Point HEAD (and its branch) at `commit`, keeping the index and the files as they are."""
     run(worktree, ["reset", "--soft", "--quiet", commit])

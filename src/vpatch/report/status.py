@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from vpatch.upstream import HunkMove, Move
@@ -11,6 +12,7 @@ from vpatch.verdict import FOLLOWED_CODE, Applies, Evidence, Kind, Says, State, 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from vpatch.series import Forwarded
     from vpatch.status import Landing, PatchStatus, Status
     from vpatch.verdict import Decision
 
@@ -19,8 +21,10 @@ _STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow
           State.DISPUTED: "magenta"}
 
 
-def status_json(status: Status) -> dict[str, Any]:
-    """The --json document: pin, targets, one entry per patch with a result per target and its landing."""
+def status_json(status: Status, forwarded: Mapping[str, Forwarded] | None = None) -> dict[str, Any]:
+    """The --json document: pin, targets, one entry per patch with a result per target and its landing, and where
+    it was sent upstream (`forwarded`: file -> its Forwarded:/Upstream-PR:, docs/forwarding.md)."""
+    sent = forwarded or {}
     return {
         "version": JSON_VERSION,
         "source": "git" if status.history else "releases",
@@ -36,6 +40,7 @@ def status_json(status: Status) -> dict[str, Any]:
                 "results": {t.ref: {**_verdict_json(v), **_decision_json(status.decision(p, v))}
                             for t, v in zip(status.targets, p.results)},
                 "landed_in": _landing_json(p.landed_in, status.branch),
+                "forwarded": sent[p.file].to_json() if p.file in sent else None,
             }
             for p in status.patches
         ],
@@ -238,8 +243,14 @@ def landing_line(p: PatchStatus, branch: str) -> str:
     return f"{p.file}: landed in {landing.ref}, {how}, {release}"
 
 
-def status_table(status: Status) -> RenderableType:
-    """The table people read: one row per patch, one column per target, then a landing line per patch."""
+def forwarded_words(sent: Forwarded) -> str:
+    """'forwarded (PR #N)', or the URL where it is no pull request."""
+    return f"forwarded (PR #{sent.pr})" if sent.pr is not None else f"forwarded ({sent.url})"
+
+
+def status_table(status: Status, forwarded: Mapping[str, Forwarded] | None = None) -> RenderableType:
+    """The table people read: one row per patch, one column per target, then a landing line per patch. A needed
+    patch sent upstream says so in its cell (`forwarded`: file -> its Forwarded:/Upstream-PR:)."""
     from rich.console import Group  # lazy: rich loads only when something is shown; --help shows no table
     from rich.table import Table  # lazy: rich loads only when something is shown; --help shows no table
     from rich.text import Text  # lazy: rich loads only when something is shown; --help shows no table
@@ -253,6 +264,8 @@ def status_table(status: Status) -> RenderableType:
         for v in p.results:
             cell = Text(v.state.value, style=f"bold {_STYLE[v.state]}")
             cell.append("\n" + cell_summary(v), style="dim")
+            if v.state is State.NEEDED and forwarded and p.file in forwarded:
+                cell.append("\n" + forwarded_words(forwarded[p.file]), style="cyan")
             cells.append(cell)
         table.add_row(*cells)
     lines = [Text(landing_line(p, status.branch)) for p in status.patches]
