@@ -130,14 +130,13 @@ def _refusal(patch: Patch, carry: Carry, ref: str) -> VpatchError:
 
 
 def _fresh_tree(repo: Path, folder: Path, commit: str, branch: str) -> Path:
-    """A work tree of `commit` at folder/tree on `branch`, whatever an earlier forward of the patch left there."""
+    """A clone of upstream at folder/tree (its objects borrowed, its branches its own: the shared mirror gains no
+    branch), checked out at `commit` on `branch`, whatever an earlier forward of the patch left there."""
     tree = folder / "tree"
-    if tree.exists():
-        git.remove_worktree(repo, tree)
-        shutil.rmtree(tree, ignore_errors=True)
-    git.forget_worktrees(repo, tree)
+    shutil.rmtree(tree, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-    git.add_worktree(repo, tree, commit)
+    git.clone_shared(repo, tree)
+    git.checkout_detached(tree, commit)
     git.start_branch(tree, branch)
     return tree
 
@@ -191,7 +190,7 @@ def _submit(config: Config, repo: Path, folder: Path, patch: Patch, carry: Carry
     mail = folder / f"0001-{slugify(patch.subject)}.patch"
     for old in folder.glob("0001-*.patch"):
         old.unlink()
-    atomic_write(mail, git.format_patch(repo, sha))
+    atomic_write(mail, git.format_patch(tree, sha))
     body = folder / "pr-body.md"
     atomic_write(body, pr_body(patch, carry, test, facts).encode())
     (folder / STATE).unlink(missing_ok=True)

@@ -69,11 +69,13 @@ def _script(probe: Probe) -> Path | None:
 
 
 def _test_path(carried: Patch) -> str:
-    """tests/<area>/test_<slug>.py, <area> the package of the first file under vllm/ the patch touches."""
+    """tests/<area>/test_<slug>.py, <area> the package of the first file under vllm/ the patch touches (tests/ for
+    a module right under vllm/), as upstream's tests of a file are found (probes/regression.py)."""
+    name = f"test_{carried.slug.replace('-', '_').replace('.', '_')}.py"
     for path in carried.paths:
         parts = PurePosixPath(path).parts
-        if len(parts) > 2 and parts[0] == "vllm":
-            return f"tests/{parts[1]}/test_{carried.slug.replace('-', '_').replace('.', '_')}.py"
+        if len(parts) > 1 and parts[0] == "vllm" and path.endswith(".py"):
+            return f"tests/{parts[1]}/{name}" if len(parts) > 2 else f"tests/{name}"
     raise VpatchError(f"{carried.filename} touches no file under a vllm/ package, so its test has no folder in "
                       "upstream's tests/",
                       hint="name the test's place in its probe: `upstream_test: tests/<area>/test_<name>.py`")

@@ -89,6 +89,12 @@ def clone_local(source: Path, dest: Path) -> None:
     run(source, ["clone", "--quiet", "--local", "--no-checkout", str(source), str(dest)])
 
 
+def clone_shared(source: Path, dest: Path) -> None:
+    """A repository of its own at `dest` that borrows `source`'s objects (git's alternates), nothing checked out:
+    its branches and commits are its own, so nothing in a shared mirror changes."""
+    run(source, ["clone", "--quiet", "--shared", "--no-checkout", str(source), str(dest)])
+
+
 def checkout_detached(worktree: Path, commit: str) -> None:
     """Point a work tree's HEAD at `commit` (detached) with its index and files."""
     run(worktree, ["checkout", "--detach", "--quiet", "--force", commit])
