@@ -164,3 +164,21 @@ def test_record_is_byte_stable_and_names_the_pull_request() -> None:
     assert patch.forwarded is not None and (patch.forwarded.url, patch.forwarded.pr) == (URL, PR)
     assert Patch.parse(raw, number=1, slug="x", path=Path("0001-x.patch")).forwarded is None
 
+
+
+def test_bad_inputs_say_what_is_wrong(project: Project) -> None:
+    project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIXED}, "kv: skip null blocks when freeing")
+    commit_all(project)
+    code, out = run(project, "forward", "1", "--record", "not a url")
+    assert code == 1 and "--record 'not a url' is not a URL" in out
+    code, out = run(project, "forward", "1", "--record", URL, "--onto", "v1.0")
+    assert code == 2 and "--record takes neither --onto nor --continue" in out
+    code, out = run(project, "forward", "1", "--continue")
+    assert code == 1 and "no stopped forward of 0001-kv-skip-null.patch to continue" in out
+    code, out = run(project, "forward", "7")
+    assert code == 1 and "no patch '7'" in out
+    code, out = run(project, "forward", "1", "--onto", "v9.9")
+    assert code == 1 and "v9.9" in out
+    # a patch without a probe has nothing to make its upstream test from
+    code, out = run(project, "forward", "1", "--onto", "v1.0")
+    assert code == 1 and "has no probe to make its upstream test from" in out, out
