@@ -141,8 +141,12 @@ def test_a_conflicting_patch_stops_for_a_person_and_continue_takes_the_resolutio
     assert stopped["outcome"] == "stopped" and stopped["conflicts"] == ["vllm/kv.py"]
     tree = Path(stopped["worktree"])
     assert "<<<<<<<" in (tree / "vllm/kv.py").read_text()
+    # not resolved yet: refused, nothing taken in
+    code, out = run(sent, "forward", "1", "--continue")
+    assert code == 1 and f"unresolved paths in {tree}: vllm/kv.py" in out, out
     # the person resolves it in the work tree
     (tree / "vllm/kv.py").write_text(KV_FIXED)
+    git(tree, "add", "vllm/kv.py")
     code, done = forward_json(sent, "1", "--continue")
     assert code == 0, done
     assert done["test"]["without_patch"] == "failed" and done["test"]["with_patch"] == "passed"

@@ -94,10 +94,11 @@ def continue_forward(config: Config, key: str, *, evidence: Witness, progress: R
         raise VpatchError(f"no stopped forward of {patch.filename} to continue",
                           hint=f"vpatch forward {patch.name[:4]} starts one") from None
     repo = upstream.open_upstream(config)
-    git.stage_all(tree)
-    if git.unmerged_paths(tree):
-        raise VpatchError(f"unresolved paths in {tree}: {', '.join(git.unmerged_paths(tree))}",
+    unresolved = git.unmerged_paths(tree)
+    if unresolved:
+        raise VpatchError(f"unresolved paths in {tree}: {', '.join(unresolved)}",
                           hint="resolve the conflict markers, `git add` the files, then --continue again")
+    git.stage_all(tree)
     diff = git.staged_diff(tree, commit)
     if not diff.strip():
         raise VpatchError(f"the resolution in {tree} changes nothing on {ref}",
