@@ -186,3 +186,19 @@ def test_bad_inputs_say_what_is_wrong(project: Project) -> None:
     # a patch without a probe has nothing to make its upstream test from
     code, out = run(project, "forward", "1", "--onto", "v1.0")
     assert code == 1 and "has no probe to make its upstream test from" in out, out
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("src/test_kv.py", "upstream_test: 'src/test_kv.py' is not a test file path in upstream's tests/"),
+    ("tests/test_missing.py", "upstream_test: tests/test_missing.py: no file test_missing.py beside the probe"),
+])
+def test_a_wrong_upstream_test_is_named(project: Project, value: str, says: str) -> None:
+    probes = project.patches / "probes"
+    probes.mkdir()
+    (probes / "0001-kv.yaml").write_text(f"kind: files\nfiles:\n  vllm/kv.py:\n    contains: [continue]\n"
+                                         f"upstream_test: {value}\n")
+    project.make_patch(1, "kv", {"vllm/kv.py": KV_FIXED}, "kv: skip null blocks",
+                       trailers="Origin: vendor\nProbe: probes/0001-kv.yaml\nLast-Update: 2026-09-01")
+    commit_all(project)
+    code, out = run(project, "forward", "1", "--onto", "v1.0")
+    assert code == 1 and says in out, out

@@ -64,7 +64,10 @@ def pr_body(patch: Patch, carry: Carry, test: UpstreamTest, evidence: Measured) 
     ]
     lines = ["## Purpose", "", f"**{patch.subject}**", "", *_paragraphs(prose(patch)),
              *_paragraphs(left_out(carry, evidence.ref)),
-             "## Test Plan", "", "```", f"pytest {test.path}", *(f"pytest {t}" for t in evidence.tests), "```", "",
+             "## Test Plan", "",
+             f"To reproduce the bug: on {evidence.ref} without this change the first command fails; with it, it "
+             "passes. The others are upstream's tests of the touched files.", "",
+             "```", f"pytest {test.path}", *(f"pytest {t}" for t in evidence.tests), "```", "",
              made, "", "## Test Result", "", *result, ""]
     return "\n".join(lines)
 
