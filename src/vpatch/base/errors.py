@@ -33,7 +33,7 @@ MEANINGS: dict[ExitCode, tuple[str, ...]] = {
                          "*disputed* (identity evidence says landed, the content says not), its probe is *invalid* "
                          "(passes on the pin), or it breaks one of upstream's own tests on the pin (a *regression*)",
                          "`update --furthest`: such a patch blocks the first step toward the target, nothing changed"),
-    ExitCode.CONFLICT: ("a patch does not apply (`apply`, `update`): the message names patch, file and hunk",),
+    ExitCode.CONFLICT: ("a patch does not apply (`apply`, `update`, `forward`): the message names patch, file and hunk",),
     ExitCode.ROLLED_BACK: ("`deploy`: a check failed and vpatch rolled back",
                            "the old production container is running again, verified healthy"),
     ExitCode.DRIFT: ("`serve --diff`: the running container differs from the yaml (each difference is listed)",),

@@ -238,6 +238,25 @@ def status(
 
 
 @app.command()
+def forward(
+    patch: Annotated[str, typer.Argument(help="The patch: its number (3, 0003) or name.")],
+    onto: Annotated[str | None, typer.Option("--onto", help="Upstream ref to forward onto (default: the newest "
+                                                            "release, or upstream's branch tip with a git upstream).")] = None,
+    record: Annotated[str | None, typer.Option("--record", help="Write where it was sent into its header: "
+                                                                "Forwarded: URL (and Upstream-PR: N for a GitHub pull URL).")] = None,
+    continue_: Annotated[bool, typer.Option("--continue", help="Go on after resolving a conflict in its work tree.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the result as one JSON document.")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, help="Probe runs at once (default: the cores this process may use).")] = None,
+) -> None:
+    """Send a needed patch upstream: one commit on REF with a test that fails without it and passes with it."""
+    from vpatch.commands import forward  # lazy: a command's module loads only when it runs, so --help stays light
+
+    _exit(forward.run(project=state.project, patch=patch, onto=onto, record=record, continue_=continue_,
+                      json_out=json_out, jobs=jobs))
+
+
+@app.command()
 def update(
     to: Annotated[str | None, typer.Option("--to", help="Upstream ref to move the pin to, e.g. v0.31.0.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan (verdicts and actions); change nothing.")] = False,

@@ -33,12 +33,13 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
         validator = None if no_probes else functools.partial(update.validate_with_probes, evidence=evidence)
         dispositions = update.dispose_status(repo, config, series, result, validator=validator, progress=view)
     stopped = stopped_update(config)
+    forwarded = {p.filename: sent for p in series.patches if (sent := p.forwarded) is not None}
     if json_out:
 
-        echo(json.dumps({**status_json(result, dispositions),
+        echo(json.dumps({**status_json(result, dispositions, forwarded),
                          "stopped_update": None if stopped is None else stopped.to_json()}, indent=2))
     else:
-        console().print(status_table(result, dispositions))
+        console().print(status_table(result, dispositions, forwarded))
         if stopped is not None:
             echo(stopped.line())
     return dispositions.exit_code() if exit_code else ExitCode.OK

@@ -89,6 +89,12 @@ def clone_local(source: Path, dest: Path) -> None:
     run(source, ["clone", "--quiet", "--local", "--no-checkout", str(source), str(dest)])
 
 
+def clone_shared(source: Path, dest: Path) -> None:
+    """A repository of its own at `dest` that borrows `source`'s objects (git's alternates), nothing checked out:
+    its branches and commits are its own, so nothing in a shared mirror changes."""
+    run(source, ["clone", "--quiet", "--shared", "--no-checkout", str(source), str(dest)])
+
+
 def checkout_detached(worktree: Path, commit: str) -> None:
     """Point a work tree's HEAD at `commit` (detached) with its index and files."""
     run(worktree, ["checkout", "--detach", "--quiet", "--force", commit])
@@ -257,6 +263,11 @@ def commit_index(worktree: Path, message: str, author: Identity | None = None, *
         env=env,
     )
     return head(worktree)
+
+
+def start_branch(worktree: Path, branch: str) -> None:
+    """Put the work tree on `branch` at its HEAD: made there, or moved there when it exists (`checkout -B`)."""
+    run(worktree, ["checkout", "--quiet", "-B", branch])
 
 
 def reset_soft(worktree: Path, commit: str) -> None:

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 900.0
 _PLACEHOLDERS = ("python", "probe_dir", "tree")
-_KEYS = {"files": {"kind", "files", "upstream_tests"},
-         "command": {"kind", "run", "requirements", "lock", "timeout", "fresh_process", "upstream_tests"}}
+_KEYS = {"files": {"kind", "files", "upstream_tests", "upstream_test"},
+         "command": {"kind", "run", "requirements", "lock", "timeout", "fresh_process", "upstream_tests",
+                     "upstream_test"}}
 _FILE_KEYS = {"contains", "not_contains", "absent_is_fix"}
 
 
@@ -75,6 +76,9 @@ class Probe:
     # upstream's tests run as regression evidence (probes/regression.py): test files or node ids of the tree;
     # None: found from the files the patch touches; (): none, on purpose
     upstream_tests: tuple[str, ...] | None = None
+    # the patch's own test in upstream's layout (`vpatch forward`, docs/forwarding.md): where it goes in upstream's
+    # tree (tests/...), and its file beside the probe (the same file name)
+    upstream_test: tuple[str, Path] | None = None
 
     @property
     def name(self) -> str:
@@ -114,11 +118,12 @@ class Probe:
             raise ProbeError(f"{path}: {unknown[0]}: not a key of a '{kind.value}' probe",
                              hint=f"a '{kind.value}' probe has the keys: {', '.join(sorted(_KEYS[kind.value]))}")
         tests = _parse_tests(path, data["upstream_tests"]) if "upstream_tests" in data else None
+        own = _parse_own_test(path, data["upstream_test"]) if "upstream_test" in data else None
         if kind is ProbeKind.FILES:
             return cls(path=path, kind=kind, raw=raw, files=_parse_files(path, data.get("files")),
-                       upstream_tests=tests)
+                       upstream_tests=tests, upstream_test=own)
         return cls(
-            path=path, kind=kind, raw=raw, upstream_tests=tests,
+            path=path, kind=kind, raw=raw, upstream_tests=tests, upstream_test=own,
             run=_parse_run(path, data.get("run")),
             requirements=_strings(path, "requirements", data.get("requirements", []), allow_empty=True),
             lock=_parse_lock(path, data),
@@ -205,6 +210,22 @@ def _parse_tests(path: Path, value: object) -> tuple[str, ...]:
                              hint="name upstream's test files (or node ids) under tests/, e.g. "
                                   "tests/parser/engine/test_qwen3.py; [] runs none")
     return tests
+
+
+def _parse_own_test(path: Path, value: object) -> tuple[str, Path]:
+    """upstream_test: tests/<area>/test_<name>.py, its file test_<name>.py beside the probe."""
+    text = value if isinstance(value, str) else ""
+    parts = text.split("/")
+    if not text or parts[0] != "tests" or len(parts) < 2 or ".." in parts or not parts[-1].startswith("test_") \
+            or not parts[-1].endswith(".py"):
+        raise ProbeError(f"{path}: upstream_test: {value!r} is not a test file path in upstream's tests/",
+                         hint="name where the test goes in upstream's tree, e.g. tests/parser/test_qwen3_names.py, "
+                              "and put the file (test_qwen3_names.py) beside the probe")
+    source = path.parent / parts[-1]
+    if not source.is_file():
+        raise ProbeError(f"{path}: upstream_test: {value}: no file {parts[-1]} beside the probe",
+                         hint=f"write the test as {source.name} in {path.parent.name}/ (it is copied to {value})")
+    return text, source
 
 
 def _parse_run(path: Path, value: object) -> tuple[str, ...]:

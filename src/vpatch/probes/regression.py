@@ -173,13 +173,15 @@ def requirements_for(patch: Patch, probe: Probe | None) -> Requirements | None:
 
 
 def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, session: probe_runs.Session,
-                use_cache: bool = True, report: Reporter = silent) -> Regressions:
+                use_cache: bool = True, report: Reporter = silent, tests: Sequence[str] | None = None) -> Regressions:
     """Upstream's tests of `patch` on the trees `base` and `patched` (base + the series up to it), in `session`
-    (its trees are shared with the probes run there)."""
+    (its trees are shared with the probes run there). `tests`: these instead (`vpatch forward`'s own test)."""
     probe = probe_for(patch)
     base_tree = git.tree_of(repo, base)
-    tests = probe.upstream_tests if probe is not None and probe.upstream_tests is not None else \
-        tests_for(repo, (base_tree, patched), patch.paths)
+    if tests is None:
+        tests = probe.upstream_tests if probe is not None and probe.upstream_tests is not None else \
+            tests_for(repo, (base_tree, patched), patch.paths)
+    tests = tuple(tests)
     if not tests:
         return Regressions(patch.filename, ref, (), None, None)
     requirements = requirements_for(patch, probe)
@@ -196,6 +198,20 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
                               hint=exc.hint) from exc
     return _both(repo, patch.filename, ref, tests, base_tree, patched, python, requirements.key(), session,
                  use_cache, report, patch.name[:4])
+
+
+def venv_tool(patch: Patch, name: str, *, cache: Path | None, report: Reporter = silent) -> Path | None:
+    """The program `name` of the probe venv upstream's tests of `patch` run in (`bin/ruff`), None when that venv
+    does not have it or there is no venv."""
+    requirements = requirements_for(patch, probe_for(patch))
+    if requirements is None:
+        return None
+    try:
+        python = probe_venv(requirements, cache=cache, report=report)
+    except EnvError as exc:
+        raise RegressionError(f"{patch.filename}: the probe venv: {exc.message}", hint=exc.hint) from exc
+    tool = python.parent / name
+    return tool if tool.is_file() else None
 
 
 def _both(repo: Path, patch_file: str, ref: str, tests: tuple[str, ...], base: str, patched: str, python: Path,

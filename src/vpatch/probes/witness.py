@@ -228,16 +228,21 @@ class Witness:
     # --- evidence the other way: upstream's own tests of what the patch touches --------------------------------
 
     def regressions(self, patch: Patch, *, base: str, patched: str, ref: str, use_cache: bool = True,
-                    repo: Path | None = None) -> regression.Regressions:
+                    repo: Path | None = None, tests: Sequence[str] | None = None) -> regression.Regressions:
         """Upstream's tests of the files `patch` touches on `base` and on `patched` (probes/regression.py), in this
-        Witness's session (the trees its probes use), cached per tree; `repo` as for validate."""
+        Witness's session (the trees its probes use), cached per tree; `repo` as for validate; `tests`: these
+        test files instead (the patch's own test, `vpatch forward`)."""
         where = repo or self.repo
         if self.session is None:
             with Session(cache=self.cache, jobs=self.jobs, zygote=False) as own:
                 return regression.evidence_on(where, patch, base=base, patched=patched, ref=ref, session=own,
-                                              report=self.report, use_cache=use_cache)
+                                              report=self.report, use_cache=use_cache, tests=tests)
         return regression.evidence_on(where, patch, base=base, patched=patched, ref=ref, session=self.session,
-                                      report=self.report, use_cache=use_cache)
+                                      report=self.report, use_cache=use_cache, tests=tests)
+
+    def venv_tool(self, patch: Patch, name: str) -> Path | None:
+        """The program `name` in the probe venv upstream's tests of `patch` run in; None when it has none."""
+        return regression.venv_tool(patch, name, cache=self.cache, report=self.report)
 
     # --- inside ---------------------------------------------------------------------------------------------
 

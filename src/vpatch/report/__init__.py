@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from vpatch.report.deploy import to_json as deploy_json
     from vpatch.report.deploy_html import live_page
     from vpatch.report.deploy_html import render as deploy_page
+    from vpatch.report.forward import forward_json, forward_lines, recorded_line
     from vpatch.report.status import status_json, status_table
     from vpatch.report.update import furthest_lines, update_json, update_lines
     from vpatch.report.update import plan_table as update_plan_table
@@ -42,11 +43,14 @@ _LAZY: dict[str, tuple[str, str]] = {
     "deploy_page": ("vpatch.report.deploy_html", "render"),
     "deploy_status_lines": ("vpatch.report.deploy", "status_lines"),
     "deploy_tables": ("vpatch.report.deploy", "tables"),
+    "forward_json": ("vpatch.report.forward", "forward_json"),
+    "forward_lines": ("vpatch.report.forward", "forward_lines"),
     "furthest_lines": ("vpatch.report.update", "furthest_lines"),
     "live_page": ("vpatch.report.deploy_html", "live_page"),
     "live_plan_notes": ("vpatch.report.deploy", "plan_notes"),
     "page_line": ("vpatch.report.deploy", "page_line"),
     "prune_lines": ("vpatch.report.deploy", "prune_lines"),
+    "recorded_line": ("vpatch.report.forward", "recorded_line"),
     "rolled_back_line": ("vpatch.report.deploy", "rolled_back_line"),
     "status_json": ("vpatch.report.status", "status_json"),
     "status_table": ("vpatch.report.status", "status_table"),
@@ -76,6 +80,8 @@ __all__ = [
     "drift_json",
     "drift_lines",
     "export_lines",
+    "forward_json",
+    "forward_lines",
     "furthest_lines",
     "live_lines",
     "live_page",
@@ -85,6 +91,7 @@ __all__ = [
     "moved_pin_warning",
     "page_line",
     "prune_lines",
+    "recorded_line",
     "regression_lines",
     "release_lines",
     "rolled_back_line",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from vpatch.report.disposition import cell_words, disposition_json
@@ -12,6 +13,7 @@ from vpatch.verdict import Applies, Evidence, Kind, Says, State, Verdict, classi
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from vpatch.series import Forwarded
     from vpatch.status import Landing, PatchStatus, Status
     from vpatch.update import Dispositions, PatchPlan
 
@@ -20,9 +22,11 @@ _STYLE = {State.LANDED: "green", State.NEEDED: "default", State.PARTIAL: "yellow
           State.DISPUTED: "magenta"}
 
 
-def status_json(status: Status, dispositions: Dispositions) -> dict[str, Any]:
+def status_json(status: Status, dispositions: Dispositions, forwarded: Mapping[str, Forwarded] | None = None) -> dict[str, Any]:
     """The --json document: pin, targets, one entry per patch with a result per target (its verdict, and from the
-    pin on its disposition: what an update to that target does with it) and its landing."""
+    pin on its disposition: what an update to that target does with it), its landing, and where it was sent
+    upstream (`forwarded`: file -> its Forwarded:/Upstream-PR:, docs/forwarding.md)."""
+    sent = forwarded or {}
     return {
         "version": JSON_VERSION,
         "source": "git" if status.history else "releases",
@@ -39,6 +43,7 @@ def status_json(status: Status, dispositions: Dispositions) -> dict[str, Any]:
                                                                             dispositions.at(t.ref, p.file))}
                             for t, v in zip(status.targets, p.results)},
                 "landed_in": _landing_json(p.landed_in, status.branch),
+                "forwarded": sent[p.file].to_json() if p.file in sent else None,
             }
             for p in status.patches
         ],
@@ -251,9 +256,15 @@ def landing_line(p: PatchStatus, branch: str) -> str:
     return f"{p.file}: landed in {landing.ref}, {how}, {release}"
 
 
-def status_table(status: Status, dispositions: Dispositions) -> RenderableType:
+def forwarded_words(sent: Forwarded) -> str:
+    """'forwarded (PR #N)', or the URL where it is no pull request."""
+    return f"forwarded (PR #{sent.pr})" if sent.pr is not None else f"forwarded ({sent.url})"
+
+
+def status_table(status: Status, dispositions: Dispositions, forwarded: Mapping[str, Forwarded] | None = None) -> RenderableType:
     """The table people read: one row per patch, one column per target (the verdict, then from the pin on the
-    disposition: what an update to that target does), then a landing line per patch."""
+    disposition: what an update to that target does), then a landing line per patch. A needed patch sent upstream
+    says so in its cell (`forwarded`: file -> its Forwarded:/Upstream-PR:)."""
     from rich.console import Group  # lazy: rich loads only when something is shown; --help shows no table
     from rich.table import Table  # lazy: rich loads only when something is shown; --help shows no table
     from rich.text import Text  # lazy: rich loads only when something is shown; --help shows no table
@@ -267,6 +278,8 @@ def status_table(status: Status, dispositions: Dispositions) -> RenderableType:
         for t, v in zip(status.targets, p.results):
             cell = Text(v.state.value, style=f"bold {_STYLE[v.state]}")
             cell.append("\n" + cell_summary(v), style="dim")
+            if v.state is State.NEEDED and forwarded and p.file in forwarded:
+                cell.append("\n" + forwarded_words(forwarded[p.file]), style="cyan")
             row = dispositions.at(t.ref, p.file)
             if row is not None and t.commit != status.pin.commit:
                 cell.append("\n" + cell_words(row), style="bold")

@@ -3,7 +3,19 @@
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.series.filediff import HUNK_HEADER, FileDiff, Hunk, exact_images, file_lines, hunk_name, parse_diff
-from vpatch.series.files import LAST_UPDATE, PATCH_NAME, PROBE, Patch, Series, live_check_file, slugify, stray_files
+from vpatch.series.files import (
+    LAST_UPDATE,
+    PATCH_NAME,
+    PROBE,
+    Forwarded,
+    Patch,
+    Series,
+    live_check_file,
+    pull_number,
+    slugify,
+    stray_files,
+    with_forwarded,
+)
 from vpatch.series.retired import RETIRED_FILE, DroppedHunkRecord, NarrowedPatch, RetiredPatch, retired_entries, with_entries
 from vpatch.series.trailers import TEMPLATE_BODY, missing_probe, refuse_unfinished, unfinished
 
@@ -16,6 +28,7 @@ __all__ = [
     "TEMPLATE_BODY",
     "DroppedHunkRecord",
     "FileDiff",
+    "Forwarded",
     "Hunk",
     "NarrowedPatch",
     "Patch",
@@ -27,10 +40,12 @@ __all__ = [
     "live_check_file",
     "missing_probe",
     "parse_diff",
+    "pull_number",
     "refuse_unfinished",
     "retired_entries",
     "slugify",
     "stray_files",
     "unfinished",
     "with_entries",
+    "with_forwarded",
 ]

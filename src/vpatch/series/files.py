@@ -73,6 +73,14 @@ class Patch:
         return None
 
     @property
+    def forwarded(self) -> Forwarded | None:
+        """Where the patch was sent upstream (its Forwarded: trailer a URL), and the pull request's number."""
+        value = self.trailer(FORWARDED)
+        if not value or "://" not in value:  # "no", "not-needed": not sent
+            return None
+        return Forwarded(value, self.upstream_pr)
+
+    @property
     def probe_path(self) -> Path | None:
         value = self.trailer(PROBE)
         return self.path.parent / value if value else None
@@ -119,6 +127,63 @@ class Patch:
             author=headers.get("from", ""), date=headers.get("date", ""),
             subject=subject, body=body, trailers=_trailers(body), diff=diff, files=files,
         )
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A patch sent upstream: where (Forwarded: URL) and, for a pull request, its number (Upstream-PR:)."""
+
+    url: str
+    pr: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"url": self.url, "pr": self.pr}
+
+
+_PULL_URL = re.compile(r"^https://github\.com/[^/\s]+/[^/\s]+/pull/(?P<number>\d+)/?(?:[#?].*)?$")
+
+
+def pull_number(url: str) -> int | None:
+    """The number of a GitHub pull request URL (https://github.com/OWNER/REPO/pull/N), else None."""
+    match = _PULL_URL.match(url)
+    return int(match["number"]) if match else None
+
+
+def with_forwarded(raw: bytes, url: str, pr: int | None, *, where: str) -> bytes:
+    """The patch file with `Forwarded: url` (and `Upstream-PR: pr` when given) in its trailers; every other byte as
+    it was. An existing Forwarded:/Upstream-PR: line is replaced in place; a missing one goes after the last
+    trailer (Upstream-PR: right after Forwarded:)."""
+    start = _find_diff(raw)
+    if start < 0:
+        raise SeriesError(f"{where}: has no diff (no 'diff --git' line)")
+    head, diff = raw[:start], raw[start:]
+    lines = head.split(b"\n")
+    # the trailer block: the last paragraph of the message before the diff (and format-patch's "---" line)
+    end = len(lines)
+    while end > 0 and lines[end - 1].strip() in (b"", b"---"):
+        end -= 1
+    first = end
+    while first > 0 and _TRAILER.match(lines[first - 1].decode("utf-8", "surrogateescape")):
+        first -= 1
+    if first == end or first == 0 or lines[first - 1].strip():
+        raise SeriesError(f"{where}: no DEP-3 trailer block above the diff",
+                          hint="the message ends with a paragraph of `Key: value` lines (Origin:, Forwarded:, ...)")
+    block = lines[first:end]
+
+    def at(key: bytes) -> int | None:
+        return next((i for i, line in enumerate(block) if line.lower().startswith(key.lower() + b":")), None)
+
+    wanted = [(b"Forwarded", url.encode())] + ([(b"Upstream-PR", str(pr).encode())] if pr is not None else [])
+    for key, value in wanted:
+        line = key + b": " + value
+        found, forwarded = at(key), at(b"Forwarded")
+        if found is not None:
+            block[found] = line
+        elif key == b"Upstream-PR" and forwarded is not None:
+            block.insert(forwarded + 1, line)
+        else:
+            block.append(line)
+    return b"\n".join(lines[:first] + block + lines[end:]) + diff
 
 
 @dataclass(frozen=True)

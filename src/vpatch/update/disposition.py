@@ -316,12 +316,14 @@ def follow_probes(work: Path, repo: Path, plan: UpdatePlan, originals: dict[str,
 
 
 def disposition_of(repo: Path, config: Config, series: Series, file: str, target: str, *,
-                   validator: Validator | None, evidence: Witness | None = None) -> PatchPlan:
+                   validator: Validator | None, evidence: Witness | None = None,
+                   progress: Reporter | None = None) -> PatchPlan:
     """The disposition of patch `file` on `target` (a ref), as status shows it and `update --to target` carries it
     out: the one question another command asks (a patch landed there is refused by `vpatch forward`)."""
     current = upstream.pin_commit(repo, config)
     commit = upstream.resolve(repo, target)
-    rows, report = judge_with_status(repo, config, series, current, target, commit, evidence=evidence)
+    rows, report = judge_with_status(repo, config, series, current, target, commit, evidence=evidence,
+                                     progress=progress)
     if commit != current:
         rows = dispose(repo, config, series, rows, report, current=current, to=target, target=commit,
                        validator=validator)
