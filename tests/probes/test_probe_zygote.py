@@ -22,6 +22,7 @@ from helpers.pids import gone
 
 from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
+from vpatch.probes.child import ZYGOTE_SERVER
 from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, TESTS_PRELOAD_FILE, Zygote
 
 # A module of the venv that records, when it is imported, the variable a probe is started with.
@@ -154,6 +155,13 @@ def test_a_child_runs_python_dash_m_as_a_fresh_python_does(zygote: Zygote, venv:
     assert ran.returncode == code and ran.output.decode().splitlines() == output.decode().splitlines()
     assert f"argv ['{tree / 'probemod.py'}'".encode() in output and f"path ['{tree}',".encode() in output
     assert code == {"plain": 0, "exit": 3, "signal": -signal.SIGTERM, "message": 1}[args[0]]
+
+
+def test_the_zygote_s_command_line_is_its_file_and_arguments(zygote: Zygote, venv: Path) -> None:
+    """What `ps` shows of it: the venv's python, the server's file of the package, the socket and vpatch's pid."""
+    cmdline = Path(f"/proc/{zygote.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert [c.decode() for c in cmdline] == [str(venv), str(ZYGOTE_SERVER), zygote.address, str(os.getpid())]
+    assert ZYGOTE_SERVER.is_file() and ZYGOTE_SERVER.parent.parent.name == "probes"
 
 
 def test_an_upstream_tests_zygote_without_a_list_starts_from_the_probes_list(venv: Path, tree: Path) -> None:
