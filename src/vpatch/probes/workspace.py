@@ -61,6 +61,13 @@ def zygote_pays(runs: int, jobs: int | None) -> bool:
     return ZYGOTE_DEFAULT and rounds >= ZYGOTE_ROUNDS
 
 
+# Upstream's tests run offline (tests_env): the hub's clients (huggingface_hub, transformers, datasets) answer from
+# their cache or fail at once instead of retrying for minutes, and nothing reports usage. What else reaches for the
+# network is stopped by the tests' runner (probes/child/upstream_tests.py).
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
 def zygote_env() -> dict[str, str]:
     """The environment a probe run is started with, its PYTHONPATH aside: what a zygote is started with."""
     return child_env({"PYTHONDONTWRITEBYTECODE": "1"})
@@ -142,8 +149,8 @@ class Session:
         return None if found.broken is not None else found
 
     def tests_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment upstream's tests run in (PYTHONPATH aside, `extra` on top): HOME a folder of this
-        session's, so that no test writes into the user's home, the same for all its runs so that they share one
+        """The environment upstream's tests run in (PYTHONPATH aside, `extra` on top): offline (OFFLINE), HOME a folder
+        of this session's, so that no test writes into the user's home, the same for all its runs so that they share one
         warm interpreter (a module such as huggingface_hub reads HOME when it is imported)."""
         with self._guard:
             assert self._open, "a Session is used inside its with block"
@@ -151,7 +158,7 @@ class Session:
                 self._root, self._owner = own_run_folder(self.cache / "probe-runs", f"run-{os.getpid()}-")
             home = self._root / "home"
         home.mkdir(exist_ok=True)
-        return child_env({"PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home), **(extra or {})})
+        return child_env({"PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home), **OFFLINE, **(extra or {})})
 
     def zygotes(self) -> list[Zygote]:
         """The warm interpreters started so far (broken ones too)."""
