@@ -11,6 +11,7 @@ from helpers.calcupstream import CALC, SHIPPED, patch_of, series_dir, toy_upstre
 
 from vpatch import git as gitdoor
 from vpatch.probes import Witness, regression, stacked_tree
+from vpatch.probes.env import probe_venv
 from vpatch.series.files import Patch, Series
 
 pytestmark = pytest.mark.probe_venv
@@ -169,6 +170,15 @@ def test_tests_that_need_the_network_a_gpu_or_more_time_are_not_run_here_on_both
     ), found.says()
 
 
+def warm_tests_zygote(witness: Witness, patch: Patch) -> None:
+    """Start the session's upstream-tests zygote and wait for it, so that the runs after go through it (a command's
+    first runs go fresh while it starts)."""
+    requirements = regression.requirements_for(patch, None)
+    assert requirements is not None and witness.session is not None
+    python = probe_venv(requirements, cache=REAL_CACHE)
+    assert witness.session.zygote_for(python, witness.report, tests=True, wait=True) is not None
+
+
 HOME_TEST = ("\n\ndef test_home_is_not_the_user_s():\n"
              "    import os\n"
              "    with open(os.environ['VPATCH_TEST_HOME_LOG'], 'a') as log:\n"
@@ -191,6 +201,7 @@ def test_upstream_tests_run_with_a_home_of_the_command_s_never_the_user_s(tmp_pa
     monkeypatch.setenv("VPATCH_TEST_HOME_LOG", str(log))
     patched = stacked_tree(repo, [broken], base, broken, name="v1.0")
     with Witness(repo, cache=REAL_CACHE, zygote=True) as witness:
+        warm_tests_zygote(witness, broken)
         found = witness.regressions(broken, base=base, patched=patched, ref="v1.0", use_cache=False)
         assert witness.session is not None
         went = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
@@ -283,6 +294,8 @@ def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fre
     events: list[Event] = []
     for warm in (False, True):
         with Witness(release_history, cache=REAL_CACHE, zygote=warm, report=events.append) as witness:
+            if warm:
+                warm_tests_zygote(witness, old)
             found[warm] = witness.regressions(old, base=base, patched=patched, ref="v0.33.0", use_cache=False)
             assert witness.session is not None
             runs[warm] = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")

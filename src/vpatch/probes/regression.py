@@ -231,6 +231,7 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
     except EnvError as exc:
         raise RegressionError(f"{patch.filename}: the probe venv for upstream's tests: {exc.message}",
                               hint=exc.hint) from exc
+    session.warm_up(python, report, tests=True)  # beside the runs, which go fresh until it is warm
     if probe is not None and probe.upstream_tests:
         # what a probe names is checked where it must hold, the base tree: a typo is no evidence either way
         absent = [t for t in tests if not any(git.read_blobs(repo, tree, [t.split("::", 1)[0]])[t.split("::", 1)[0]]
@@ -356,15 +357,16 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, deadline: f
         # PYTHONPATH the tree, then what vpatch was given (as the probes have it)
         env = session.tests_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
                                                                if p)})
-        ran = _in_zygote(argv, root, env, python, timeout, session, report)
-        if ran is None:
-            try:
-                proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
-                                   timeout=timeout, own_group=True, cancel=session.cancel)
-            except ProcessError as exc:
-                return nothing, exc.message, False
-            ran = (proc.returncode, proc.stdout)
-        elif isinstance(ran, str):
+        with session.slot():  # one of the session's --jobs processes, whatever else runs beside (the probe's)
+            ran = _in_zygote(argv, root, env, python, timeout, session, report)
+            if ran is None:
+                try:
+                    proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
+                                       timeout=timeout, own_group=True, cancel=session.cancel)
+                except ProcessError as exc:
+                    return nothing, exc.message, False
+                ran = (proc.returncode, proc.stdout)
+        if isinstance(ran, str):
             return nothing, ran, False
         returncode, stdout = ran
         output = stdout.decode("utf-8", "replace").strip()

@@ -152,6 +152,8 @@ def run_ahead(repo: Path, requests: Sequence[ProbeRequest], session: probe_runs.
         if result is None and entry not in todo:
             subject = f"probe {request.label or request.probe.name}"
             python = _venv(request.probe, session.cache, report, subject)
+            if not request.probe.fresh_process:
+                session.warm_up(python, report)  # beside the runs, which go fresh until it is warm
             todo[entry] = (request.probe, tree, subject, python)
     # The git side stays on this thread (a partial mirror fetches what the trees hold); the runs go in parallel.
     for _, tree, _, _ in todo.values():
@@ -240,6 +242,10 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
     }
 
     def run(probe: Probe) -> Ran:
+        with session.slot():  # one of the session's --jobs processes, whatever else runs beside (upstream's tests)
+            return run_once(probe)
+
+    def run_once(probe: Probe) -> Ran:
         zygote = None if probe.fresh_process else session.zygote_for(python, report)
         if zygote is not None and zygote.fits(command, child_env(env)):
             ran = zygote.run(command, cwd=root, env=child_env(env), timeout=probe.timeout, cancel=cancel)

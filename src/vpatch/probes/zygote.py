@@ -74,14 +74,18 @@ class Zygote:
     """One warm interpreter of one probe venv, for the length of a session; `run` is safe from many threads."""
 
     def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent, subject: str = _SUBJECT,
-                 preload_file: str = PRELOAD_FILE) -> None:
+                 preload_file: str = PRELOAD_FILE, wait_for_imports: bool = True) -> None:
         self.python = python
+        # False: a run that comes while the zygote imports (what runs taught it) goes fresh instead of waiting
+        # (`run` answers None), so that no run waits on learning; a session's zygotes are made so
+        self.wait_for_imports = wait_for_imports
         self.env = dict(env)  # what a run must be started with (PYTHONPATH aside) to run here
         self.report = report
         self._folder: Path | None = None
         self.address = ""  # its socket
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
+        self.went_fresh = 0  # runs that came while it imported, and went fresh rather than wait
         self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
         self.subject = subject  # its progress lines' subject: "probe zygote", "upstream-tests zygote"
         self._file = python.parent.parent / preload_file  # its own: two kinds would overwrite each other's list
@@ -159,10 +163,14 @@ class Zygote:
 
     def run(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None,
             cancel: threading.Event | None = None) -> ZygoteRan | None:
-        """`argv` in a child; None when the zygote could not run it to the end (run it fresh instead)."""
+        """`argv` in a child; None when the zygote could not run it to the end, or (`wait_for_imports` False) is
+        importing: run it fresh instead."""
+        if not self.wait_for_imports and not self._lock.acquire(blocking=False):
+            self.went_fresh += 1
+            return None  # learning: the zygote does one thing at a time, and this run will not wait for it
         # a preload in flight finishes first (the zygote does one thing at a time); one that never ends is a
         # wedged zygote, and the runs go fresh
-        if not self._lock.acquire(timeout=WEDGED_S):
+        if self.wait_for_imports and not self._lock.acquire(timeout=WEDGED_S):
             self._break(f"it has been importing for over {WEDGED_S:g}s")
             return None
         self._lock.release()
@@ -282,10 +290,17 @@ class Zygote:
         return {}
 
     def _learn_later(self, modules: list[str]) -> None:
-        """Preload what a run imported, on a thread of its own while the run's result goes on; the runs after it
-        wait for the zygote (see run). One such thread at a time takes what every run reported meanwhile."""
+        """Preload what a run imported, on a thread of its own while the run's result goes on; the runs after it go
+        fresh meanwhile (with `wait_for_imports`, they wait: see run). One such thread at a time takes what every
+        run reported meanwhile."""
         with self._guard:
-            self._pending += modules
+            # what it preloaded, refused or failed to import (until it preloads more) is nothing to learn: no lock
+            # taken, so the runs after this one need not go fresh
+            new = [m for m in modules if m not in self._preloaded and m not in self._refused
+                   and self._failed.get(m) != len(self._preloaded)]
+            if not new:
+                return
+            self._pending += new
             if self._learning:
                 return
             self._learning = True
