@@ -203,6 +203,22 @@ def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(
     assert b"vllm before []" in second.output and b"heavy None 1 " in second.output
 
 
+def test_a_package_that_imports_multiprocessing_is_preloaded(zygote: Zygote, venv: Path, tree: Path) -> None:
+    """multiprocessing's import names the main module `__mp_main__` too: in the zygote that is the server's own file
+    (run by path), no module of elsewhere (torch imports multiprocessing: refused, it took torch's whole family)."""
+    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
+    (site / "uses_mp.py").write_text("import multiprocessing\nVALUE = 1\n")
+    (tree.parent / "probes" / "mp.py").write_text("import uses_mp\nprint(uses_mp.VALUE)\n")
+    argv = [str(venv), str(tree.parent / "probes" / "mp.py")]
+    try:
+        ran = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        assert ran is not None and ran.output == b"1\n"
+        assert zygote.settled()
+        assert "uses_mp" in json.loads((venv.parent.parent / PRELOAD_FILE).read_text())["preload"]
+    finally:
+        (site / "uses_mp.py").unlink()
+
+
 def test_a_run_with_other_variables_goes_fresh_and_sees_them(zygote: Zygote, venv: Path, tree: Path) -> None:
     from conftest import KV_FIXED  # noqa: F401 - the toy upstream's fixture module is importable
 

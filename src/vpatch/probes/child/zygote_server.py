@@ -54,6 +54,7 @@ STARTED: dict[str, str] = {}
 BASE: list[str] = []
 LIFE = -1  # vpatch's end of this pipe closes when vpatch ends
 REPORT = -1
+MAIN: types.ModuleType | None = None  # this module, as __main__
 
 
 def leave() -> NoReturn:
@@ -81,6 +82,10 @@ def inside(module: types.ModuleType) -> bool:
 
 
 def foreign(name: str, module: types.ModuleType) -> bool:
+    if module is MAIN:
+        # this server, run by path: multiprocessing's import makes it `__mp_main__` too, as it makes a fresh run's
+        # own script, and that is no module of elsewhere that an import loaded
+        return False
     return name == "vllm" or name.startswith("vllm.") or not inside(module)
 
 
@@ -596,8 +601,9 @@ def become(request: Message, out: int, conn: socket.socket, known: set[str]) -> 
 
 
 def main(argv: list[str]) -> None:
-    global ADDRESS, VPATCH, ZYGOTE, STARTED, BASE, LIFE, REPORT
+    global ADDRESS, VPATCH, ZYGOTE, STARTED, BASE, LIFE, REPORT, MAIN
     ADDRESS, VPATCH = argv[1], int(argv[2])
+    MAIN = sys.modules["__main__"]
     sys.path[:] = sys.path[1:]  # this folder: a run's sys.path is made as a fresh python makes it
     ambient = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     BASE = [p for p in sys.path if p not in ambient]
