@@ -91,7 +91,8 @@ def test_the_workspace_gives_what_a_fresh_extraction_and_process_gave(release_hi
     events: list[Event] = []
     with probe_runs.Session(cache=REAL_CACHE, zygote=True, report=events.append) as session:
         # warm before the runs (a command's first runs go fresh while it starts)
-        venv = probe_venv(cases[0][1].environment(), cache=REAL_CACHE)
+        command = next(probe for _, probe, _, _ in cases if probe.kind is ProbeKind.COMMAND)
+        venv = probe_venv(command.environment(), cache=REAL_CACHE)
         assert session.zygote_for(venv, wait=True) is not None
         requests = [probes.ProbeRequest(probe, tree, what) for what, probe, tree, _ in cases]
         probes.run_ahead(release_history, requests, session, use_cache=False)
