@@ -8,11 +8,13 @@ the two must agree."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from helpers.pids import gone
 
 from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
+from vpatch.probes.child import ZYGOTE_SERVER
 from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, TESTS_PRELOAD_FILE, Zygote
 
 # A module of the venv that records, when it is imported, the variable a probe is started with.
@@ -156,6 +159,13 @@ def test_a_child_runs_python_dash_m_as_a_fresh_python_does(zygote: Zygote, venv:
     assert code == {"plain": 0, "exit": 3, "signal": -signal.SIGTERM, "message": 1}[args[0]]
 
 
+def test_the_zygote_s_command_line_is_its_file_and_arguments(zygote: Zygote, venv: Path) -> None:
+    """What `ps` shows of it: the venv's python, the server's file of the package, the socket and vpatch's pid."""
+    cmdline = Path(f"/proc/{zygote.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert [c.decode() for c in cmdline] == [str(venv), str(ZYGOTE_SERVER), zygote.address, str(os.getpid())]
+    assert ZYGOTE_SERVER.is_file() and ZYGOTE_SERVER.parent.parent.name == "probes"
+
+
 def test_an_upstream_tests_zygote_without_a_list_starts_from_the_probes_list(venv: Path, tree: Path) -> None:
     """The upstream-tests zygote learns a list of its own; with none yet it imports the probes' (checked as it is
     imported), so that it learns only what the tests add (pytest), not every module apart again."""
@@ -191,6 +201,22 @@ def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(
     # the second child found heavy imported (by the zygote: its counter is 0 in a fresh import, 1 after the
     # probe's own increment in the first child, which the zygote never sees), and no vllm nor tree module
     assert b"vllm before []" in second.output and b"heavy None 1 " in second.output
+
+
+def test_a_package_that_imports_multiprocessing_is_preloaded(zygote: Zygote, venv: Path, tree: Path) -> None:
+    """multiprocessing's import names the main module `__mp_main__` too: in the zygote that is the server's own file
+    (run by path), no module of elsewhere (torch imports multiprocessing: refused, it took torch's whole family)."""
+    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
+    (site / "uses_mp.py").write_text("import multiprocessing\nVALUE = 1\n")
+    (tree.parent / "probes" / "mp.py").write_text("import uses_mp\nprint(uses_mp.VALUE)\n")
+    argv = [str(venv), str(tree.parent / "probes" / "mp.py")]
+    try:
+        ran = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        assert ran is not None and ran.output == b"1\n"
+        assert zygote.settled()
+        assert "uses_mp" in json.loads((venv.parent.parent / PRELOAD_FILE).read_text())["preload"]
+    finally:
+        (site / "uses_mp.py").unlink()
 
 
 def test_a_run_with_other_variables_goes_fresh_and_sees_them(zygote: Zygote, venv: Path, tree: Path) -> None:
@@ -278,10 +304,11 @@ def test_a_killed_zygote_leaves_the_runs_to_fresh_processes(toy_upstream: ToyUps
     probe = write_probe(tmp_path / "probes", COMMAND_PROBE, SCRIPT)
     events: list[Event] = []
     with probe_runs.Session(cache=tmp_path / "cache", jobs=1, zygote=True, report=events.append) as session:
-        first = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session, report=events.append)
         python = probes.probe_venv(probe.environment(), cache=tmp_path / "cache")
-        warm = session.zygote_for(python)
+        warm = session.zygote_for(python, wait=True)  # warm before the first run, which goes through it
         assert warm is not None
+        first = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session, report=events.append)
+        assert warm.runs == 1
         os.kill(warm.pid, signal.SIGKILL)
         assert gone(warm.pid, within=30)
         second = probes.run_probe(toy_upstream.path, probe, "v1.0", session=session, report=events.append,
@@ -291,6 +318,41 @@ def test_a_killed_zygote_leaves_the_runs_to_fresh_processes(toy_upstream: ToyUps
     assert [e for e in events if e.subject == "probe zygote" and e.step == "fresh processes from now on"]
     # both runs ran: the one in the zygote's child and the fresh one
     assert (tmp_path / "probes" / "runs.log").read_text() == "run\nrun\n"
+
+
+@contextlib.contextmanager
+def _removed(module: Path) -> Iterator[None]:
+    """`module` of the shared venv, and the preload list that names it, gone after the test."""
+    try:
+        yield
+    finally:
+        module.unlink(missing_ok=True)
+        (module.parents[3] / PRELOAD_FILE).unlink(missing_ok=True)
+
+
+def test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn(venv: Path, tree: Path,
+                                                                   tmp_path: Path) -> None:
+    """A session's zygote starts beside the runs (they go fresh until it is ready), and a run that comes while it
+    imports what the runs taught it goes fresh too: the zygote says no at once, and counts it."""
+    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
+    (site / "slow_to_learn.py").write_text(
+        "import sys, time\nif sys.argv[0].endswith('zygote_server.py'):\n    time.sleep(20)  # its trial only\n")
+    (tree.parent / "probes" / "slow.py").write_text("import slow_to_learn\nprint('ran')\n")
+    argv = [str(venv), str(tree.parent / "probes" / "slow.py")]
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=True) as session, _removed(site / "slow_to_learn.py"):
+        started = time.monotonic()
+        assert session.zygote_for(venv) is None  # starting: this run goes fresh
+        zygote = session.zygote_for(venv, wait=True)
+        assert zygote is not None and not zygote.wait_for_imports
+        first = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # teaches it slow_to_learn (20 s to try)
+        assert first is not None and (first.returncode, first.output) == (0, b"ran\n")
+        again = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        assert again is None and zygote.went_fresh == 1  # it was learning: no wait
+        assert time.monotonic() - started < 15
+        assert zygote.settled(60)
+        after = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # learned: it runs here again
+        assert after is not None and after.output == b"ran\n" and zygote.runs == 2
 
 
 def test_a_probe_may_ask_for_a_fresh_process(tmp_path: Path) -> None:

@@ -40,8 +40,9 @@ MODULES = {
     "helper.py": "def answer():\n    return 42\n",
     "evil_rebind.py": "import helper\nhelper.answer = lambda: 0\n",
     "reads_stdin.py": "import sys\nDATA = sys.stdin.read()\n",
-    # fails in the zygote and its trial (their argv[0] is -c), as a passing permission error would; imports in a run
-    "fails_once.py": "import sys\nif sys.argv[:1] == ['-c']:\n    raise PermissionError('not now')\n",
+    # fails in the zygote and its trial (their argv[0] is the server's file), as a passing permission error would;
+    # imports in a run
+    "fails_once.py": "import sys\nif sys.argv[0].endswith('zygote_server.py'):\n    raise PermissionError('not now')\n",
 }
 
 # The traces torch._dynamo and transformers leave on every import, made as they make them (probes/zygote.py:
@@ -544,7 +545,7 @@ def test_a_probe_that_replaces_json_dumps_cannot_break_the_protocol(venv: Path, 
     assert _warm(zygote, argv, tmp_path) == (0, b"replaced\n") and zygote.broken is None
 
 
-SLOW = "import sys, time\nif sys.argv[:1] == ['-c']:\n    time.sleep(60)  # in the zygote or its trial, not in a probe\n"
+SLOW = "import sys, time\nif sys.argv[0].endswith('zygote_server.py'):\n    time.sleep(60)  # in the zygote or its trial, not in a probe\n"
 
 
 def test_an_interrupted_import_is_never_recorded(venv: Path, started: list[Zygote], tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from helpers.calcupstream import CALC, SHIPPED, patch_of, series_dir, toy_upstre
 
 from vpatch import git as gitdoor
 from vpatch.probes import Witness, regression, stacked_tree
+from vpatch.probes.env import probe_venv
 from vpatch.series.files import Patch, Series
 
 pytestmark = pytest.mark.probe_venv
@@ -94,6 +95,90 @@ def test_upstream_tests_declared_in_the_probe_replace_the_found_ones(tmp_path: P
         "upstream tests: none found for the files it touches")
 
 
+def declare_tests(patch: Patch, tests: list[str]) -> Patch:
+    """`patch` with a files probe that declares `tests` as its upstream tests."""
+    probe = patch.path.parent / "probes" / f"{patch.path.stem}.yaml"
+    probe.parent.mkdir(exist_ok=True)
+    touched = patch.paths[0]
+    probe.write_text(f"kind: files\nfiles:\n  {touched}:\n    contains: ['vpatch']\nupstream_tests: {tests!r}\n")
+    text = patch.path.read_text()
+    if "\nProbe: " not in text:
+        patch.path.write_text(text.replace("---\n", f"\nProbe: probes/{probe.name}\n---\n", 1))
+    return Patch.load(patch.path)
+
+
+def test_a_declared_node_id_that_names_no_test_is_an_error_of_the_probe(tmp_path: Path) -> None:
+    repo, base = toy_upstream(tmp_path)
+    patches = series_dir(tmp_path)
+    broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
+    typo = declare_tests(broken, ["tests/calc/test_calc.py::test_add", "tests/calc/test_calc.py::test_nope"])
+    with pytest.raises(regression.RegressionError) as raised:
+        evidence(repo, [typo], typo, base=base, ref="v1.0", use_cache=False)
+    assert "upstream_tests: tests/calc/test_calc.py::test_nope: names no test on v1.0" in raised.value.message
+    assert "--collect-only" in raised.value.hint
+    gone = declare_tests(broken, ["tests/calc/test_gone.py"])
+    with pytest.raises(regression.RegressionError, match=r"tests/calc/test_gone.py: no such file on v1.0"):
+        evidence(repo, [gone], gone, base=base, ref="v1.0", use_cache=False)
+
+
+OFFLINE_TESTS = ("\n\ndef test_downloads_a_model():\n"
+                 "    import socket\n"
+                 "    socket.getaddrinfo('huggingface.co', 443)\n"
+                 "\n\ndef test_asks_the_hub_offline():\n"
+                 "    import os\n"
+                 "    assert os.environ['HF_HUB_OFFLINE'] == '1' and os.environ['TRANSFORMERS_OFFLINE'] == '1'\n"
+                 "\n\ndef test_needs_a_gpu():\n"
+                 "    raise AssertionError('Torch not compiled with CUDA enabled')\n"
+                 "\n\ndef test_sleeps_past_the_deadline():\n"
+                 "    import time\n"
+                 "    time.sleep(600)\n"
+                 "\n\ndef test_after_the_deadline():\n"
+                 "    pass\n")
+
+
+def test_tests_that_need_the_network_a_gpu_or_more_time_are_not_run_here_on_both_sides(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream's tests run offline and bounded: a test that reaches for the network fails at once (no lookup, no
+    retry), one that needs a GPU is named so, and a file past its deadline has its running test interrupted and its
+    others not run; each is "not run here" on both sides, never a regression, and named in what the evidence says."""
+    repo, _ = toy_upstream(tmp_path)
+    tests = repo / "tests" / "calc" / "test_calc.py"
+    tests.write_text(tests.read_text() + OFFLINE_TESTS)
+    git(repo, "commit", "-q", "-am", "tests that need what is not here")
+    base = git(repo, "rev-parse", "HEAD").strip()
+    patches = series_dir(tmp_path)
+    harmless = patch_of(repo, base, patches, 1, "add-comment", CALC.replace("def add", "# adds\ndef add"))
+    monkeypatch.setattr(regression, "FILE_DEADLINE_S", 8.0)
+    found = evidence(repo, [harmless], harmless, base=base, ref="v1.0", use_cache=False)
+    assert found.complete and found.regressed == ()
+    assert found.upstreams == ("tests/calc/test_calc.py::test_known_broken_upstream",)
+    assert dict(found.not_run_here) == {
+        "tests/calc/test_calc.py::test_downloads_a_model": "download",
+        "tests/calc/test_calc.py::test_needs_a_gpu": "gpu",
+        "tests/calc/test_calc.py::test_sleeps_past_the_deadline": "deadline",
+        "tests/calc/test_calc.py::test_after_the_deadline": "deadline",
+    }, found.says()
+    assert found.base is not None and found.patched is not None
+    assert found.base.outcomes()["tests/calc/test_calc.py::test_asks_the_hub_offline"] == regression.PASSED
+    assert found.base.outcomes()["tests/calc/test_calc.py::test_needs_a_gpu"] == regression.NOT_RUN
+    # each side ended at its file's deadline, not at the test's 600 s
+    assert found.base.seconds < 60 and found.patched.seconds < 60, (found.base.seconds, found.patched.seconds)
+    assert found.says().endswith(
+        "; 4 not run here (need a download: tests/calc/test_calc.py::test_downloads_a_model; need a GPU: "
+        "tests/calc/test_calc.py::test_needs_a_gpu; past their file's deadline: "
+        "tests/calc/test_calc.py::test_after_the_deadline, tests/calc/test_calc.py::test_sleeps_past_the_deadline)"
+    ), found.says()
+
+
+def warm_tests_zygote(witness: Witness, patch: Patch) -> None:
+    """Start the session's upstream-tests zygote and wait for it, so that the runs after go through it (a command's
+    first runs go fresh while it starts)."""
+    requirements = regression.requirements_for(patch, None)
+    assert requirements is not None and witness.session is not None
+    python = probe_venv(requirements, cache=REAL_CACHE)
+    assert witness.session.zygote_for(python, witness.report, tests=True, wait=True) is not None
+
+
 HOME_TEST = ("\n\ndef test_home_is_not_the_user_s():\n"
              "    import os\n"
              "    with open(os.environ['VPATCH_TEST_HOME_LOG'], 'a') as log:\n"
@@ -116,6 +201,7 @@ def test_upstream_tests_run_with_a_home_of_the_command_s_never_the_user_s(tmp_pa
     monkeypatch.setenv("VPATCH_TEST_HOME_LOG", str(log))
     patched = stacked_tree(repo, [broken], base, broken, name="v1.0")
     with Witness(repo, cache=REAL_CACHE, zygote=True) as witness:
+        warm_tests_zygote(witness, broken)
         found = witness.regressions(broken, base=base, patched=patched, ref="v1.0", use_cache=False)
         assert witness.session is not None
         went = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
@@ -208,6 +294,8 @@ def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fre
     events: list[Event] = []
     for warm in (False, True):
         with Witness(release_history, cache=REAL_CACHE, zygote=warm, report=events.append) as witness:
+            if warm:
+                warm_tests_zygote(witness, old)
             found[warm] = witness.regressions(old, base=base, patched=patched, ref="v0.33.0", use_cache=False)
             assert witness.session is not None
             runs[warm] = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
@@ -223,3 +311,42 @@ def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fre
     started = [e.step for e in events if e.subject == "upstream-tests zygote" and e.step.startswith("started")]
     assert started in (["started"], ["started", "started again"]), started
     assert not [e for e in events if e.subject == "upstream-tests zygote" and "fresh" in e.step], events
+
+
+CHAT_UTILS_TESTS = ["tests/entrypoints/unit_tests/test_chat_utils.py::test_parse_chat_messages_single_image",
+                    "tests/entrypoints/unit_tests/test_chat_utils.py::test_parse_chat_messages_empty_system",
+                    "tests/entrypoints/unit_tests/test_chat_utils.py::test_tool_call_arguments_dict_passthrough"]
+
+
+@pytest.mark.releases
+def test_upstream_tests_of_chat_utils_never_wait_on_the_network(release_history: Path, tmp_path: Path) -> None:
+    """The case that took 32 minutes: a patch to vllm/entrypoints/chat_utils.py at the pin v0.29.0, whose upstream
+    tests ask huggingface.co and S3 for models and images (`status --against v0.33.0` asked them on the pin: on
+    v0.33.0 the file moved to vllm/renderers/chat_utils/). With the hub offline and the network blocked, the tests
+    that need a download are not run here on both sides, named so, and no side waits: three of the file's node ids
+    (`upstream_tests:`), so that the test stays short."""
+    pin = gitdoor.resolve_commit(release_history, "v0.29.0")
+    source = gitdoor.read_blobs(release_history, pin, ["vllm/entrypoints/chat_utils.py"])["vllm/entrypoints/chat_utils.py"]
+    assert source is not None
+    patches = series_dir(tmp_path)
+    work = tmp_path / "work"
+    (work / "vllm" / "entrypoints").mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    (work / "vllm/entrypoints/chat_utils.py").write_bytes(source)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "v0.29.0's chat_utils")
+    (work / "vllm/entrypoints/chat_utils.py").write_bytes(b"# vpatch: a harmless line\n" + source)
+    git(work, "commit", "-q", "-am", "chat_utils: a harmless line")
+    path = patches / "0001-chat-utils-harmless.patch"
+    path.write_text(git(work, "format-patch", "-1", "--stdout", "--full-index"))
+    patch = declare_tests(Patch.load(path), CHAT_UTILS_TESTS)
+
+    found = evidence(release_history, [patch], patch, base=pin, ref="v0.29.0", use_cache=False)
+
+    assert found.complete and found.regressed == (), found.says()
+    assert found.not_run_here == tuple((t, "download") for t in sorted(CHAT_UTILS_TESTS[:2])), found.says()
+    assert found.passed == 1, found.says()
+    assert found.base is not None and found.patched is not None
+    # no side waited on the network: each ran its start, vllm's imports and three tests (minutes before)
+    assert found.base.seconds < 90 and found.patched.seconds < 90, (found.base.seconds, found.patched.seconds)
+    assert "not run here (need a download: " in found.says()

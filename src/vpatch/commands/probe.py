@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vpatch import upstream
@@ -43,24 +44,29 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
     # One session for the whole check: each tree extracted once (the two sides' trees serve upstream's tests too);
     # its runs - the two sides, then one without each hunk - go through a warm interpreter only where it pays
     runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0)
-    with Witness(repo, config, jobs=jobs, zygote=zygote_pays(runs, jobs)) as evidence:
+    # (the pool outlives the session: an error ends the session's runs first, then the pool waits for its thread)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="upstream-tests") as beside, \
+            Witness(repo, config, jobs=jobs, zygote=zygote_pays(runs, jobs)) as evidence:
         with ProgressView() as view:
             evidence.report = view
+            # upstream's tests from the start, beside the probe's sides and hunks (the session holds all the runs to
+            # --jobs at once); an invalid probe ends them with the session
+            patched = stacked_tree(repo, patches, base, target, name=where)
+            testing = beside.submit(evidence.regressions, target, base=base, patched=patched, ref=where,
+                                    use_cache=not no_cache) if upstream_tests else None
             checked = check_probe(evidence, patches, target, base=base, ref=where, use_cache=not no_cache)
+            result_of = checked.validation
+            if not result_of.ok and evidence.session is not None:
+                evidence.session.cancel.set()
+            # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
+            covered = hunk_coverage(repo, patches, target, base=base, ref=where, use_cache=not no_cache, report=view,
+                                    session=evidence.session) if hunks and result_of.ok else None
+            tested = testing.result() if testing is not None and result_of.ok else None
         for line in checked_lines(checked, target.name):
             echo(line)
-        result_of = checked.validation
         if not result_of.ok:
             raise VpatchError(result_of.detail, hint=result_of.hint or None)
         echo(f"ok: {result_of.detail}")
-        # Evidence both ways: which hunks the probe proves, and whether the patch breaks upstream's own tests.
-        with ProgressView() as view:
-            evidence.report = view
-            covered = hunk_coverage(repo, patches, target, base=base, ref=where, use_cache=not no_cache, report=view,
-                                    session=evidence.session) if hunks else None
-            patched = stacked_tree(repo, patches, base, target, name=where)
-            tested = evidence.regressions(target, base=base, patched=patched, ref=where,
-                                         use_cache=not no_cache) if upstream_tests else None
         # said before the session ends: removing its trees takes seconds the answer need not wait for
         if covered is not None:
             for line in coverage_lines(covered):

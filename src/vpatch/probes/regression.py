@@ -9,6 +9,12 @@ fixture then errors on both sides: counted as upstream's, never as the patch's. 
 so an unpatched tree's results serve every patch checked on it. Each run is a child of the session's upstream-tests
 zygote where it can be (pytest and the venv's imports once, vllm and the tests from the tree each time), else a
 fresh process; HOME is the session's own folder either way (`Session.tests_env`).
+
+They run offline and bounded (probes/child/upstream_tests.py runs pytest): the hub's clients offline, any other
+reach for the network stopped at once, a deadline per test file. A test that needs a download, a GPU or a server,
+or that ran past its file's deadline, is **not run here** on both sides and named so: never a regression, never
+minutes of retries. A probe's ``upstream_tests:`` may name node ids: one that names no test on the base tree is an
+error of the probe.
 """
 
 from __future__ import annotations
@@ -27,15 +33,17 @@ from typing import Any
 from vpatch import git
 from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, run_process, silent
 from vpatch.probes import workspace as probe_runs
+from vpatch.probes.child import UPSTREAM_TESTS
 from vpatch.probes.env import LOCK_NAME, EnvError, Requirements, probe_venv
 from vpatch.probes.file import Probe, probe_for
 from vpatch.series import Patch
 
 RESULTS = "upstream-tests"  # the cache folder under $VPATCH_CACHE
-TIMEOUT = 900.0  # seconds for one pytest run on one tree
-PASSED, FAILED, ERROR, SKIPPED = "passed", "failed", "error", "skipped"
+FILE_DEADLINE_S = 120.0  # one test file's tests, in seconds: past it, the file's other tests are not run here
+START_S = 300.0  # what one pytest run may take beyond its files' deadlines (its start, the collection)
+PASSED, FAILED, ERROR, SKIPPED, NOT_RUN = "passed", "failed", "error", "skipped", "not run here"
 # The runner's version: part of every cache key, so a change in how tests run or are read runs them again.
-_RUNNER = b"vpatch-upstream-tests-1"
+_RUNNER = b"vpatch-upstream-tests-2"
 
 
 class RegressionError(VpatchError):
@@ -50,11 +58,14 @@ class TestRun:
 
     tree: str
     tests: tuple[str, ...]  # the test files (or node ids) asked for
-    results: tuple[tuple[str, str], ...]  # (node id, passed | failed | error | skipped), sorted
+    results: tuple[tuple[str, str], ...]  # (node id, passed | failed | error | skipped | not run here), sorted
     seconds: float = 0.0
     detail: str = ""  # pytest's last line, or why nothing ran
     ran: bool = True  # False: pytest could not run at all (the evidence is then missing, never "no regression")
     cached: bool = False
+    # what each test NOT_RUN needed: "download", "gpu", "server", or "deadline" (its file ran past its deadline)
+    needs: tuple[tuple[str, str], ...] = ()
+    missing: tuple[str, ...] = ()  # node ids asked for that name no test in this tree
 
     def outcomes(self) -> dict[str, str]:
         return dict(self.results)
@@ -64,12 +75,14 @@ class TestRun:
 
     def to_json(self) -> dict[str, Any]:
         return {"tree": self.tree, "tests": list(self.tests), "results": [list(r) for r in self.results],
-                "seconds": self.seconds, "detail": self.detail}
+                "seconds": self.seconds, "detail": self.detail, "needs": [list(n) for n in self.needs],
+                "missing": list(self.missing)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TestRun:
         return cls(str(data["tree"]), tuple(data["tests"]), tuple((str(n), str(s)) for n, s in data["results"]),
-                   float(data["seconds"]), str(data["detail"]), cached=True)
+                   float(data["seconds"]), str(data["detail"]), cached=True,
+                   needs=tuple((str(n), str(w)) for n, w in data["needs"]), missing=tuple(map(str, data["missing"])))
 
 
 @dataclass(frozen=True)
@@ -92,20 +105,29 @@ class Regressions:
                                   and self.base.ran and self.patched.ran)
 
     @property
+    def not_run_here(self) -> tuple[tuple[str, str], ...]:
+        """Tests not run here on either side, so on neither (what each needed): no evidence either way."""
+        found: dict[str, str] = {}
+        for run in (self.base, self.patched):
+            found.update((n, need) for n, need in (run.needs if run is not None else ()) if n not in found)
+        return tuple(sorted(found.items()))
+
+    @property
     def regressed(self) -> tuple[str, ...]:
         """Tests that pass without the patch and do not pass with it (fail, error, skip or vanish)."""
         if self.base is None or self.patched is None or not self.complete:
             return ()
-        after = self.patched.outcomes()
-        return tuple(n for n, s in self.base.results if s == PASSED and after.get(n) != PASSED)
+        after, away = self.patched.outcomes(), dict(self.not_run_here)
+        return tuple(n for n, s in self.base.results if s == PASSED and after.get(n) != PASSED and n not in away)
 
     @property
     def upstreams(self) -> tuple[str, ...]:
         """Tests that fail or error on both sides: upstream's, not the patch's."""
         if self.base is None or self.patched is None:
             return ()
-        after = self.patched.outcomes()
-        return tuple(n for n, s in self.base.results if s in (FAILED, ERROR) and after.get(n) in (FAILED, ERROR))
+        after, away = self.patched.outcomes(), dict(self.not_run_here)
+        return tuple(n for n, s in self.base.results if s in (FAILED, ERROR) and after.get(n) in (FAILED, ERROR)
+                     and n not in away)
 
     @property
     def passed(self) -> int:
@@ -135,12 +157,27 @@ class Regressions:
             text += "; no regression"
         if self.upstreams:
             text += f"; {len(self.upstreams)} failing on both sides (upstream's)"
+        if self.not_run_here:
+            needs: dict[str, list[str]] = {need: [] for need in NEEDS}
+            for test, need in self.not_run_here:
+                needs.setdefault(need, []).append(test)
+            needs = {need: tests for need, tests in needs.items() if tests}
+            text += f"; {len(self.not_run_here)} not run here (" + "; ".join(
+                f"{NEEDS.get(need, need)}: {', '.join(tests[:2])}" + (f" and {len(tests) - 2} more" if len(tests) > 2
+                                                                       else "")
+                for need, tests in needs.items()) + ")"
         return text
 
     def to_json(self) -> dict[str, Any]:
         return {"patch": self.patch, "ref": self.ref, "tests": list(self.tests), "complete": self.complete,
                 "regressions": list(self.regressed), "upstream_failures": list(self.upstreams),
+                "not_run_here": dict(self.not_run_here),
                 "passed": self.passed, "says": self.says()}
+
+
+# What a test not run here needed, in words.
+NEEDS = {"download": "need a download", "gpu": "need a GPU", "server": "need a server",
+         "deadline": "past their file's deadline"}
 
 
 def tests_for(repo: Path, trees: Sequence[str], paths: Sequence[str]) -> tuple[str, ...]:
@@ -196,8 +233,23 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
     except EnvError as exc:
         raise RegressionError(f"{patch.filename}: the probe venv for upstream's tests: {exc.message}",
                               hint=exc.hint) from exc
-    return _both(repo, patch.filename, ref, tests, base_tree, patched, python, requirements.key(), session,
-                 use_cache, report, patch.name[:4])
+    session.warm_up(python, report, tests=True)  # beside the runs, which go fresh until it is warm
+    if probe is not None and probe.upstream_tests:
+        # what a probe names is checked where it must hold, the base tree: a typo is no evidence either way
+        absent = [t for t in tests if not any(git.read_blobs(repo, tree, [t.split("::", 1)[0]])[t.split("::", 1)[0]]
+                                              is not None for tree in (base_tree, patched))]
+        if absent:
+            raise RegressionError(f"{probe.path.name}: upstream_tests: {absent[0]}: no such file on {ref}"
+                                  f" nor with {patch.filename}",
+                                  hint="name a test file of the tree (tests/...py) or a node id in one")
+    found = _both(repo, patch.filename, ref, tests, base_tree, patched, python, requirements.key(), session,
+                  use_cache, report, patch.name[:4])
+    if probe is not None and probe.upstream_tests and found.base is not None and found.base.missing:
+        raise RegressionError(f"{probe.path.name}: upstream_tests: {found.base.missing[0]}: names no test on {ref}"
+                              + (f" (and {len(found.base.missing) - 1} more)" if len(found.base.missing) > 1 else ""),
+                              hint=f"list the tests there: pytest --collect-only -q {found.base.missing[0].split('::')[0]}"
+                                   " (in the tree); name one of them, or the file")
+    return found
 
 
 def venv_tool(patch: Patch, name: str, *, cache: Path | None, report: Reporter = silent) -> Path | None:
@@ -226,10 +278,12 @@ def _both(repo: Path, patch_file: str, ref: str, tests: tuple[str, ...], base: s
 
 def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv_key: str,
               session: probe_runs.Session, use_cache: bool = True, report: Reporter = silent,
-              subject: str = "upstream tests", timeout: float = TIMEOUT) -> TestRun:
+              subject: str = "upstream tests", deadline: float | None = None) -> TestRun:
     """`tests` with pytest on `tree`, one run per top folder of tests/ (its own --confcutdir), or the cache's
-    answer. A run that could not start or ended without a report is not cached (the next command tries again)."""
-    entry = _entry(session.cache, venv_key, tree, tests)
+    answer; `deadline`: each test file's, in seconds (None: FILE_DEADLINE_S). A run that could not start or ended
+    without a report is not cached (the next command tries again)."""
+    deadline = FILE_DEADLINE_S if deadline is None else deadline
+    entry = _entry(session.cache, venv_key, tree, tests, deadline)
     if use_cache:
         try:
             return TestRun.from_json(json.loads(entry.read_bytes()))
@@ -239,18 +293,23 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
     report(Event(subject, "running", f"{len(tests)} test file(s)"))
     root = session.tree(repo, tree)
     results: dict[str, str] = {}
+    needs: dict[str, str] = {}
+    unnamed: list[str] = []  # ids that name no test
     details: list[str] = []
     ran = True
     for folder, group in _by_folder(tests, root).items():
-        found, detail, ok = _pytest(root, folder, group, python, timeout, session, report)
-        results.update(found)
+        found, detail, ok = _pytest(root, folder, group, python, deadline, session, report)
+        results.update(found.results)
+        needs.update(found.needs)
+        unnamed += found.missing
         details.append(detail)
         ran = ran and ok
+    results.update((test, NOT_RUN) for test in needs)
     missing = [t for t in tests if not (root / t.split("::", 1)[0]).is_file()]
     if missing:
         details.append(f"not in this tree: {', '.join(missing)}")
     run = TestRun(tree, tuple(tests), tuple(sorted(results.items())), round(time.monotonic() - started, 3),
-                  "; ".join(d for d in details if d), ran)
+                  "; ".join(d for d in details if d), ran, needs=tuple(sorted(needs.items())), missing=tuple(unnamed))
     report(Event(subject, summary(run) if ran else "could not run", final=True, seconds=run.seconds))
     if ran:
         atomic_write(entry, json.dumps(run.to_json(), indent=1).encode() + b"\n")
@@ -259,12 +318,13 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
 
 def summary(run: TestRun) -> str:
     """'214 passed, 2 failed': the counts of one run."""
-    counts = [(run.count(s), s) for s in (PASSED, FAILED, ERROR, SKIPPED)]
+    counts = [(run.count(s), s) for s in (PASSED, FAILED, ERROR, SKIPPED, NOT_RUN)]
     return ", ".join(f"{n} {s}" for n, s in counts if n) or "no tests"
 
 
-def _entry(cache: Path | None, venv_key: str, tree: str, tests: Sequence[str]) -> Path:
-    digest = hashlib.sha256(_RUNNER + b"\0" + "\0".join(tests).encode()).hexdigest()[:16]
+def _entry(cache: Path | None, venv_key: str, tree: str, tests: Sequence[str], deadline: float) -> Path:
+    # the deadline too: what ran past one is not run here, and may run under another
+    digest = hashlib.sha256(_RUNNER + b"\0" + "\0".join(tests).encode() + f"\0{deadline:g}".encode()).hexdigest()[:16]
     return (cache_dir() if cache is None else cache) / RESULTS / venv_key / f"{tree}-{digest}.json"
 
 
@@ -281,40 +341,63 @@ def _by_folder(tests: Sequence[str], root: Path) -> dict[str, list[str]]:
     return groups
 
 
-def _pytest(root: Path, folder: str, tests: list[str], python: Path, timeout: float,
-            session: probe_runs.Session, report: Reporter = silent) -> tuple[dict[str, str], str, bool]:
-    """One pytest run: each test's outcome, pytest's last line, and whether it ran to its report."""
+@dataclass(frozen=True)
+class _Found:
+    """What one pytest run found: each test's outcome, what each test not run here needed, the ids that named none."""
+
+    results: dict[str, str]
+    needs: dict[str, str]
+    missing: list[str]
+
+
+def _pytest(root: Path, folder: str, tests: list[str], python: Path, deadline: float,
+            session: probe_runs.Session, report: Reporter = silent) -> tuple[_Found, str, bool]:
+    """One pytest run: what it found, pytest's last line, and whether it ran to its report."""
     # pytest compares --confcutdir with the conftest files' real paths: a tree reached through a symlink (a cache
     # folder linked to another disk) would load vLLM's root conftest
     root = root.resolve()
+    nothing = _Found({}, {}, [])
+    files = list(dict.fromkeys(t.split("::", 1)[0] for t in tests))
     with tempfile.TemporaryDirectory(prefix="vpatch-upstream-tests-") as scratch:
-        report_file = Path(scratch) / "junit.xml"
+        report_file, needs_file, control = (Path(scratch) / name for name in ("junit.xml", "needs.json", "run.json"))
         # -p no:cacheprovider and PYTHONDONTWRITEBYTECODE: nothing is written into the tree, which probes share.
         # --continue-on-collection-errors: a test file that no longer imports is its own error, not the run's.
-        argv = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                "--rootdir", str(root), "--confcutdir", str(root / folder), "--continue-on-collection-errors",
-                "--junitxml", str(report_file), *tests]
+        # The files go to pytest whole; the runner keeps the node ids asked for and names those that match none.
+        args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(root), "--confcutdir",
+                str(root / folder), "--continue-on-collection-errors", "--junitxml", str(report_file), *files]
+        control.write_text(json.dumps({"args": args, "select": tests, "deadline": deadline,
+                                       "report": str(needs_file)}), encoding="utf-8")
+        argv = [str(python), str(UPSTREAM_TESTS), str(control)]
+        timeout = deadline * len(files) + START_S
         # HOME the session's (tests_env), not the user's: the same in the warm interpreter and in a fresh process
         # PYTHONPATH the tree, then what vpatch was given (as the probes have it)
         env = session.tests_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
                                                                if p)})
-        ran = _in_zygote(argv, root, env, python, timeout, session, report)
-        if ran is None:
-            try:
-                proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
-                                   timeout=timeout, own_group=True, cancel=session.cancel)
-            except ProcessError as exc:
-                return {}, exc.message, False
-            ran = (proc.returncode, proc.stdout)
-        elif isinstance(ran, str):
-            return {}, ran, False
+        with session.slot():  # one of the session's --jobs processes, whatever else runs beside (the probe's)
+            ran = _in_zygote(argv, root, env, python, timeout, session, report)
+            if ran is None:
+                try:
+                    proc = run_process(argv, cwd=root, env=env, check=False, merge_output=True,
+                                       timeout=timeout, own_group=True, cancel=session.cancel)
+                except ProcessError as exc:
+                    return nothing, exc.message, False
+                ran = (proc.returncode, proc.stdout)
+        if isinstance(ran, str):
+            return nothing, ran, False
         returncode, stdout = ran
         output = stdout.decode("utf-8", "replace").strip()
         last = output.splitlines()[-1] if output else f"pytest exited {returncode} without output"
-        if returncode not in (0, 1) or not report_file.is_file():
-            # 2 interrupted, 3 internal error, 4 usage error, 5 no tests collected: no evidence either way
-            return {}, f"pytest exited {returncode}: {last}", False
-        return _read_junit(report_file, tests), last, True
+        if returncode not in (0, 1, 5) or not report_file.is_file():
+            # 2 interrupted, 3 internal error, 4 usage error: no evidence either way (5, none collected: the
+            # ids asked for named none, said below)
+            return nothing, f"pytest exited {returncode}: {last}", False
+        try:
+            said = json.loads(needs_file.read_bytes())
+            needs = {str(n): str(w) for n, w in said["not_run"].items()}
+            missing = [str(n) for n in said["missing"] if "::" in str(n)]  # a whole file may fail to collect
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return nothing, f"the test runner left no report of what it could not run: {last}", False
+        return _Found(_read_junit(report_file, tests), needs, missing), last, True
 
 
 def _in_zygote(argv: list[str], root: Path, env: dict[str, str], python: Path, timeout: float,

@@ -46,12 +46,12 @@ from vpatch.base import (
     silent,
 )
 from vpatch.probes import workspace as probe_runs
+from vpatch.probes.child import SUPERVISOR
 from vpatch.probes.env import EnvError, probe_venv
 from vpatch.probes.file import Probe, ProbeError, probe_for
 from vpatch.probes.outcome import Place, Ran, argv, interpret
 from vpatch.probes.outcome import ProbeKind as ProbeKind  # noqa: PLC0414 - re-exported: a probe's model
 from vpatch.probes.outcome import ProbeOutcome as ProbeOutcome  # noqa: PLC0414 - re-exported: a probe's model
-from vpatch.probes.zygote import REAPER
 from vpatch.upstream import Move, follow_file_moves, missing_paths, prefetch_tree
 
 if TYPE_CHECKING:
@@ -152,6 +152,8 @@ def run_ahead(repo: Path, requests: Sequence[ProbeRequest], session: probe_runs.
         if result is None and entry not in todo:
             subject = f"probe {request.label or request.probe.name}"
             python = _venv(request.probe, session.cache, report, subject)
+            if not request.probe.fresh_process:
+                session.warm_up(python, report)  # beside the runs, which go fresh until it is warm
             todo[entry] = (request.probe, tree, subject, python)
     # The git side stays on this thread (a partial mirror fetches what the trees hold); the runs go in parallel.
     for _, tree, _, _ in todo.values():
@@ -240,6 +242,10 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
     }
 
     def run(probe: Probe) -> Ran:
+        with session.slot():  # one of the session's --jobs processes, whatever else runs beside (upstream's tests)
+            return run_once(probe)
+
+    def run_once(probe: Probe) -> Ran:
         zygote = None if probe.fresh_process else session.zygote_for(python, report)
         if zygote is not None and zygote.fits(command, child_env(env)):
             ran = zygote.run(command, cwd=root, env=child_env(env), timeout=probe.timeout, cancel=cancel)
@@ -252,8 +258,9 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
                 return Ran(ran.returncode, ran.output)
         try:
             # Its own process group, so that a timeout also ends what the probe started; under a supervisor
-            # that ends the group when vpatch dies, even by SIGKILL (see _SUPERVISOR).
-            proc = run_process([sys.executable, "-I", "-S", "-c", _SUPERVISOR, str(os.getpid()), *command],
+            # that ends everything the probe started when the probe ends or vpatch dies, even by SIGKILL
+            # (child/supervisor.py). -E -s -S: no PYTHONPATH (the tree), no site; its own folder is sys.path[0].
+            proc = run_process([sys.executable, "-E", "-s", "-S", str(SUPERVISOR), str(os.getpid()), *command],
                                cwd=root, env=env, check=False, merge_output=True, timeout=probe.timeout,
                                own_group=True, cancel=cancel, shown=command)
         except ProcessError as exc:
@@ -275,41 +282,6 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
         return None
     report(Event(subject, outcome.value, final=True, seconds=seconds))
     return ProbeResult(outcome, tree, detail, round(seconds, 3))
-
-
-# The parent of a probe's process: it asks the kernel for SIGTERM when vpatch's thread that started it ends
-# (PR_SET_PDEATHSIG), is the subreaper of what the probe starts, and when the probe ends, or at SIGTERM (a timeout, a
-# cancel, vpatch's end), kills everything below it - what the probe started, in its group or in sessions of its
-# own - so that no probe or daemon outlives its run, even when vpatch is killed by SIGKILL. The probe itself is
-# exec'd unchanged (its argv, cwd, environment); its exit status, or the signal that ended it, is passed on.
-_SUPERVISOR = REAPER + """
-import ctypes, os, signal, sys
-signal.signal(signal.SIGTERM, lambda *_: (end_all(), os.killpg(0, signal.SIGKILL)))
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-libc.prctl(1, signal.SIGTERM)
-if os.getppid() != int(sys.argv[1]):
-    sys.exit(-signal.SIGKILL)
-pid = os.fork()
-if pid == 0:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        os.execv(sys.argv[2], sys.argv[2:])
-    except OSError as exc:
-        print(f"cannot run {sys.argv[2]}: {exc}", flush=True)
-        os._exit(127)
-while True:
-    try:
-        _, status = os.waitpid(pid, 0)
-        break
-    except InterruptedError:
-        continue
-end_all()
-if os.WIFSIGNALED(status):
-    signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-    os.kill(os.getpid(), os.WTERMSIG(status))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
 
 
 @dataclass(frozen=True)

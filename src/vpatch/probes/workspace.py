@@ -11,10 +11,11 @@ verdict.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from types import TracebackType
@@ -61,9 +62,20 @@ def zygote_pays(runs: int, jobs: int | None) -> bool:
     return ZYGOTE_DEFAULT and rounds >= ZYGOTE_ROUNDS
 
 
+# Upstream's tests run offline (tests_env): the hub's clients (huggingface_hub, transformers, datasets) answer from
+# their cache or fail at once instead of retrying for minutes, and nothing reports usage. What else reaches for the
+# network is stopped by the tests' runner (probes/child/upstream_tests.py).
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
 def zygote_env() -> dict[str, str]:
     """The environment a probe run is started with, its PYTHONPATH aside: what a zygote is started with."""
     return child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+
+
+def _kind(tests: bool) -> str:
+    return "upstream-tests zygote" if tests else "probe zygote"
 
 
 def default_jobs() -> int:
@@ -85,6 +97,7 @@ class Session:
         self.zygote = zygote_default() if zygote is None else zygote
         self.report = report
         self._zygotes: dict[tuple[Path, str], Zygote] = {}  # (venv python, kind) -> its warm interpreter
+        self._starting: dict[tuple[Path, str], threading.Thread] = {}  # -> the thread that starts it
         self._zygote_lock = threading.Lock()
         self.cancel = threading.Event()  # set when the command ends: running probes end with it
         self.ahead: dict[Path, ProbeResult] = {}  # result-cache entry -> a result run ahead, not yet read
@@ -95,6 +108,9 @@ class Session:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._batches: set[threading.Event] = set()  # the cancel events of the runs going now
+        # a process run (a probe's, upstream's tests') holds one while it runs: at most `jobs` at once, however many
+        # batches go side by side (probe check's sides and hunks beside upstream's tests)
+        self._slots = threading.BoundedSemaphore(self.jobs)
 
     def __enter__(self) -> Self:
         # A killed command leaves its workspace (a tree is 100+ MB): the folder's pid says when it is stale.
@@ -107,11 +123,11 @@ class Session:
         for batch in list(self._batches):
             batch.set()
         with self._zygote_lock:
+            self._open = False  # a zygote still starting closes itself when it is ready (_start_zygote)
             for zygote in self._zygotes.values():
                 zygote.close()
             self._zygotes.clear()
         with self._guard:
-            self._open = False
             if self._root is not None:
                 shutil.rmtree(self._root, ignore_errors=True)
                 self._root = None
@@ -120,30 +136,60 @@ class Session:
                 self._owner = None
             self._trees.clear()
 
-    def zygote_for(self, python: Path, report: Reporter = silent, *, tests: bool = False) -> Zygote | None:
-        """The warm interpreter of the venv of `python`, started on first use (None: the session runs fresh
-        processes, or that zygote is broken). Its progress goes to the session's reporter, else to `report` (the
-        first run's: the commands report probe runs that way). `tests`: the one upstream's tests run in, started
-        with their environment (`tests_env`: HOME the session's own) and learning its own preload list."""
+    def zygote_for(self, python: Path, report: Reporter = silent, *, tests: bool = False,
+                   wait: bool = False) -> Zygote | None:
+        """The warm interpreter of the venv of `python` once it is warm, else None: the run goes fresh (also where
+        the session runs fresh processes, or that zygote is broken). The first ask starts it beside the runs
+        (`warm_up`); `wait`: wait for it to be ready instead (a test that needs its runs to go through it)."""
+        starting = self.warm_up(python, report, tests=tests)
+        if starting is None:
+            return None
+        if wait:
+            starting.join()
+        with self._zygote_lock:
+            found = self._zygotes.get((python, _kind(tests)))
+        return None if found is None or found.broken is not None else found
+
+    def warm_up(self, python: Path, report: Reporter = silent, *, tests: bool = False) -> threading.Thread | None:
+        """Start the warm interpreter of the venv of `python` on a thread of its own, once per session and kind
+        (the thread; None where the session runs fresh processes): called as soon as the venv exists, so that it
+        imports its recorded list beside the first runs, which go fresh until it is ready. Its progress goes to the
+        session's reporter, else to `report` (the first run's: the commands report probe runs that way). `tests`:
+        the one upstream's tests run in, started with their environment (`tests_env`: offline, HOME the session's
+        own) and learning its own preload list."""
         if not self.zygote:
             return None
-        kind = "upstream-tests zygote" if tests else "probe zygote"
+        kind = _kind(tests)
+        with self._zygote_lock:
+            found = self._starting.get((python, kind))
+        if found is not None:
+            return found
+        env = self.tests_env() if tests else zygote_env()
         with self._zygote_lock:
             assert self._open, "a Session is used inside its with block"
-            found = self._zygotes.get((python, kind))
+            found = self._starting.get((python, kind))
             if found is None:
                 reporter = self.report if self.report is not silent else report
-                env = self.tests_env() if tests else zygote_env()
-                found = self._zygotes[(python, kind)] = Zygote(
-                    python, env=env, report=reporter, subject=kind,
-                    preload_file=TESTS_PRELOAD_FILE if tests else PRELOAD_FILE)
-                if found.broken is not None:
-                    reporter(Event(kind, "fresh processes", found.broken, final=True))
-        return None if found.broken is not None else found
+                found = self._starting[(python, kind)] = threading.Thread(
+                    target=self._start_zygote, args=(python, kind, env, reporter, tests), name="zygote-start",
+                    daemon=True)
+                found.start()
+        return found
+
+    def _start_zygote(self, python: Path, kind: str, env: dict[str, str], reporter: Reporter, tests: bool) -> None:
+        zygote = Zygote(python, env=env, report=reporter, subject=kind,
+                        preload_file=TESTS_PRELOAD_FILE if tests else PRELOAD_FILE, wait_for_imports=False)
+        with self._zygote_lock:
+            if not self._open:  # the command ended meanwhile
+                zygote.close()
+                return
+            self._zygotes[(python, kind)] = zygote
+        if zygote.broken is not None:
+            reporter(Event(kind, "fresh processes", zygote.broken, final=True))
 
     def tests_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment upstream's tests run in (PYTHONPATH aside, `extra` on top): HOME a folder of this
-        session's, so that no test writes into the user's home, the same for all its runs so that they share one
+        """The environment upstream's tests run in (PYTHONPATH aside, `extra` on top): offline (OFFLINE), HOME a folder
+        of this session's, so that no test writes into the user's home, the same for all its runs so that they share one
         warm interpreter (a module such as huggingface_hub reads HOME when it is imported)."""
         with self._guard:
             assert self._open, "a Session is used inside its with block"
@@ -151,7 +197,13 @@ class Session:
                 self._root, self._owner = own_run_folder(self.cache / "probe-runs", f"run-{os.getpid()}-")
             home = self._root / "home"
         home.mkdir(exist_ok=True)
-        return child_env({"PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home), **(extra or {})})
+        return child_env({"PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home), **OFFLINE, **(extra or {})})
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one of the session's `jobs` places for a process run."""
+        with self._slots:
+            yield
 
     def zygotes(self) -> list[Zygote]:
         """The warm interpreters started so far (broken ones too)."""

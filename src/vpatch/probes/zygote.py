@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from vpatch.base import ChildProcess, Event, ProcessError, Reporter, atomic_write, silent
+from vpatch.probes.child import ZYGOTE_SERVER
 
 PRELOAD_FILE = "vpatch-preload.json"
 TESTS_PRELOAD_FILE = "vpatch-preload-upstream-tests.json"  # the upstream-tests zygote's (pytest and what tests import)
@@ -73,14 +74,18 @@ class Zygote:
     """One warm interpreter of one probe venv, for the length of a session; `run` is safe from many threads."""
 
     def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent, subject: str = _SUBJECT,
-                 preload_file: str = PRELOAD_FILE) -> None:
+                 preload_file: str = PRELOAD_FILE, wait_for_imports: bool = True) -> None:
         self.python = python
+        # False: a run that comes while the zygote imports (what runs taught it) goes fresh instead of waiting
+        # (`run` answers None), so that no run waits on learning; a session's zygotes are made so
+        self.wait_for_imports = wait_for_imports
         self.env = dict(env)  # what a run must be started with (PYTHONPATH aside) to run here
         self.report = report
         self._folder: Path | None = None
         self.address = ""  # its socket
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
+        self.went_fresh = 0  # runs that came while it imported, and went fresh rather than wait
         self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
         self.subject = subject  # its progress lines' subject: "probe zygote", "upstream-tests zygote"
         self._file = python.parent.parent / preload_file  # its own: two kinds would overwrite each other's list
@@ -124,10 +129,9 @@ class Zygote:
             # us; the zygote removes it when it ends
             self._folder = Path(tempfile.mkdtemp(prefix=f"vpatch-zygote-{os.getpid()}-"))
             self.address = str(self._folder / "socket")
-            # cwd: a folder with no probe code in it (sys.path's first entry is dropped anyway)
-            self._child = ChildProcess([str(self.python), "-c", _SERVER, self.address, str(os.getpid())],
-                                        cwd=self.python.parent.parent, env=started,
-                                        shown=[str(self.python), "<probe zygote>"])
+            # cwd: a folder with no probe code in it; the server drops its own folder from sys.path once started
+            self._child = ChildProcess([str(self.python), str(ZYGOTE_SERVER), self.address, str(os.getpid())],
+                                        cwd=self.python.parent.parent, env=started)
             ready = _line(self._child.stdout, ANSWER_S)
         except (ProcessError, OSError) as exc:
             self.broken = f"it did not start: {exc}"
@@ -159,10 +163,14 @@ class Zygote:
 
     def run(self, argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float | None,
             cancel: threading.Event | None = None) -> ZygoteRan | None:
-        """`argv` in a child; None when the zygote could not run it to the end (run it fresh instead)."""
+        """`argv` in a child; None when the zygote could not run it to the end, or (`wait_for_imports` False) is
+        importing: run it fresh instead."""
+        if not self.wait_for_imports and not self._lock.acquire(blocking=False):
+            self.went_fresh += 1
+            return None  # learning: the zygote does one thing at a time, and this run will not wait for it
         # a preload in flight finishes first (the zygote does one thing at a time); one that never ends is a
         # wedged zygote, and the runs go fresh
-        if not self._lock.acquire(timeout=WEDGED_S):
+        if self.wait_for_imports and not self._lock.acquire(timeout=WEDGED_S):
             self._break(f"it has been importing for over {WEDGED_S:g}s")
             return None
         self._lock.release()
@@ -282,10 +290,17 @@ class Zygote:
         return {}
 
     def _learn_later(self, modules: list[str]) -> None:
-        """Preload what a run imported, on a thread of its own while the run's result goes on; the runs after it
-        wait for the zygote (see run). One such thread at a time takes what every run reported meanwhile."""
+        """Preload what a run imported, on a thread of its own while the run's result goes on; the runs after it go
+        fresh meanwhile (with `wait_for_imports`, they wait: see run). One such thread at a time takes what every
+        run reported meanwhile."""
         with self._guard:
-            self._pending += modules
+            # what it preloaded, refused or failed to import (until it preloads more) is nothing to learn: no lock
+            # taken, so the runs after this one need not go fresh
+            new = [m for m in modules if m not in self._preloaded and m not in self._refused
+                   and self._failed.get(m) != len(self._preloaded)]
+            if not new:
+                return
+            self._pending += new
             if self._learning:
                 return
             self._learning = True
@@ -447,626 +462,3 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-# The zygote, run by the probe venv's python with `-c` (so no folder of vpatch's is on its sys.path). It listens on a
-# socket in a 0700 folder of vpatch's and serves only vpatch (SO_PEERCRED: our uid and vpatch's pid); anything
-# else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool,
-# "tops": [the whole list's packages], "barred": [modules refused]} -> {"loaded", "refused": {name: why}, "failed",
-# "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe ->
-# {"pid"}, then the child's {"modules"} and the zygote's {"status"}. It ends, ending its runs, when the pipe it
-# got as stdin (vpatch) closes: vpatch ended, even by SIGKILL. Its own stdin and stdout are /dev/null and stderr:
-# a module that reads stdin at import reads nothing, one that prints cannot garble the report stream.
-# What started a run ends it whole: every process below this one, reparented here (a subreaper) when their parents
-# ended, daemons in sessions of their own included. Shared by the zygote's keepers and the runner's supervisor.
-REAPER = r"""
-import os, signal, time
-
-
-def descendants():
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    found, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier and p not in found}
-        found |= frontier
-    return found
-
-
-def end_all():
-    # Kill everything this keeper's run started, daemons and new sessions included (they were reparented here).
-    for _ in range(200):
-        found = descendants()
-        if not found:
-            return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
-        time.sleep(0.005)
-"""
-
-_SERVER = REAPER + r"""
-import ctypes, gc, importlib, importlib.util, json, os, random, runpy, select, signal, socket, struct, sys, time, types
-
-ADDRESS, VPATCH = sys.argv[1], int(sys.argv[2])
-sys.path[:] = [p for p in sys.path[1:]]
-AMBIENT = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-BASE = [p for p in sys.path if p not in AMBIENT]
-ROOTS = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                             sys.base_exec_prefix)}))
-ZYGOTE = os.getpid()
-STARTED = dict(os.environ)  # the environment it was started with: the runs' own, PYTHONPATH aside
-DUMPS, LOADS = json.dumps, json.loads  # a probe may replace json's functions in its child, never ours
-LIFE = os.dup(0)  # vpatch's end of this pipe closes when vpatch ends
-REPORT = os.dup(1)
-_null = os.open(os.devnull, os.O_RDWR)
-os.dup2(_null, 0)
-os.dup2(2, 1)
-os.close(_null)
-sys.stdin = open(0, closefd=False)
-signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C ends vpatch, and so this zygote; a child restores it
-libc = ctypes.CDLL(None, use_errno=True)
-
-
-def leave():
-    # vpatch ended (maybe killed): end here, and take the socket and its folder along
-    for remove in (os.unlink, os.rmdir):
-        try:
-            remove(ADDRESS if remove is os.unlink else os.path.dirname(ADDRESS))
-        except OSError:
-            pass
-    os._exit(0)
-
-
-def say(line):
-    os.write(REPORT, (line + "\n").encode())
-
-
-def threads():
-    return len(os.listdir("/proc/self/task"))
-
-
-def inside(module):
-    # Whether a module comes from the venv or the interpreter's library (or from no file at all).
-    paths = [module.__file__] if getattr(module, "__file__", None) else list(getattr(module, "__path__", None) or [])
-    return all(os.path.realpath(p).startswith(ROOTS) for p in paths if isinstance(p, str))
-
-
-def foreign(name, module):
-    return name == "vllm" or name.startswith("vllm.") or not inside(module)
-
-
-# -- the leak check: what an import may not change in what was there before it ------------------------------------
-
-# Process-wide settings a module holds outside its own bindings, read when that module is loaded.
-SETTINGS = {
-    "torch": ("get_default_dtype", "is_grad_enabled", "are_deterministic_algorithms_enabled", "get_num_threads",
-              "get_default_device", "initial_seed"),  # a seed set at import is one a probe could rely on
-    "numpy": ("geterr", "get_printoptions"),
-    "socket": ("getdefaulttimeout",),
-    "sys": ("getrecursionlimit", "getswitchinterval", "gettrace", "getprofile", "get_int_max_str_digits"),
-    "gc": ("isenabled", "get_threshold"),
-}
-
-
-def settings():
-    inert = inert_environ()
-    seen = {"cwd": os.getcwd(), "environ": {k: v for k, v in os.environ.items() if k not in inert},
-            "path": list(sys.path),
-            "meta_path": [id(f) for f in sys.meta_path if not inert_finder(f)],
-            "path_hooks": [id(h) for h in sys.path_hooks],
-            "signals": [signal.getsignal(s) for s in sorted(signal.valid_signals())
-                        if s not in (signal.SIGKILL, signal.SIGSTOP)]}
-    with open("/proc/self/status") as status:
-        seen["umask"] = [line for line in status if line.startswith("Umask")]
-    warnings = sys.modules.get("warnings")
-    # a warning filter changes what stderr shows, no exit code, unless it turns warnings into errors
-    seen["warnings"] = [f for f in warnings.filters if f[0] == "error"] if warnings is not None else []
-    logging = sys.modules.get("logging")
-    if logging is not None:
-        seen["logging"] = (logging.root.level, list(logging.root.handlers), logging.root.disabled)
-    decimal = sys.modules.get("decimal")
-    if decimal is not None:  # its flags aside: they say what arithmetic ran, not how the next one runs
-        context = decimal.getcontext()
-        seen["decimal"] = (context.prec, context.rounding, context.Emin, context.Emax, context.capitals,
-                           context.clamp, repr(context.traps))
-    for owner, getters in SETTINGS.items():
-        module = sys.modules.get(owner)
-        for getter in getters if module is not None else ():
-            try:
-                seen[f"{owner}.{getter}()"] = repr(getattr(module, getter)())
-            except Exception:
-                pass
-    return seen
-
-
-VENV = os.path.realpath(sys.prefix) + os.sep
-
-
-def watched(name, module):
-    # Whose bindings an import may not change: builtins and the venv's packages. The interpreter's own library is
-    # not watched: torch rebinds inspect.getfile, typing_extensions typing's helpers, and a probe imports them.
-    if name == "builtins":
-        return True
-    where = getattr(module, "__file__", None)
-    return isinstance(where, str) and os.path.realpath(where).startswith(VENV) and isinstance(
-        getattr(module, "__dict__", None), dict)
-
-
-def bindings(names=None):
-    # each watched module's bindings, and the module itself (one executed again is a new object in sys.modules)
-    return {name: (module, dict(vars(module))) for name, module in list(sys.modules.items())
-            if (names is None or name in names) and watched(name, module)}
-
-
-# Traces two packages leave on every import, each matched exactly, and inert for a run that does not import the
-# package (a run that does gets the same in a fresh process): without them the zygote would import torch._dynamo
-# (with torch._inductor) and transformers in every run, about 1.6 s of each probe run of vLLM, whose every
-# import of vllm imports both.
-def inert_rebinding(name, key, old, new):
-    # torch._dynamo wraps torch.manual_seed in torch._disable_dynamo, so that dynamo never traces it: the same
-    # function (functools.wraps: its __wrapped__), called through torch's own guard (its code in torch/_compile.py),
-    # which does nothing outside a compiled region
-    if (name, key) != ("torch", "manual_seed") or getattr(new, "__wrapped__", None) is not old:
-        return False
-    code, guard = getattr(new, "__code__", None), getattr(sys.modules.get("torch._compile"), "__file__", None)
-    return code is not None and isinstance(guard, str) and code.co_name == "inner" and \
-        os.path.realpath(code.co_filename) == os.path.realpath(guard)
-
-
-def inert_environ():
-    # torch._dynamo asks torch for its cache folder at import, which sets TORCHINDUCTOR_CACHE_DIR to the default
-    # folder when the variable was not set: a value made from the run's own environment (the same as the zygote's,
-    # TMPDIR and the user), set again in each run's environment (become) as its own import would have set it
-    value = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    utils = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
-    if value is None or "TORCHINDUCTOR_CACHE_DIR" in STARTED or utils is None:
-        return {}
-    try:
-        default = os.path.abspath(utils.default_cache_dir())
-    except Exception:
-        return {}
-    return {"TORCHINDUCTOR_CACHE_DIR": value} if value == default else {}
-
-
-def inert_finder(finder):
-    # transformers appends a finder of its own renamed modules (transformers.<old name> -> the new one). Last in
-    # sys.meta_path, it is asked only for what no finder before it found, and answers only names under
-    # transformers: a run imports those after transformers itself, which adds the finder in a fresh process too.
-    kind = type(finder)
-    if (kind.__module__, kind.__qualname__) != ("transformers.utils.import_utils", "_LegacyModuleAliasFinder"):
-        return False
-    machinery = sys.modules.get("importlib.machinery")
-    path_finder = getattr(machinery, "PathFinder", None)
-    return path_finder in sys.meta_path and sys.meta_path.index(path_finder) < sys.meta_path.index(finder)
-
-
-def inert_reexecuted(name, old, module):
-    # transformers.processing_utils executes transformers/__init__.py again (direct_transformers_import), which
-    # puts a new lazy module of the same file in sys.modules, as it does in a fresh run that imports it; a run that
-    # imports transformers alone gets that one, of the same import structure: its names are the same modules' own
-    kind = type(module)
-    return name == "transformers" and module is not old[0] and type(old[0]) is kind and \
-        (kind.__module__, kind.__qualname__) == ("transformers.utils.import_utils", "_LazyModule") and \
-        old[1].get("__file__") == getattr(module, "__file__", None)
-
-
-def _private(key):
-    # a module's private names (a cache, a backport patching a helper) are no API a probe relies on; dunders are
-    return key.startswith("_") and not key.startswith("__")
-
-
-def traces(before, settled):
-    # What changed since `before` (bindings) and `settled` (settings): a rebound or new name in a module that was
-    # loaded (a submodule bound into its package and a lazy module's cache aside), or a process-wide setting.
-    for name, (was, old) in before.items():
-        module = sys.modules.get(name)
-        if module is None:
-            return f"{name} was unloaded"
-        if module is not was and not inert_reexecuted(name, (was, old), module):
-            return f"it replaces the module {name}"
-        now = vars(module)
-        try:
-            if now == old:
-                continue
-        except Exception:
-            pass
-        if module is not was:
-            continue  # a new module of the same file and kind (inert_reexecuted): its own start, not a change
-        lazy = "__getattr__" in old or type(module) is not types.ModuleType
-        for key, value in now.items():
-            if isinstance(value, types.ModuleType) or key == "__warningregistry__" or _private(key):
-                continue
-            if key in old and old[key] is not value and not inert_rebinding(name, key, old[key], value):
-                return f"it rebinds {name}.{key}"
-            if key not in old and not lazy:
-                return f"it adds {name}.{key}"
-    now = settings()
-    for key in settled:  # a setting of a module loaded by this import is that module's own start
-        if settled[key] != now.get(key):
-            return f"it changes {key}"
-    return None
-
-
-def made(name):
-    # A module an import made from no file, which no finder knows (torch.distributed.nn's
-    # _remote_module_non_scriptable, compiled from generated source, its origin "torch-git"): its maker's own,
-    # made again by the maker's import in a fresh process. Built-in and frozen modules have no file either.
-    module = sys.modules.get(name)
-    spec = getattr(module, "__spec__", None)
-    return module is not None and getattr(module, "__file__", None) is None and \
-        getattr(module, "__path__", None) is None and getattr(spec, "origin", None) not in ("built-in", "frozen")
-
-
-def groups(names):
-    # The names by top-level package, in the order of each package's first name.
-    found = {}
-    for name in names:
-        found.setdefault(name.split(".")[0], []).append(name)
-    return list(found.items())
-
-
-def check(todo, out, recorded=(), barred=()):
-    # Import the groups of `todo` in turn, each checked against what was there before it; stop at the first that
-    # imports another package first (its "deps"), leaves a trace, starts a thread, loads a foreign module, or fails.
-    # A package of a `recorded` list (learned clean, its packages that import each other learned together) is no
-    # "deps": it is checked with the group that imports it, as a module a group's import `made` is. A group
-    # importing a module of `barred` (refused for good before) is refused with it. `out(done, stop)` gets the names
-    # imported clean, in order, and why it stopped (None: it did not).
-    done = []
-    before, settled = bindings(), settings()
-    for top, names in todo:
-        loaded = set(sys.modules)
-        try:
-            for name in names:
-                if name.startswith("vllm.") or name == "vllm" or name.startswith("__"):
-                    raise ImportError(f"{name} is never preloaded")
-                try:
-                    importlib.import_module(name)
-                except ModuleNotFoundError as exc:
-                    # a recorded module made by another module's import, which no finder knows (Cython's shared
-                    # _cython_3_3_0, whose maker may be refused since): left out, as a run imports it anyway
-                    if not (recorded and exc.name == name and "." not in name):
-                        raise
-        except BaseException as exc:
-            return out(done, {"top": top, "names": names, "failed": f"{type(exc).__name__}: {exc}"})
-        new = [m for m in sys.modules if m not in loaded]
-        own = {top, *(n.split(".")[0] for n in names)}
-        deps = [m for m in new if m.split(".")[0] not in own and m.split(".")[0] not in recorded
-                and not m.startswith("__") and not made(m)]
-        why = None
-        refused = [m for m in new if m in barred]
-        if refused:
-            why = f"it imports {refused[0]}, refused before"
-        elif threads() > 1:
-            why = "its import started a thread"
-        elif any(foreign(m, sys.modules[m]) for m in new if m in sys.modules):
-            why = "its import loaded a module from outside the venv"
-        elif deps:
-            return out(done, {"top": top, "names": names, "deps": deps})
-        else:
-            why = traces(before, settled)
-        if why is not None:
-            return out(done, {"top": top, "names": names, "refused": why})
-        done += [n for n in names if n in sys.modules]
-        before.update(bindings({*new, *(m for m, (was, _) in before.items() if sys.modules.get(m) is not was)}))
-        settled = settings()
-    return out(done, None)
-
-
-def apart(todo, barred):
-    # `check` in a child of this zygote, so that whatever an import does stays there: its answer, or a failure.
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        libc.prctl(1, signal.SIGKILL)
-        try:
-            check(todo, lambda done, stop: os.write(write, DUMPS({"done": done, "stop": stop}).encode()), (), barred)
-        finally:
-            os._exit(0)
-    os.close(write)
-    data = b""
-    while True:
-        ready, _, _ = select.select([read, LIFE], [], [], 0.05)
-        reap()  # the runs that end meanwhile (never the trial: it is waited for below)
-        if read in ready:
-            chunk = os.read(read, 1 << 20)
-            if not chunk:
-                break
-            data += chunk
-        elif LIFE in ready and not os.read(LIFE, 1 << 16):
-            os.kill(pid, signal.SIGKILL)
-            leave()
-    os.close(read)
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass  # reaped with the runs
-    try:
-        return LOADS(data)
-    except ValueError:
-        return {"done": [], "stop": {"top": todo[0][0], "names": todo[0][1], "failed": "the check ended"}}
-
-
-def preload(names, tried_apart, tops=(), barred=()):
-    # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, after
-    # the packages it imports, and only what left no trace is imported here. A recorded list (not apart) was
-    # checked when it was learned: it is checked again as it is imported, and any trace makes this zygote unsafe.
-    answer = {"loaded": [], "refused": {}, "failed": []}
-    names = [n for n in names if n not in sys.modules]
-    todo, moved = groups(names), {}
-    while todo:
-        if tried_apart:
-            result = apart(todo, barred)
-            for name in result["done"]:
-                importlib.import_module(name)  # what the child imported clean, in its order
-        else:
-            result = {}
-            check(todo, lambda done, stop: result.update(done=done, stop=stop),
-                  {*tops, *(n.split(".")[0] for _, group in todo for n in group)}, barred)
-        answer["loaded"] += result["done"]
-        stop = result["stop"]
-        if threads() > 1:
-            return {**answer, "unsafe": "an import started a thread"}
-        if stop is None:
-            break
-        if not tried_apart:
-            # the recorded packages import each other in any order (check's `recorded`); what a group imports
-            # beyond the list was never learned (one refused before is check's `barred`: refused, traced)
-            outside = sorted({m.split(".")[0] for m in stop.get("deps", ())})
-            why = stop.get("refused") or stop.get("failed") or (
-                f"it imports {', '.join(outside)}, which the list does not hold")
-            return {**answer, "unsafe": f"{stop['top']}: {why}", "at": stop["names"],
-                    "traced": bool(stop.get("refused"))}
-        rest = [(top, group) for top, group in todo if top != stop["top"]]
-        if "deps" in stop and moved.get(stop["top"], 0) < 3:
-            # what it imports of other packages goes first, each with its own names; packages that import each
-            # other (asyncio and _asyncio) go together, as one
-            moved[stop["top"]] = moved.get(stop["top"], 0) + 1
-            first = [(top, list(dict.fromkeys(group + [n for t, g in rest if t == top for n in g])))
-                     for top, group in groups(stop["deps"])]
-            ahead = {top for top, _ in first}
-            if moved[stop["top"]] == 1:
-                todo = first + [(stop["top"], stop["names"])]
-            else:
-                todo = [(stop["top"], [n for _, g in first for n in g] + stop["names"])]
-            todo += [(t, g) for t, g in rest if t not in ahead]
-            continue
-        if "failed" in stop:
-            answer["failed"] += stop["names"]
-        else:
-            why = stop.get("refused") or "it imports other packages whichever comes first"
-            answer["refused"].update((name, why) for name in stop["names"])
-        todo = rest
-    answer["loaded"] = [n for n in answer["loaded"] if n in sys.modules]
-    # a name refused with its group (mixed.clean, with the mixed.dirty that left a trace) and imported clean after,
-    # with a package that imports it (moved into that package's group): preloaded, so refused no longer; recorded
-    # refused, it would bar its importer from the list in the next command
-    answer["refused"] = {n: why for n, why in answer["refused"].items() if n not in sys.modules}
-    return answer
-
-
-# -- the runs ----------------------------------------------------------------------------------------------------
-
-CHILDREN = {}  # the runs' keepers -> the connection their status goes to
-
-
-def reap():
-    # pass on the status of each run that ended
-    while CHILDREN:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
-        if pid == 0:
-            break
-        conn = CHILDREN.pop(pid, None)
-        if conn is not None:
-            try:
-                conn.send(DUMPS({"status": status}).encode())
-            except OSError:
-                pass
-            conn.close()
-
-
-def peer(conn):
-    pid, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    return pid, uid
-
-
-def serve():
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(ADDRESS)
-    listener.listen(64)
-    say(f"ready {os.getpid()}")
-    children = CHILDREN
-    while True:
-        reap()
-        ready, _, _ = select.select([listener, LIFE], [], [], 0.05 if children else 1.0)
-        if LIFE in ready and not os.read(LIFE, 1 << 16):
-            for pid in children:
-                try:
-                    os.kill(pid, signal.SIGTERM)  # the keeper ends what its run started
-                except OSError:
-                    pass
-            leave()
-        if listener not in ready:
-            continue
-        conn, _ = listener.accept()
-        pid, uid = peer(conn)
-        if uid != os.getuid() or pid != VPATCH:
-            say(f"refused {pid} {uid}")  # nothing read from it, nothing run
-            conn.close()
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
-            request = LOADS(data)
-        except (OSError, ValueError):
-            conn.close()
-            continue
-        if "preload" in request:
-            conn.send(DUMPS(preload([str(n) for n in request["preload"]], bool(request.get("apart")),
-                                    [str(t) for t in request.get("tops", ())],
-                                    {str(n) for n in request.get("barred", ())})).encode())
-            conn.close()
-            continue
-        if not fds:
-            conn.close()
-            continue
-        if threads() > 1:
-            conn.send(DUMPS({"refused": "the zygote runs more than one thread"}).encode())
-            conn.close()
-            os.close(fds[0])
-            continue
-        known = set(sys.modules)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            listener.close()
-            for other in children.values():
-                other.close()
-            return request, fds[0], conn, known
-        os.close(fds[0])
-        conn.send(DUMPS({"pid": pid}).encode())
-        children[pid] = conn
-
-
-def keep(request, out, conn, known):
-    # The keeper, as the runner's supervisor is for a fresh run: a session of its own, the subreaper of what the
-    # run starts, ended (with all of it) by SIGTERM or by the zygote's end; the probe is its child, no group or
-    # session leader, so that setsid works as in a fresh run. Its exit status is the probe's.
-    os.setsid()
-    libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-    signal.signal(signal.SIGTERM, lambda *_: (end_all(), os._exit(128 + signal.SIGTERM)))
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: the zygote's end is ours
-    if os.getppid() != ZYGOTE:
-        os._exit(137)
-    pid = os.fork()
-    if pid == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        become(request, out, conn, known)
-        return
-    os.close(out)
-    conn.close()
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    end_all()
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
-        os.kill(os.getpid(), os.WTERMSIG(status))
-    os._exit(os.waitstatus_to_exitcode(status))
-
-
-def reseed():
-    # A fresh interpreter seeds random, numpy's global generator and torch's default generator from the OS when
-    # they are imported: a child of the zygote, which imported them once, draws new seeds the same way.
-    random.seed()
-    for name, reseed in (("numpy.random", "seed"), ("torch", "seed")):
-        module = sys.modules.get(name)
-        if module is not None:
-            try:
-                getattr(module, reseed)()
-            except Exception:
-                pass
-
-
-def become(request, out, conn, known):
-    # Turn this child into `python script args` as started fresh.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.close(LIFE)
-    os.close(REPORT)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    os.close(out)
-    env = request["env"]
-    os.chdir(request["cwd"])
-    preloaded = inert_environ()  # what a preloaded import set, as the run's own import would have
-    os.environ.clear()
-    os.environ.update(env)
-    os.environ.update({k: v for k, v in preloaded.items() if k not in env})
-    argv = request["argv"][1:]
-    module = argv[1] if argv[0] == "-m" else None
-    if module is not None:
-        argv = argv[1:]  # run_module makes argv[0] the module's file, as python -m does
-    sys.argv[:] = argv
-    script = argv[0]
-    tree = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    # sys.path's first entry: the script's folder, or for -m the working folder, as python puts it there
-    first = os.getcwd() if module is not None else os.path.dirname(os.path.abspath(script))
-    path = []
-    for entry in [*tree, *BASE]:  # site drops repeated entries; the first is put before them as it is
-        if entry not in path:
-            path.append(entry)
-    sys.path[:] = [first, *path]
-    sys.path_importer_cache.clear()
-    importlib.invalidate_caches()
-    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
-    reseed()
-    places = tuple(os.path.realpath(p) + os.sep for p in [*tree, first, os.getcwd()])
-
-    def report():
-        names = [name for name, module in list(sys.modules.items())
-                 if name not in known and not foreign(name, module) and not name.startswith("__")
-                 and not any(os.path.realpath(str(getattr(module, "__file__", None) or "")).startswith(p)
-                             for p in places)]
-        try:
-            for start in range(0, len(names), 500):  # a message of a Unix socket is bounded (its send buffer)
-                conn.send(DUMPS({"modules": names[start:start + 500]}).encode())
-        except Exception:
-            pass
-
-    import atexit
-    atexit.register(report)  # first registered, so it runs after the probe's own exit handlers
-    try:
-        if module is not None:
-            try:
-                script = getattr(importlib.util.find_spec(module), "origin", None) or script
-            except Exception:
-                pass  # run_module says what is wrong with it
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit:
-        raise
-    except BaseException as exc:
-        # the traceback a fresh `python script` prints: from the script's frame on, not this zygote's
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != script:
-            tb = tb.tb_next
-        tb = tb or exc.__traceback__
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
-        if isinstance(exc, KeyboardInterrupt):
-            sys.stdout.flush()
-            sys.stderr.flush()
-            atexit._run_exitfuncs()
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        raise SystemExit(1) from None
-
-
-keep(*serve())
-"""

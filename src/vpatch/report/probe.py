@@ -60,6 +60,7 @@ def regression_lines(found: Regressions) -> list[str]:
                                                                        f" in {run.seconds:.1f}s"))
     lines += [f"    REGRESSION {test}" for test in found.regressed]
     lines += [f"    fails on both sides (upstream's): {test}" for test in found.upstreams]
+    lines += [f"    not run here ({need}): {test}" for test, need in found.not_run_here]
     return lines
 
 
