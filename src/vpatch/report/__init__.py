@@ -18,7 +18,7 @@ from vpatch.report.lock_probes import change_lines
 from vpatch.report.new import started_lines
 from vpatch.report.probe import checked_lines, coverage_lines, dirty_warning, regression_lines, tree_lines, written_lines
 from vpatch.report.releases import release_lines
-from vpatch.report.serve import container_check_line, drift_json, drift_lines, served_lines
+from vpatch.report.serve import container_check_line, drift_json, drift_lines, fleet_drift_json, fleet_drift_lines, served_lines
 from vpatch.report.verify import check_lines, live_lines, live_summary, matched_line
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ __all__ = [
     "drift_json",
     "drift_lines",
     "export_lines",
+    "fleet_drift_json",
+    "fleet_drift_lines",
     "furthest_lines",
     "live_lines",
     "live_page",
