@@ -282,12 +282,14 @@ def deploy(
     baseline: Annotated[str, typer.Option(
         "--baseline", help="recorded: the figures recorded when the running image was deployed (measured when "
         "there are none); measure: run the checks against production now; none: no baseline.")] = "recorded",
+    host: Annotated[str | None, typer.Option(
+        "--host", help="Only this host of images/NAME.yaml's hosts: (default: every host, the standby first).")] = None,
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
     from vpatch.commands import deploy  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(deploy.run(project=state.project, name=name, image=image, rollback=rollback, where=where, prune=prune,
-                     keep=keep, as_json=as_json, report=report, out=out, baseline=baseline))
+                     keep=keep, as_json=as_json, report=report, out=out, baseline=baseline, host=host))
 
 
 probe_app = typer.Typer(cls=_Group, no_args_is_help=True,

@@ -82,16 +82,19 @@ def on_fleet(definition: ImageDefinition, *, host: str | None, print_only: bool,
                 echo(line)
         return ExitCode.OK if all(d.clean for d in found) else ExitCode.DRIFT
     if check:
-        state_dir = Journal.folder().parent / "serve"
-        verdicts = [check_container(docker, place.definition, state_dir=state_dir, server_host=place.server_host)
-                    for place, docker in connected]
+        verdicts = []
+        for place, docker in connected:
+            with place.state():
+                verdicts.append(check_container(docker, place.definition, state_dir=Journal.folder().parent / "serve",
+                                                server_host=place.server_host))
         for place, checked in zip(fleet, verdicts, strict=True):
             echo(f"{place.name}: {container_check_line(checked)}")
         return ExitCode.OK if all(c.alive for c in verdicts) else ExitCode.ERROR
     for place, docker in connected:
-        _refuse_unfinished_deploys(definition.name, place.definition.serve)
-        served = serve_definition(docker, place.definition, cache=cache_dir(), image=image, replace=replace,
-                                  progress=progress, place=place)
+        with place.state():
+            _refuse_unfinished_deploys(definition.name, place.definition.serve)
+            served = serve_definition(docker, place.definition, cache=cache_dir(), image=image, replace=replace,
+                                      progress=progress, place=place)
         assert place.definition.serve is not None  # validated: serving needs a serve section
         for line in served_lines(served, health_url(place.definition.serve.port, place.server_host)):
             echo(f"{place.name}: {line}")

@@ -4,7 +4,17 @@ one document reader and one YAML loader, and the rules between their sections.
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.config.definition import Base, ImageDefinition, Strategy, definition_name_ok, image_reference_ok
-from vpatch.config.deploy import BlockCostCheck, KvPoolCheck, MemoryCheck, NeedleCheck, ParallelCheck, QuestionCheck, Suite, TimingCheck
+from vpatch.config.deploy import (
+    BlockCostCheck,
+    Hooks,
+    KvPoolCheck,
+    MemoryCheck,
+    NeedleCheck,
+    ParallelCheck,
+    QuestionCheck,
+    Suite,
+    TimingCheck,
+)
 from vpatch.config.hosts import Endpoint, EndpointKind, Host, HostRole
 from vpatch.config.project import CONFIG_NAME, Config, Pin, find_root, repin_text
 from vpatch.config.serve import ServeConfig
@@ -17,6 +27,7 @@ __all__ = [
     "Config",
     "Endpoint",
     "EndpointKind",
+    "Hooks",
     "Host",
     "HostRole",
     "ImageDefinition",

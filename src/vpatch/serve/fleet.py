@@ -3,10 +3,10 @@ daemon, and its drift from the definition. Without `hosts:` the fleet is the loc
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 
-from vpatch.base import Progress, host_lock_folder
+from vpatch.base import Progress, host_state
 from vpatch.config import Host, HostRole, ImageDefinition, Pin
 from vpatch.docker import Docker
 from vpatch.serve.drift import DriftReport, diff
@@ -40,10 +40,10 @@ class FleetHost:
         serve = self.definition.serve
         return reach if reach is not None else (serve.host if serve is not None else None)
 
-    @property
-    def lock_folder(self) -> Path:
-        """Where the locks of its container name and port live: one set per host."""
-        return host_lock_folder() / "hosts" / self.host.name if self.host is not None else host_lock_folder()
+    def state(self) -> AbstractContextManager[None]:
+        """The block in which vpatch's state (journals, records, the locks of container names and ports) is this
+        host's own: one lock per host, and its deploy journal beside no other host's."""
+        return host_state(self.host.name if self.host is not None else None)
 
     def connect(self) -> Docker:
         """Its docker daemon, answering; a DockerError naming the host when it does not."""

@@ -37,8 +37,8 @@ def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: st
     report = lint.check(docker, command, definition=definition.name, cache=cache, progress=progress)
     # The lock deploy, rollback and prune take on this container name and port: a serve --replace never
     # removes the candidate a deploy is checking.
-    with host_resources(place.lock_folder if place is not None else host_lock_folder(), container=command.name,
-                        port=definition.serve.port, holder=f"vpatch serve {definition.name}"):
+    with host_resources(host_lock_folder(), container=command.name, port=definition.serve.port,
+                        holder=f"vpatch serve {definition.name}"):
         return _serve(docker, definition, command, report, replace=replace, progress=progress,
                       server_host=place.server_host if place is not None else definition.serve.host)
 
@@ -123,8 +123,7 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path,
         return ContainerCheck(name, info.status, info.health, alive.Verdict("down", why, 0.0))
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        state: str | None = str(state_dir / (f"{definition.name}-alive.json" if server_host is None
-                                             else f"{definition.name}@{server_host}-alive.json"))
+        state: str | None = str(state_dir / f"{definition.name}-alive.json")
     except OSError:
         state = None  # a read-only or broken state folder loses the stall memory between checks, not the verdict
     verdict = alive.check(health_url(definition.serve.port, server_host or definition.serve.host), model=definition.serve.model_name,
