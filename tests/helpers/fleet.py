@@ -66,17 +66,19 @@ def start_fleet_daemon(image: str) -> FleetDaemon:
 
 
 def fleet_yaml(image: str, port: int, container: str, daemon: FleetDaemon, *, standby_docker: str | None = None,
-               standby_serve: dict[str, Any] | None = None) -> str:
+               standby_serve: dict[str, Any] | None = None, production_serve: dict[str, Any] | None = None,
+               deploy: dict[str, Any] | None = None) -> str:
     """images/tiny.yaml with two hosts: production on the first daemon (a docker context), the standby over ssh."""
     repository, tag = image.rsplit(":", 1)
-    hosts = [
-        {"name": "production", "docker": PRODUCTION_CONTEXT, "role": "production"},
+    hosts: list[dict[str, Any]] = [
+        {"name": "production", "docker": PRODUCTION_CONTEXT, "role": "production",
+         **({"serve": production_serve} if production_serve else {})},
         {"name": "standby", "docker": standby_docker or daemon.ssh, "role": "standby", "address": daemon.address,
          "serve": standby_serve if standby_serve is not None else {"kv_cache_memory_bytes": STANDBY_KV,
                                                                    "max_num_seqs": 1}},
     ]
-    return yaml.safe_dump({"image": {"repository": repository, "tag": tag},
-                           "serve": tiny_serve(port, container), "hosts": hosts}, sort_keys=False)
+    return yaml.safe_dump({"image": {"repository": repository, "tag": tag}, "serve": tiny_serve(port, container),
+                           **({"deploy": deploy} if deploy else {}), "hosts": hosts}, sort_keys=False)
 
 
 @dataclass
