@@ -94,3 +94,28 @@ def test_a_standby_that_fails_is_rolled_back_and_production_is_never_parked(tiny
     assert not (tmp_path / "diverted").exists()
     code, out, _ = tiny_fleet.cli("deploy", NAME, "--host", "standby", "--status")
     assert code == 0 and "deploy of tiny: rolled-back" in out, out
+
+
+def test_production_that_fails_is_rolled_back_while_the_standby_serves_the_new_image(tiny_fleet: Fleet,
+                                                                                     tmp_path: Path) -> None:
+    # Three server starts: the standby's candidate, production's (vLLM refuses its KV budget), production again.
+    production = tiny_fleet.production().container(tiny_fleet.container)
+    assert production is not None
+    tiny_fleet.write(deploy=suite(tmp_path), production_serve={"kv_cache_memory_bytes": KV_TOO_SMALL})
+    code, out, err = tiny_fleet.cli("deploy", NAME, "--json")
+    assert code != 0, out + err
+    doc = json.loads(out)
+    assert doc["halted_at"] == "production" and doc["diverted"] and not doc["deployed"]
+    standby_step, production_step = doc["hosts"]
+    assert (standby_step["host"], standby_step["deployed"]) == ("standby", True)
+    assert production_step["host"] == "production" and not production_step["deployed"]
+    assert production_step.get("failed_check") or production_step["error"], production_step
+    # Production is its old container again (started again by the rollback); the lane came back (after_switch).
+    after = tiny_fleet.production().container(tiny_fleet.container)
+    assert after is not None and after.id == production.id and after.status == "running"
+    assert (tmp_path / "diverted").exists() and (tmp_path / "back").exists()
+    # The standby still serves the new candidate: the one its deploy started, alive.
+    standby = tiny_fleet.standby().container(tiny_fleet.container)
+    assert standby is not None and standby.labels.get("io.vpatch.deploy") and standby.status == "running"
+    code, out, err = tiny_fleet.cli("serve", NAME, "--check", "--host", "standby")
+    assert code == 0, out + err

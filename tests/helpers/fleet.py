@@ -107,12 +107,22 @@ class Fleet:
     def standby(self) -> Docker:
         return self.daemon.docker()
 
-    def cli(self, *args: str) -> tuple[int, str, str]:
+    @property
+    def env(self) -> dict[str, str]:
+        """Its commands' environment: the production context's DOCKER_CONFIG, its own state folder."""
+        return dict(os.environ, DOCKER_CONFIG=str(self.docker_config), VPATCH_STATE=str(self.state))
+
+    def cli(self, *args: str, cwd: Path | None = None) -> tuple[int, str, str]:
         """`vpatch --project ROOT ARGS` in a child process (the docker context needs DOCKER_CONFIG, ssh a clean
         environment): exit code, stdout, stderr."""
-        env = dict(os.environ, DOCKER_CONFIG=str(self.docker_config), VPATCH_STATE=str(self.state))
-        done = subprocess.run([sys.executable, "-m", "vpatch", "--project", str(self.root), *args], env=env,
-                              capture_output=True, text=True, timeout=900)
+        done = subprocess.run([sys.executable, "-m", "vpatch", "--project", str(self.root), *args], env=self.env,
+                              capture_output=True, text=True, timeout=900, cwd=cwd)
+        return done.returncode, done.stdout, done.stderr
+
+    def shell(self, command: str, *, env: dict[str, str]) -> tuple[int, str, str]:
+        """A command line of a page (docs/fleet.md) run by bash in the project folder."""
+        done = subprocess.run(["bash", "-c", command], env={**self.env, **env}, cwd=self.root, capture_output=True,
+                              text=True, timeout=300)
         return done.returncode, done.stdout, done.stderr
 
     def ensure(self) -> None:

@@ -87,6 +87,10 @@ def deploy_fleet(config: Config, *, connected: list[tuple[FleetHost, Docker]], i
                                 cache=cache, progress=progress, live=plan, baseline=baseline,
                                 reach=place.server_host, daemon=place.daemon)
             except VpatchError as exc:
+                if diverted:
+                    # Its deploy ended in an error after its rollback, before its own after_switch: the lane comes
+                    # back to the production it restored all the same.
+                    run_hooks(place.definition.deploy.hooks.after_switch, "after_switch", progress, strict=False)
                 steps.append(HostDeploy(place.name, place.role, None, exc.message, plan))
                 return FleetReport(definition, image, tuple(steps), answer, diverted, place.name)
         step = HostDeploy(place.name, place.role, report, None, plan)
