@@ -100,3 +100,20 @@ def test_an_unknown_host_names_the_known_ones(tmp_path: Path) -> None:
 ])
 def test_a_bad_hosts_list_is_refused_with_the_key_and_the_host(tmp_path: Path, body: str, said: str) -> None:
     assert said in refused(tmp_path, SERVE + body)
+
+
+def test_deploy_recovery_over_hosts_names_one_host(tmp_path: Path) -> None:
+    """--rollback acts on one host's journal, so a definition with hosts wants --host; --prune and --report keep
+    to this machine's state and take no --host. Refused before any daemon is reached."""
+    from typer.testing import CliRunner
+
+    from vpatch.commands.cli import app
+
+    load(tmp_path, SERVE + TWO)
+    (tmp_path / "vpatch.yaml").write_text("pin:\n  ref: v1.0\n")
+    result = CliRunner().invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--rollback"])
+    assert result.exit_code == 1
+    assert "images/tiny.yaml has hosts (gpu-2, gpu-1): --rollback acts on one host's deploy" in result.output
+    assert "--rollback --host gpu-1" in result.output
+    result = CliRunner().invoke(app, ["-C", str(tmp_path), "deploy", "tiny", "--prune", "--host", "gpu-1"])
+    assert result.exit_code == 1 and "--host goes with a deploy, --status or --rollback, not --prune" in result.output

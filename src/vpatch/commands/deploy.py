@@ -60,6 +60,14 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
                           hint=f"`vpatch deploy {name} --host {host}`")
     if host is not None and (where or rollback):
         return on_host(project, name, host, rollback=rollback)
+    fleet = _hosts_if_readable(project, name) if where or rollback else ()
+    if fleet and rollback:
+        raise VpatchError(f"images/{name}.yaml has hosts ({', '.join(fleet)}): --rollback acts on one host's deploy",
+                          hint=f"`vpatch deploy {name} --status` shows each host's; then `vpatch deploy {name} "
+                          f"--rollback --host {fleet[-1]}`")
+    if fleet:
+        codes = [on_host(project, name, each, rollback=False) for each in fleet]
+        return ExitCode.UNFINISHED if ExitCode.UNFINISHED in codes else ExitCode.OK
     # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
     if where:
         return show_status(project, name)
@@ -214,6 +222,17 @@ def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
         return ImageDefinition.load(load_config(project).root, name).serve
     except VpatchError:
         return None
+
+
+def _hosts_if_readable(project: Path, name: str) -> tuple[str, ...]:
+    """The names of images/NAME.yaml's hosts, the standby first, when it reads (each keeps its own journal); ()
+    otherwise."""
+
+    try:
+        definition = ImageDefinition.load(load_config(project).root, name)
+        return tuple(p.name for p in places(definition)) if definition.hosts else ()
+    except VpatchError:
+        return ()
 
 
 def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,

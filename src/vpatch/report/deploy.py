@@ -28,7 +28,8 @@ def status_lines(name: str, found: Where, host: str | None = None) -> list[str]:
         lines.append(f"no deploy of {name} is recorded on " + (f"host {host}" if host else "this host"))
     else:
         j = found.journal
-        lines.append(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
+        of = f"{name} on host {host}" if host else name
+        lines.append(f"deploy of {of}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
         for role, cname, state in found.containers:
             lines.append(f"  {role:16} {cname:40} {state}")
         if not j.phase.settled:
