@@ -23,6 +23,7 @@ FIXTURE_MARKERS = {
     "vllm_server_image": ("vllm_server", "docker"),
     "tiny_production_server": ("vllm_server", "docker"),
     "tiny_bare_server": ("vllm_server", "docker"),
+    "tiny_fleet_servers": ("vllm_server", "docker"),
 }
 # Every test of a real vLLM server runs on one xdist worker (--dist loadgroup), the rest beside it on the other:
 # the shared production server (tiny_production, a session fixture: once per worker) then starts once per run,
@@ -278,6 +279,24 @@ def tiny_bare_server(tmp_path_factory: pytest.TempPathFactory, vllm_server_image
 
     with production_host(tmp_path_factory, vllm_server_image, bare=True) as host:
         yield host
+
+
+@pytest.fixture(scope="session")
+def tiny_fleet_servers(tmp_path_factory: pytest.TempPathFactory, vllm_server_image: str) -> Iterator[Any]:
+    """Two hosts, production on this daemon and a standby on a second one reached over ssh, each running the tiny
+    server, started once per session (tests/helpers/fleet.py)."""
+    from helpers.fleet import fleet_host
+
+    with fleet_host(tmp_path_factory, vllm_server_image) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+def tiny_fleet(tiny_fleet_servers: Any) -> Any:
+    """The shared two-host fleet (tests/helpers/fleet.py `Fleet`), its yaml put back and what a test broke started
+    again before the test."""
+    tiny_fleet_servers.ensure()
+    return tiny_fleet_servers
 
 
 @pytest.fixture

@@ -225,11 +225,11 @@ def test_a_hook_whose_program_is_missing_is_named_before_switch_stops_and_after_
 
     said: list[str] = []
     with pytest.raises(VpatchError) as caught:
-        switch._hooks([["/nonexistent/lane-divert", "flash", "standby"]], "before_switch", said.append, strict=True)
+        switch.run_hooks([["/nonexistent/lane-divert", "flash", "standby"]], "before_switch", said.append, strict=True)
     assert caught.value.message.startswith("before_switch hook failed: ") and "/nonexistent/lane-divert" in caught.value.message
     assert caught.value.hint and "nothing was switched" in caught.value.hint
     assert said == ["before_switch: /nonexistent/lane-divert flash standby"]
-    failed = switch._hooks([["false"], ["/nonexistent/notify"], ["true"]], "after_switch", said.append, strict=False)
+    failed = switch.run_hooks([["false"], ["/nonexistent/notify"], ["true"]], "after_switch", said.append, strict=False)
     assert len(failed) == 2 and "/nonexistent/notify" in failed[1]
     assert said[-1] == "after_switch: true"  # the hooks after a failed one still ran
 

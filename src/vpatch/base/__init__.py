@@ -24,7 +24,7 @@ from vpatch.base.errors import (
 )
 from vpatch.base.fs import atomic_write
 from vpatch.base.lock import exclusive, host_lock_folder, host_resources
-from vpatch.base.paths import cache_dir, state_dir
+from vpatch.base.paths import cache_dir, host_state, state_dir
 from vpatch.base.process import TAIL_CHARS as PROCESS_TAIL_CHARS
 from vpatch.base.process import Child as ChildProcess
 from vpatch.base.process import Output, child_env, interruptible
@@ -91,6 +91,7 @@ __all__ = [
     "feed_process",
     "host_lock_folder",
     "host_resources",
+    "host_state",
     "interruptible",
     "json_kind",
     "json_shown",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from vpatch.base.errors import VpatchError
@@ -18,7 +21,29 @@ def cache_dir() -> Path:
     return base / "vpatch"
 
 
+# The host of a fleet (images/<name>.yaml hosts:) whose state the code in a `host_state` block keeps.
+_HOST: ContextVar[str | None] = ContextVar("vpatch_state_host", default=None)
+
+
+@contextmanager
+def host_state(host: str | None) -> Iterator[None]:
+    """For the block, state_dir() is the state of the fleet's host `host` (its journals, records, locks under
+    hosts/<host>/): each host's deploy stands alone, as it would with vpatch run on that machine. None: this host."""
+    token = _HOST.set(host)
+    try:
+        yield
+    finally:
+        _HOST.reset(token)
+
+
 def state_dir() -> Path:
+    """The host's vpatch state folder (hosts/<name>/ in it inside a `host_state` block)."""
+    root = _state_root()
+    host = _HOST.get()
+    return root / "hosts" / host if host is not None else root
+
+
+def _state_root() -> Path:
     """The host's vpatch state folder: $VPATCH_STATE, else $XDG_STATE_HOME/vpatch, else ~/.local/state/vpatch.
 
     A relative $VPATCH_STATE is refused: it would name another folder from each working directory, and

@@ -206,6 +206,8 @@ def serve(
     json_out: Annotated[bool, typer.Option("--json", help="With --diff: one JSON document.")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Is the running server alive (the container health check's rule)? Exit 0 alive, 1 not.")] = False,
+    host: Annotated[str | None, typer.Option(
+        "--host", help="Only this host of images/NAME.yaml's hosts: (default: every host, the standby first).")] = None,
 ) -> None:
     """Start the server as images/NAME.yaml's serve: section says: lint it against the image, run it, wait for /health.
 
@@ -215,7 +217,7 @@ def serve(
     from vpatch.commands import serve  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(serve.run(project=state.project, name=name, print_only=print_only, diff=diff, image=image, replace=replace,
-                    json_out=json_out, check=check))
+                    json_out=json_out, check=check, host=host))
 
 
 @app.command()
@@ -299,12 +301,14 @@ def deploy(
     baseline: Annotated[str, typer.Option(
         "--baseline", help="recorded: the figures recorded when the running image was deployed (measured when "
         "there are none); measure: run the checks against production now; none: no baseline.")] = "recorded",
+    host: Annotated[str | None, typer.Option(
+        "--host", help="Only this host of images/NAME.yaml's hosts: (default: every host, the standby first).")] = None,
 ) -> None:
     """Switch production to a new image with checks; roll back by itself when one fails (exit 6)."""
     from vpatch.commands import deploy  # lazy: a command's module loads only when it runs, so --help stays light
 
     _exit(deploy.run(project=state.project, name=name, image=image, rollback=rollback, where=where, prune=prune,
-                     keep=keep, as_json=as_json, report=report, out=out, baseline=baseline))
+                     keep=keep, as_json=as_json, report=report, out=out, baseline=baseline, host=host))
 
 
 probe_app = typer.Typer(cls=_Group, no_args_is_help=True,

@@ -9,7 +9,19 @@ from typing import TYPE_CHECKING
 from vpatch.base import ExitCode, VpatchError, atomic_write, cache_dir
 from vpatch.commands import console, echo, load_config, progress
 from vpatch.config import ImageDefinition
-from vpatch.deploy import BaselineMode, DeployRecord, Journal, deploy, holders, plan_live, prune_containers, rollback, where
+from vpatch.deploy import (
+    BaselineMode,
+    DeployRecord,
+    Journal,
+    deploy,
+    deploy_fleet,
+    holders,
+    plan_live,
+    prune_containers,
+    rollback,
+    where,
+)
+from vpatch.deploy import rollback as rollback_deploy
 from vpatch.docker import Docker
 from vpatch.report import (
     deploy_json,
@@ -17,18 +29,22 @@ from vpatch.report import (
     deploy_page,
     deploy_status_lines,
     deploy_tables,
+    fleet_deploy_json,
+    fleet_deploy_lines,
     live_plan_notes,
     page_line,
     prune_lines,
     rolled_back_line,
 )
+from vpatch.serve import connect_all, places
 
 if TYPE_CHECKING:
-    from vpatch.config import ServeConfig
+    from vpatch.config import Config, ServeConfig
 
 
 def run(*, project: Path, name: str, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,
-        as_json: bool, report: bool = False, out: Path | None = None, baseline: str = "recorded") -> ExitCode:
+        as_json: bool, report: bool = False, out: Path | None = None, baseline: str = "recorded",
+        host: str | None = None) -> ExitCode:
     """Refuse what one mode would ignore, then run the one mode asked for."""
     _refuse_combinations(name, image=image, rollback=rollback, where=where, prune=prune, keep=keep, as_json=as_json)
     modes = {m.value: m for m in BaselineMode}
@@ -37,8 +53,21 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
                           hint="recorded (the default) spares production; measure measures it afresh; none skips it")
     if out is not None and not report:
         raise VpatchError("--out needs --report", hint=f"`vpatch deploy {name} --report --out FILE`")
-    if report:
+    if report and host is None:
         return show_report(name, out=out)
+    if host is not None and (report or prune):
+        raise VpatchError(f"--host goes with a deploy, --status or --rollback, not {'--report' if report else '--prune'}",
+                          hint=f"`vpatch deploy {name} --host {host}`")
+    if host is not None and (where or rollback):
+        return on_host(project, name, host, rollback=rollback)
+    fleet = _hosts_if_readable(project, name) if where or rollback else ()
+    if fleet and rollback:
+        raise VpatchError(f"images/{name}.yaml has hosts ({', '.join(fleet)}): --rollback acts on one host's deploy",
+                          hint=f"`vpatch deploy {name} --status` shows each host's; then `vpatch deploy {name} "
+                          f"--rollback --host {fleet[-1]}`")
+    if fleet:
+        codes = [on_host(project, name, each, rollback=False) for each in fleet]
+        return ExitCode.UNFINISHED if ExitCode.UNFINISHED in codes else ExitCode.OK
     # --status, --rollback and --prune need only the journal and the daemon: recovery never depends on the yaml.
     if where:
         return show_status(project, name)
@@ -46,7 +75,57 @@ def run(*, project: Path, name: str, image: str | None, rollback: bool, where: b
         return roll_back(project, name)
     if prune:
         return prune_old(name, keep=1 if keep is None else keep)
-    return deploy_image(project, name, image=image, as_json=as_json, baseline=modes[baseline])
+    return deploy_image(project, name, image=image, as_json=as_json, baseline=modes[baseline], host=host)
+
+
+def on_host(project: Path, name: str, host: str, *, rollback: bool) -> ExitCode:
+    """`--status` or `--rollback` on one host of images/NAME.yaml's hosts: its daemon, its own journal."""
+    definition = ImageDefinition.load(load_config(project).root, name)
+    ((place, docker),) = connect_all(places(definition, host), progress)
+    serve = place.definition.serve
+    with place.state():
+        if rollback:
+            echo(rolled_back_line(rollback_deploy(definition=name, docker=docker, progress=progress)))
+            return ExitCode.OK
+        found = where(definition=name, docker=docker, container=serve.container.name if serve else None,
+                      port=serve.port if serve else None)
+    for line in deploy_status_lines(name, found, place.name):
+        echo(line)
+    unfinished = (found.journal is not None and not found.journal.phase.settled) or bool(found.others)
+    return ExitCode.UNFINISHED if unfinished else ExitCode.OK
+
+
+def deploy_on_fleet(config: Config, definition: ImageDefinition, *, host: str | None, image: str | None,
+                    as_json: bool, baseline: BaselineMode) -> ExitCode:
+    """The fleet in order, the standby first; every host reached before anything is touched on any."""
+    definition.validate()  # every section, on every host, before anything is reached
+    connected = connect_all(places(definition, host), progress)
+    result = deploy_fleet(config, connected=connected, image=image or definition.moving_ref, cache=cache_dir(),
+                          progress=progress, baseline=baseline)
+    pages = []
+    for step in result.steps:
+        if step.report is not None and step.report.record is not None:
+            with next(p for p, _ in connected if p.name == step.host).state():
+                pages.append(_write_report(step.report.record, None, None))
+    if as_json:
+        echo(json.dumps(fleet_deploy_json(result), indent=2))
+    else:
+        shell = console()
+        for step in result.steps:
+            echo(f"== host {step.host} ({step.role.value}) ==")
+            if step.report is not None:
+                for table in deploy_tables(step.report):
+                    shell.print(table)
+                for line in deploy_lines(step.report):
+                    echo(line)
+        for line in fleet_deploy_lines(result):
+            echo(line)
+    for page in pages:
+        (progress if as_json else echo)(page_line(page))
+    if result.deployed:
+        return ExitCode.OK
+    last = result.steps[-1]
+    return last.report.decision.exit_code if last.report is not None else ExitCode.ERROR
 
 
 def show_report(name: str, *, out: Path | None) -> ExitCode:
@@ -97,12 +176,15 @@ def prune_old(name: str, *, keep: int) -> ExitCode:
     return ExitCode.OK
 
 
-def deploy_image(project: Path, name: str, *, image: str | None, as_json: bool, baseline: BaselineMode) -> ExitCode:
+def deploy_image(project: Path, name: str, *, image: str | None, as_json: bool, baseline: BaselineMode,
+                 host: str | None = None) -> ExitCode:
     """The switch: verify the candidate, baseline, park production, start and check the candidate, keep it or
     roll back; exit 6 when it rolled back."""
 
     config = load_config(project)
     definition = ImageDefinition.load(config.root, name)
+    if definition.hosts or host is not None:
+        return deploy_on_fleet(config, definition, host=host, image=image, as_json=as_json, baseline=baseline)
     if definition.serve is None:
         raise VpatchError(f"images/{name}.yaml has no serve: section", hint="deploy starts the candidate from serve:")
     docker = Docker.connect()
@@ -140,6 +222,17 @@ def _serve_if_readable(project: Path, name: str) -> ServeConfig | None:
         return ImageDefinition.load(load_config(project).root, name).serve
     except VpatchError:
         return None
+
+
+def _hosts_if_readable(project: Path, name: str) -> tuple[str, ...]:
+    """The names of images/NAME.yaml's hosts, the standby first, when it reads (each keeps its own journal); ()
+    otherwise."""
+
+    try:
+        definition = ImageDefinition.load(load_config(project).root, name)
+        return tuple(p.name for p in places(definition)) if definition.hosts else ()
+    except VpatchError:
+        return ()
 
 
 def _refuse_combinations(name: str, *, image: str | None, rollback: bool, where: bool, prune: bool, keep: int | None,

@@ -11,8 +11,17 @@ from vpatch.commands import echo, load_config, progress
 from vpatch.config import ImageDefinition, image_reference_ok
 from vpatch.deploy import Journal, holders
 from vpatch.docker import Docker
-from vpatch.report import container_check_line, drift_json, drift_lines, served_lines
-from vpatch.serve import check_container, container_drift, health_url, serve_command, serve_definition
+from vpatch.report import container_check_line, drift_json, drift_lines, fleet_drift_json, fleet_drift_lines, served_lines
+from vpatch.serve import (
+    check_container,
+    connect_all,
+    container_drift,
+    fleet_drift,
+    health_url,
+    places,
+    serve_command,
+    serve_definition,
+)
 
 if TYPE_CHECKING:
     from vpatch.config import ImageDefinition, Pin, ServeConfig
@@ -20,7 +29,7 @@ if TYPE_CHECKING:
 
 
 def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | None, replace: bool, json_out: bool,
-        check: bool) -> ExitCode:
+        check: bool, host: str | None = None) -> ExitCode:
     modes = [flag for flag, on in (("--print", print_only), ("--diff", diff), ("--check", check)) if on]
     if len(modes) > 1 or (replace and modes):
         both = modes if len(modes) > 1 else [modes[0], "--replace"]
@@ -36,6 +45,9 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     # The whole definition, every section and the rules between them, before anything is shown or touched.
     config = load_config(project)
     definition = ImageDefinition.load(config.root, name).validate()
+    if definition.hosts or host is not None:
+        return on_fleet(definition, host=host, print_only=print_only, diff=diff, check=check, image=image,
+                        replace=replace, json_out=json_out, pin=config.pin)
     if print_only:
         for line in serve_command(definition, image=image).shell_lines():
             echo(line)
@@ -47,6 +59,46 @@ def run(*, project: Path, name: str, print_only: bool, diff: bool, image: str | 
     if diff:
         return show_drift(docker, definition, image=image, pin=config.pin, json_out=json_out)
     return start(docker, definition, image=image, replace=replace)
+
+
+def on_fleet(definition: ImageDefinition, *, host: str | None, print_only: bool, diff: bool, check: bool,
+             image: str | None, replace: bool, json_out: bool, pin: Pin) -> ExitCode:
+    """The same modes over images/NAME.yaml's hosts (or --host's alone): every host is reached before anything
+    is started on any."""
+    fleet = places(definition, host)
+    if print_only:
+        for place in fleet:
+            echo(f"# host {place.name} ({place.role.value})")
+            for line in place.serve_command(image).shell_lines():
+                echo(line)
+        return ExitCode.OK
+    connected = connect_all(fleet, progress)
+    if diff:
+        found = fleet_drift(connected, image=image, pin=pin)
+        if json_out:
+            echo(json.dumps(fleet_drift_json(found), indent=2))
+        else:
+            for line in fleet_drift_lines(found, definition.name):
+                echo(line)
+        return ExitCode.OK if all(d.clean for d in found) else ExitCode.DRIFT
+    if check:
+        verdicts = []
+        for place, docker in connected:
+            with place.state():
+                verdicts.append(check_container(docker, place.definition, state_dir=Journal.folder().parent / "serve",
+                                                server_host=place.server_host))
+        for place, checked in zip(fleet, verdicts, strict=True):
+            echo(f"{place.name}: {container_check_line(checked)}")
+        return ExitCode.OK if all(c.alive for c in verdicts) else ExitCode.ERROR
+    for place, docker in connected:
+        with place.state():
+            _refuse_unfinished_deploys(definition.name, place.definition.serve)
+            served = serve_definition(docker, place.definition, cache=cache_dir(), image=image, replace=replace,
+                                      progress=progress, place=place)
+        assert place.definition.serve is not None  # validated: serving needs a serve section
+        for line in served_lines(served, health_url(place.definition.serve.port, place.server_host)):
+            echo(f"{place.name}: {line}")
+    return ExitCode.OK
 
 
 def check_alive(docker: Docker, definition: ImageDefinition) -> ExitCode:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +22,7 @@ from vpatch.base import ConfigError
 from vpatch.config.consistency import check
 from vpatch.config.deploy import Suite
 from vpatch.config.document import Document
+from vpatch.config.hosts import Host, merged_serve, parse_hosts
 from vpatch.config.serve import ServeConfig
 
 if TYPE_CHECKING:
@@ -137,16 +138,47 @@ class ImageDefinition:
             return Suite()
         return Suite.parse(self.sections["deploy"], root=self.path.parent.parent, source=self._document.source)
 
+    @cached_property
+    def hosts(self) -> tuple[Host, ...]:
+        """The machines the image runs on (`hosts:`); empty: the local docker daemon, as without the key."""
+
+        if "hosts" not in self.sections:
+            return ()
+        return parse_hosts(self._document, self.sections["hosts"])
+
+    def host(self, name: str) -> Host:
+        """The host `name` of `hosts:` (`--host NAME`); a ConfigError naming the known ones otherwise."""
+        for host in self.hosts:
+            if host.name == name:
+                return host
+        known = ", ".join(h.name for h in self.hosts)
+        raise ConfigError(f"--host {name}: images/{self.name}.yaml has " + (f"no host {name!r} (its hosts: {known})"
+                          if known else "no hosts: list, so it runs on the local docker daemon only"),
+                          hint=f"name one of images/{self.name}.yaml's hosts" if known else "leave --host out")
+
+    def on_host(self, host: Host) -> ImageDefinition:
+        """This definition as `host` runs it: the serve: section with the host's overrides; errors in it name the
+        host."""
+        serve = merged_serve(self.sections.get("serve"), host.serve)
+        sections = {k: v for k, v in self.sections.items() if k not in ("serve", "hosts")}
+        if serve is not None:
+            sections["serve"] = serve
+        return replace(self, sections=sections, source=f"{self._document.source} (host {host.name}: serve: with "
+                       f"{host.key}.serve)" if host.serve else f"{self._document.source} (host {host.name})")
+
     @property
     def _document(self) -> Document:
         return Document(self.source or f"{IMAGES_DIR}/{self.path.name}")
 
     def validate(self) -> ImageDefinition:
         """Every section parsed and every rule between them checked (request sizes within max_model_len, a
-        tool-call check with a tool parser, ...): the pass serve and deploy run before anything is touched.
-        One ConfigError lists every cross-section problem."""
+        tool-call check with a tool parser, ...), on every host as it runs the serve section: the pass serve and
+        deploy run before anything is touched. One ConfigError lists every cross-section problem."""
 
         check(self.serve, self.deploy, source=self._document.source)
+        for host in self.hosts:
+            view = self.on_host(host)
+            check(view.serve, view.deploy, source=view._document.source)
         return self
 
     @property
@@ -199,7 +231,7 @@ class ImageDefinition:
             doc.fail("", f"has an invalid image name {name!r} (lower-case letters, digits, '.', '_', '-')")
         # serve: and deploy: have their own modules, which parse them on first use.
         top = doc.mapping(
-            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build", "serve", "deploy"},
+            data, "", required={"image"}, optional={"base", "strategy", "package_dir", "source_build", "serve", "deploy", "hosts"},
         )
         img = doc.mapping(top["image"], "image", required={"repository", "tag"}, optional={"registry"})
         repository = doc.string(img, "image.repository")
@@ -263,7 +295,7 @@ class ImageDefinition:
             strategy=strategy,
             package_dir=package_dir,
             source_build=source_build,
-            sections={k: top[k] for k in ("serve", "deploy") if k in top},
+            sections={k: top[k] for k in ("serve", "deploy", "hosts") if k in top},
             source=source,
         )
 

@@ -3,6 +3,7 @@
 Other rooms import these names from here; modules inside the room import each other directly."""
 
 from vpatch.deploy.container import Restored, stamp
+from vpatch.deploy.fleet import FleetReport, HostDeploy, deploy_fleet
 from vpatch.deploy.journal import Journal
 from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
@@ -22,6 +23,8 @@ __all__ = [
     "CheckResult",
     "DeployRecord",
     "Figures",
+    "FleetReport",
+    "HostDeploy",
     "Journal",
     "LedgerRow",
     "LivePlan",
@@ -38,6 +41,7 @@ __all__ = [
     "age",
     "compare",
     "deploy",
+    "deploy_fleet",
     "describe",
     "holders",
     "ledger_rows",

@@ -110,13 +110,15 @@ def memory_source(docker: Docker, serve: ServeConfig, container: str) -> Source:
 
 
 def deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
-           progress: Progress, live: LivePlan | None = None, baseline: BaselineMode = BaselineMode.RECORDED) -> Report:
+           progress: Progress, live: LivePlan | None = None, baseline: BaselineMode = BaselineMode.RECORDED,
+           reach: str | None = None, daemon: tuple[str, ...] = ()) -> Report:
     """Switch the container of `serve` to `image` with the checks of `suite`, then the patches' live checks
-    of `live`; roll back when one fails."""
+    of `live`; roll back when one fails. On a host of `hosts:`, `reach` is the machine its server answers on and
+    `daemon` the docker CLI's options that reach its daemon (the caller holds its state: `FleetHost.state`)."""
     # Ctrl-C and SIGTERM are ours from the first instruction on, whatever the process inherited.
     with interruptible(), held(serve.container.name, serve.port, f"vpatch deploy {definition}"):
         return _deploy(definition=definition, serve=serve, suite=suite, image=image, docker=docker, cache=cache,
-                       progress=progress, live=live, mode=baseline)
+                       progress=progress, live=live, mode=baseline, reach=reach or serve.host, daemon=daemon)
 
 
 @dataclass
@@ -145,6 +147,7 @@ class _Deploying:
     figures: Figures = field(default_factory=Figures)
     series: PassSeries = field(default_factory=PassSeries)
     image_id: str | None = None
+    reach: str | None = None  # the machine its server answers on (serve.host, or the fleet host's)
 
     @property
     def name(self) -> str:
@@ -161,14 +164,15 @@ class _Deploying:
 
 
 def _deploy(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
-            progress: Progress, live: LivePlan | None, mode: BaselineMode) -> Report:
+            progress: Progress, live: LivePlan | None, mode: BaselineMode, reach: str | None,
+            daemon: tuple[str, ...]) -> Report:
     """The runbook: refuse what is not ours, lint, baseline, park, start, check, keep or roll back, record."""
     production = _refuse_to_start(definition, serve, docker)
     run = _prepare(definition=definition, serve=serve, suite=suite, image=image, docker=docker, cache=cache,
-                   progress=progress, live=live, production=production)
+                   progress=progress, live=live, production=production, reach=reach, daemon=daemon)
     try:
         _baseline(run, mode)
-        _hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
+        run_hooks(suite.hooks.before_switch, "before_switch", progress, strict=True)
     except BaseException as exc:
         # Nothing was switched: close the journal so that --status does not report a deploy in progress.
         run.journal.advance(Phase.ROLLED_BACK, note=f"stopped before the switch ({type(exc).__name__}); nothing was switched")
@@ -222,21 +226,23 @@ def _refuse_to_start(definition: str, serve: ServeConfig, docker: Docker) -> Con
 
 
 def _prepare(*, definition: str, serve: ServeConfig, suite: Suite, image: str, docker: Docker, cache: Path,
-             progress: Progress, live: LivePlan | None, production: ContainerInfo | None) -> _Deploying:
+             progress: Progress, live: LivePlan | None, production: ContainerInfo | None, reach: str | None,
+             daemon: tuple[str, ...]) -> _Deploying:
     """Lint the candidate's command, then open the journal and the record: nothing is touched yet."""
     started = stamp()
     # Lint before anything is stopped: an entrypoint that already serves plus `serve` again, or a flag the
     # image's vLLM does not know, is refused while production still runs untouched.
-    command = render_command(serve, image, definition=definition, restart="no", labels={LABEL_DEPLOY: started})
+    command = render_command(serve, image, definition=definition, restart="no", labels={LABEL_DEPLOY: started},
+                             daemon=daemon)
     lint_command(docker, command, definition=definition, cache=cache, progress=progress)
-    server = Server(alive_url(serve.port, serve.host), timeout=suite.request_timeout_s)
+    server = Server(alive_url(serve.port, reach), timeout=suite.request_timeout_s)
     journal = Journal(definition, serve.container.name, image, Phase.BASELINE, started=started, port=serve.port,
-                      health_timeout_s=suite.health_timeout_s, host=serve.host, model=serve.model_name,
+                      health_timeout_s=suite.health_timeout_s, host=reach, model=serve.model_name,
                       restore_timeout_s=float(max(serve.health_timeout, suite.health_timeout_s))).save()
     clock = time.monotonic()
     record = DeployRecord(definition, serve.container.name, image, journal.started, suite_key(suite)).save()
     return _Deploying(definition, serve, suite, image, docker, progress, live, production, command, server,
-                      journal, record, clock=clock)
+                      journal, record, clock=clock, reach=reach)
 
 
 def _baseline(run: _Deploying, mode: BaselineMode) -> None:
@@ -288,7 +294,7 @@ def _switch(run: _Deploying) -> str:
         run.step("park")
     # Production is stopped: whatever still answers on its port is someone else's, and the health wait
     # would ask it instead of the candidate.
-    refuse_taken_port(run.serve.port, run.serve.host, source=f"images/{run.definition}.yaml")
+    refuse_taken_port(run.serve.port, run.reach, source=f"images/{run.definition}.yaml")
     run.journal = run.journal.advance(Phase.STARTING, candidate_started=True)
     progress(f"start: {run.image} as {run.name} on port {run.serve.port}")
     cid = start(run.docker, run.command)
@@ -362,7 +368,7 @@ def _finish(run: _Deploying, decision: DeployDecision, restored: Restored | None
     """After the switch or the rollback: the after_switch hooks, the candidate's start ledger, the record's
     last save and the report."""
     name, image, definition, journal = run.name, run.image, run.definition, run.journal
-    failed_hooks = _hooks(run.suite.hooks.after_switch, "after_switch", run.progress, strict=False)
+    failed_hooks = run_hooks(run.suite.hooks.after_switch, "after_switch", run.progress, strict=False)
     healthy = next((c for c in run.candidate if c.name == "health" and not c.failed), None)
     ledger = _ledger(run.docker, journal.candidate_id, healthy_s=healthy.seconds if healthy else None)
     outcome = Outcome(tuple(run.candidate), run.figures, run.series, ledger=ledger)
@@ -497,7 +503,7 @@ def where(*, definition: str, docker: Docker, container: str | None = None, port
     return Where(journal, tuple(rows), others)
 
 
-def _hooks(commands: Sequence[Sequence[str]], label: str, progress: Progress, *, strict: bool) -> list[str]:
+def run_hooks(commands: Sequence[Sequence[str]], label: str, progress: Progress, *, strict: bool) -> list[str]:
     """Run hook commands in order (argv lists, no shell); before_switch must succeed, after_switch is reported."""
     failed = []
     for argv in commands:

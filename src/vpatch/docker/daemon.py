@@ -45,6 +45,22 @@ def daemon_call(method: Callable[_P, _R]) -> Callable[_P, _R]:
     return call
 
 
+def context_url(context: str, *, what: str = "") -> str:
+    """The endpoint the docker context `context` names (`docker context inspect`), e.g. ssh://ops@gpu-2."""
+    who = f"{what}: " if what else ""
+    try:
+        found = run_process(["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}", context],
+                            check=False)
+    except ProcessError as exc:
+        raise DockerError(f"{who}cannot read the docker context {context!r}: {exc.message}",
+                          hint="install the docker CLI (docker.io), which keeps the contexts") from exc
+    url = found.out.strip()
+    if found.returncode != 0 or not url:
+        raise DockerError(f"{who}no docker context {context!r} ({(found.err or found.out).strip()[:200]})",
+                          hint="`docker context ls` lists them; `docker context create NAME --docker host=URL` adds one")
+    return url
+
+
 def output_tail(lines: Iterable[str]) -> str:
     """The last TAIL_LINES of a failing command's output, as one text for an error."""
     return "\n".join(deque((ln.rstrip("\n") for ln in lines), maxlen=TAIL_LINES))
@@ -57,14 +73,28 @@ class Daemon:
         self.client = client
 
     @classmethod
-    def connect(cls) -> Self:
-        """Connect to the daemon named by DOCKER_HOST (default: the local socket) and check it answers."""
+    def connect(cls, url: str | None = None, *, context: str | None = None, what: str = "") -> Self:
+        """Connect to the daemon at `url` (ssh://user@host[:port] through the ssh binary and its config, unix://,
+        tcp://), the docker context `context`, or else the one DOCKER_HOST names (default: the local socket), and
+        check it answers. `what` names it in the error (e.g. "host standby")."""
         import docker as dockersdk  # lazy: the docker SDK loads only when a daemon is used, never for --help or status
 
+        if context is not None:
+            url = context_url(context, what=what)
+        where = f"{what} ({url})" if what and url else (what or url or "")
         try:
-            client = dockersdk.from_env()
+            if url is None:
+                client = dockersdk.from_env()
+            else:
+                # ssh:// through the ssh binary: the user's ssh config (keys, aliases, known hosts) applies, as it
+                # does to the docker CLI; paramiko would read only ~/.ssh/config.
+                client = dockersdk.DockerClient(base_url=url, use_ssh_client=url.startswith("ssh://"))
             client.ping()
         except dockersdk.errors.DockerException as exc:
+            if where:
+                raise DockerError(f"the docker daemon of {where} is not reachable ({exc})",
+                                  hint="is the machine up, its dockerd running and (for ssh://) `ssh` to it working "
+                                  "without a password?") from exc
             raise DockerError(
                 f"the docker daemon is not running or not reachable ({exc})",
                 hint="start it (scripts/start-dockerd, or `dockerd` as root) or set DOCKER_HOST",

@@ -18,10 +18,12 @@ from vpatch.report.lock_probes import change_lines
 from vpatch.report.new import started_lines
 from vpatch.report.probe import checked_lines, coverage_lines, dirty_warning, regression_lines, tree_lines, written_lines
 from vpatch.report.releases import release_lines
-from vpatch.report.serve import container_check_line, drift_json, drift_lines, served_lines
+from vpatch.report.serve import container_check_line, drift_json, drift_lines, fleet_drift_json, fleet_drift_lines, served_lines
 from vpatch.report.verify import check_lines, live_lines, live_summary, matched_line
 
 if TYPE_CHECKING:
+    from vpatch.report.deploy import fleet_json as fleet_deploy_json
+    from vpatch.report.deploy import fleet_lines as fleet_deploy_lines
     from vpatch.report.deploy import lines as deploy_lines
     from vpatch.report.deploy import page_line, prune_lines, rolled_back_line
     from vpatch.report.deploy import plan_notes as live_plan_notes
@@ -43,6 +45,8 @@ _LAZY: dict[str, tuple[str, str]] = {
     "deploy_page": ("vpatch.report.deploy_html", "render"),
     "deploy_status_lines": ("vpatch.report.deploy", "status_lines"),
     "deploy_tables": ("vpatch.report.deploy", "tables"),
+    "fleet_deploy_json": ("vpatch.report.deploy", "fleet_json"),
+    "fleet_deploy_lines": ("vpatch.report.deploy", "fleet_lines"),
     "forward_json": ("vpatch.report.forward", "forward_json"),
     "forward_lines": ("vpatch.report.forward", "forward_lines"),
     "furthest_lines": ("vpatch.report.update", "furthest_lines"),
@@ -80,6 +84,10 @@ __all__ = [
     "drift_json",
     "drift_lines",
     "export_lines",
+    "fleet_deploy_json",
+    "fleet_deploy_lines",
+    "fleet_drift_json",
+    "fleet_drift_lines",
     "forward_json",
     "forward_lines",
     "furthest_lines",

@@ -16,21 +16,24 @@ if TYPE_CHECKING:
 
     from rich.table import Table  # lazy: rich loads only when a table is shown
 
-    from vpatch.deploy import LivePlan, Pruned, Restored, Where
+    from vpatch.deploy import FleetReport, LivePlan, Pruned, Restored, Where
 
 
-def status_lines(name: str, found: Where) -> list[str]:
-    """The journal's phase and the containers it names; an unfinished deploy says how to restore production."""
+def status_lines(name: str, found: Where, host: str | None = None) -> list[str]:
+    """The journal's phase and the containers it names; an unfinished deploy says how to restore production.
+    `host`: the host of `hosts:` it stands on."""
     lines = []
+    on = f" --host {host}" if host else ""
     if found.journal is None:
-        lines.append(f"no deploy of {name} is recorded on this host")
+        lines.append(f"no deploy of {name} is recorded on " + (f"host {host}" if host else "this host"))
     else:
         j = found.journal
-        lines.append(f"deploy of {name}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
+        of = f"{name} on host {host}" if host else name
+        lines.append(f"deploy of {of}: {j.phase.value} (started {j.started}, image {j.image})" + (f"; {j.note}" if j.note else ""))
         for role, cname, state in found.containers:
             lines.append(f"  {role:16} {cname:40} {state}")
         if not j.phase.settled:
-            lines.append(f"unfinished: `vpatch deploy {name} --rollback` restores production")
+            lines.append(f"unfinished: `vpatch deploy {name}{on} --rollback` restores production")
     for other in found.others:
         # A renamed definition (tiny.yaml -> tiny2.yaml) finds the deploy it left under the old name.
         lines.append(f"unfinished: a deploy of {other.definition} ({other.phase.value}, started {other.started}) holds "
@@ -230,3 +233,38 @@ def to_json(report: Report) -> dict[str, Any]:
         "report": str(report.record.html_path) if report.record else None,
         **deploy_verdict.to_json(report.baseline.side(None) if report.baseline else None, report.candidate.side(None)),
     }
+
+
+def fleet_json(result: FleetReport) -> dict[str, Any]:
+    """`deploy --json` over hosts: each host's step (its own deploy's report, or its error) under its name."""
+    hosts = []
+    for step in result.steps:
+        item: dict[str, Any] = {"host": step.host, "role": step.role.value, "deployed": step.deployed,
+                                "error": step.error}
+        if step.report is not None:
+            item.update(to_json(step.report))
+        hosts.append(item)
+    return {"definition": result.definition, "image": result.image, "deployed": result.deployed,
+            "halted_at": result.halted_at, "diverted": result.diverted,
+            "answer": asdict(result.answer) if result.answer else None, "hosts": hosts}
+
+
+def fleet_lines(result: FleetReport) -> list[str]:
+    """Each host's step in order, what its deploy decided (which check failed, what was restored), the lane."""
+    shown = []
+    for step in result.steps:
+        head = f"host {step.host} ({step.role.value}): "
+        if step.report is None:
+            shown.append(head + f"error, rolled back: {step.error}")
+            continue
+        failed = step.report.failed_check
+        shown.append(head + step.report.decision.value + (f" ({failed.name} failed)" if failed else ""))
+        shown.append(f"  {step.report.rollback}")
+        if result.answer is not None and step.role.value == "standby" and step.deployed:
+            shown.append(f"  answered a request at {result.answer.url}: {result.answer.tokens} tokens in "
+                         f"{result.answer.seconds:.1f}s")
+    if result.diverted:
+        shown.append("lane: diverted to the standby (before_switch) before production was parked")
+    if result.halted_at is not None:
+        shown.append(f"halted at host {result.halted_at}: no later host was touched")
+    return shown

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vpatch.serve import ContainerCheck, DriftReport, Served
+    from vpatch.serve import ContainerCheck, DriftReport, HostDrift, Served
 
 
 def served_lines(served: Served, url: str) -> list[str]:
@@ -37,4 +37,50 @@ def drift_lines(result: DriftReport, name: str) -> list[str]:
     for d in result.drifts:
         lines.append(f"  {d.what:<{width}}  yaml: {d.yaml}")
         lines.append(f"  {'':<{width}}  running: {d.running}")
+    return lines
+
+
+def _flags(result: DriftReport) -> str:
+    """The container's vLLM words after the model, as it runs them."""
+    return " ".join(result.container.args) or "(none)"
+
+
+def fleet_drift_json(found: list[HostDrift]) -> list[dict[str, Any]]:
+    """`serve --diff --json` over hosts: one object per host; `clean` is true when it runs exactly what the
+    definition says for it."""
+    out = []
+    for d in found:
+        item: dict[str, Any] = {"host": d.place.name, "role": d.place.role.value,
+                                "docker": d.place.host.endpoint.text if d.place.host else None,
+                                "clean": d.clean, "container": d.container}
+        if d.report is None:
+            item.update(state="absent", image=None, running_image=None, args=None, drifts=[])
+        else:
+            item.update(image=d.report.image, running_image=d.report.running_image, args=list(d.report.container.args),
+                        drifts=[vars(x) for x in d.report.drifts])
+        out.append(item)
+    return out
+
+
+def fleet_drift_lines(found: list[HostDrift], name: str) -> list[str]:
+    """One table of which host runs which image with which flags, then each drifting host's drift."""
+    rows = [("host", "role", "container", "runs", "drift")]
+    for d in found:
+        if d.report is None:
+            rows.append((d.place.name, d.place.role.value, d.container, "(no such container)", "absent"))
+        else:
+            count = len(d.report.drifts)
+            rows.append((d.place.name, d.place.role.value, d.container, d.report.running_image,
+                         "clean" if not count else f"{count} drift{'s' if count > 1 else ''}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(f"{cell:<{w}}" for cell, w in zip(r[:4], widths, strict=True)) + "  " + r[4] for r in rows]
+    for d in found:
+        if d.report is not None:
+            lines.append(f"{d.place.name} flags: {_flags(d.report)}")
+    for d in found:
+        if d.report is None:
+            lines.append(f"{d.place.name}: no container {d.container}: `vpatch serve {name} --host {d.place.name}` "
+                         "starts it")
+        elif d.report.drifts:
+            lines += [f"{d.place.name}: " + line for line in drift_lines(d.report, name)]
     return lines

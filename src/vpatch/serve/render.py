@@ -88,6 +88,7 @@ class RunCommand:
     args: tuple[str, ...]  # what follows the image: the container's command (after the image's entrypoint)
     # The restart policy the container is given once it is alive (None: it keeps the one it was started with).
     restart_once_alive: str | None = None
+    daemon: tuple[str, ...] = ()  # the docker CLI's options that reach the host's daemon (--host URL, --context NAME)
 
     def shell_line(self) -> str:
         """The command shell-quoted, one line, as an operator would paste it."""
@@ -97,7 +98,7 @@ class RunCommand:
         """The run and, when it has one, the update that gives the restart policy once the server is alive."""
         if self.restart_once_alive is None:
             return [self.shell_line()]
-        update = shlex.join([self.argv[0], "update", "--restart", self.restart_once_alive, self.name])
+        update = shlex.join([self.argv[0], *self.daemon, "update", "--restart", self.restart_once_alive, self.name])
         return [self.shell_line(), f"{update}   # once alive"]
 
 
@@ -110,19 +111,21 @@ def render(
     restart: str | None = None,
     docker: str = "docker",
     labels: dict[str, str] | None = None,
+    daemon: tuple[str, ...] = (),
 ) -> RunCommand:
     """The `docker run` that starts `serve` from `image` (detached).
 
     `definition` is the image definition's name (stamped as a label); `name` and `restart` override the
     yaml's container name and restart policy (deploy starts a candidate under another name, or with
-    restart `no` until it passed its checks); `docker` is the CLI executable.
+    restart `no` until it passed its checks); `docker` is the CLI executable, `daemon` its options that reach
+    another host's daemon.
     """
     options = serve.container
     if name is not None:
         options = replace(options, name=name)
     if restart is not None:
         options = replace(options, restart=restart)
-    argv: list[str] = [docker, "run", "--detach", "--name", options.name,
+    argv: list[str] = [docker, *daemon, "run", "--detach", "--name", options.name,
                        "--label", f"{LABEL_DEFINITION}={definition}", "--restart", options.restart]
     for key, value in (labels or {}).items():
         argv[-2:-2] = ["--label", f"{key}={value}"]
@@ -146,11 +149,11 @@ def render(
     argv += health_check(serve).docker_options()
     args = serve.vllm_args()
     argv += [image, *args]
-    return RunCommand(argv=tuple(argv), image=image, name=options.name, args=args)
+    return RunCommand(argv=tuple(argv), image=image, name=options.name, args=args, daemon=daemon)
 
 
 def for_definition(definition: ImageDefinition, *, image: str | None = None, name: str | None = None,
-                   restart: str | None = None) -> RunCommand:
+                   restart: str | None = None, daemon: tuple[str, ...] = ()) -> RunCommand:
     """The `docker run` for images/<name>.yaml's serve section: its moving tag unless `image` is given."""
     if definition.serve is None:
         raise ConfigError(
@@ -159,16 +162,16 @@ def for_definition(definition: ImageDefinition, *, image: str | None = None, nam
             "see the README's serve section",
         )
     return render(definition.serve, image or definition.moving_ref, definition=definition.name, name=name,
-                  restart=restart)
+                  restart=restart, daemon=daemon)
 
 
-def for_serve(definition: ImageDefinition, *, image: str | None = None) -> RunCommand:
+def for_serve(definition: ImageDefinition, *, image: str | None = None, daemon: tuple[str, ...] = ()) -> RunCommand:
     """What `vpatch serve NAME` runs: the yaml's `docker run` with restart `no`, the yaml's policy given once alive.
 
     A container gets its restart policy only once it is alive (deploy's candidate gets it once it passed): a
     server that dies at start is one start, never restarted by docker (the incident's lane restarted every
     second for hours, and each start of a real server loads its weights again)."""
-    command = for_definition(definition, image=image, restart="no")
+    command = for_definition(definition, image=image, restart="no", daemon=daemon)
     assert definition.serve is not None  # for_definition refused a definition without serve:
     policy = definition.serve.container.restart
     return replace(command, restart_once_alive=None if policy == "no" else policy)

@@ -9,6 +9,7 @@ from vpatch.base import Progress, VpatchError, host_lock_folder, host_resources
 from vpatch.config import ImageDefinition
 from vpatch.docker import Docker, DockerError
 from vpatch.serve import alive, health, lint, render, runerror
+from vpatch.serve.fleet import FleetHost
 from vpatch.serve.render import LABEL_DEFINITION, RunCommand
 
 
@@ -26,22 +27,24 @@ def health_url(port: int, host: str | None = None) -> str:
 
 
 def serve(docker: Docker, definition: ImageDefinition, *, cache: Path, image: str | None = None,
-          replace: bool = False, progress: Progress | None = None) -> Served:
+          replace: bool = False, progress: Progress | None = None, place: FleetHost | None = None) -> Served:
     """`vpatch serve NAME`: lint, then (only then) stop a container of the same name if `replace`, start
     the rendered command (restart `no`), wait for /health, then give it the yaml's restart policy. A container
-    with the name and no `replace` is refused."""
-    command = render.for_serve(definition, image=image)
+    with the name and no `replace` is refused. `place`: the host of `hosts:` it runs on (`definition` as that
+    host runs it), whose daemon `docker` is."""
+    command = place.serve_command(image) if place is not None else render.for_serve(definition, image=image)
     assert definition.serve is not None  # for_serve refused a definition without serve:
     report = lint.check(docker, command, definition=definition.name, cache=cache, progress=progress)
     # The lock deploy, rollback and prune take on this container name and port: a serve --replace never
     # removes the candidate a deploy is checking.
     with host_resources(host_lock_folder(), container=command.name, port=definition.serve.port,
-                             holder=f"vpatch serve {definition.name}"):
-        return _serve(docker, definition, command, report, replace=replace, progress=progress)
+                        holder=f"vpatch serve {definition.name}"):
+        return _serve(docker, definition, command, report, replace=replace, progress=progress,
+                      server_host=place.server_host if place is not None else definition.serve.host)
 
 
 def _serve(docker: Docker, definition: ImageDefinition, command: RunCommand, report: lint.LintReport, *,
-           replace: bool, progress: Progress | None) -> Served:
+           replace: bool, progress: Progress | None, server_host: str | None) -> Served:
     assert definition.serve is not None
     existing = docker.container(command.name)
     if existing is not None and not replace:
@@ -62,10 +65,10 @@ def _serve(docker: Docker, definition: ImageDefinition, command: RunCommand, rep
             progress(f"removing the container {command.name} ({existing.id[:12]}, {existing.status})")
         docker.remove_container(existing.id)
     serve_cfg = definition.serve
-    health.refuse_taken_port(serve_cfg.port, serve_cfg.host, source=f"images/{definition.name}.yaml")
+    health.refuse_taken_port(serve_cfg.port, server_host, source=f"images/{definition.name}.yaml")
     container_id = start(docker, command, progress=progress)
     try:
-        seconds = health.wait_alive(docker, container_id, health_url(serve_cfg.port, serve_cfg.host),
+        seconds = health.wait_alive(docker, container_id, health_url(serve_cfg.port, server_host),
                                     timeout=serve_cfg.health_timeout, progress=progress, model=serve_cfg.model_name)
     except VpatchError as exc:
         # A server that never became healthy must not stay in a restart loop (the incident's `vllm serve
@@ -105,9 +108,11 @@ class ContainerCheck:
         return self.verdict.alive
 
 
-def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> ContainerCheck:
+def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path,
+          server_host: str | None = None) -> ContainerCheck:
     """The liveness verdict on the running container of `definition`, by the rule its health check runs;
-    the stall memory between two checks (cron) lives in `state_dir`."""
+    the stall memory between two checks (cron) lives in `state_dir`. `server_host`: the machine its server is
+    reached on (a host of `hosts:`); None: where the serve section says."""
     assert definition.serve is not None
     name = definition.serve.container.name
     info = docker.container(name)
@@ -121,7 +126,7 @@ def check(docker: Docker, definition: ImageDefinition, *, state_dir: Path) -> Co
         state: str | None = str(state_dir / f"{definition.name}-alive.json")
     except OSError:
         state = None  # a read-only or broken state folder loses the stall memory between checks, not the verdict
-    verdict = alive.check(health_url(definition.serve.port, definition.serve.host), model=definition.serve.model_name,
+    verdict = alive.check(health_url(definition.serve.port, server_host or definition.serve.host), model=definition.serve.model_name,
                           timeout=render.PROBE_TIMEOUT_S, stall_s=render.STALL_S,
                           state=state)
     return ContainerCheck(name, info.status, info.health, verdict)
