@@ -233,8 +233,8 @@ def test_update_refuses_a_drop_whose_live_check_names_no_file(project: Project) 
     for args in (("--dry-run",), ()):
         code, out = run(project, "update", "--to", "v1.1", *args)
         assert code != 0, out
-        assert "not dropping 0001-kv-skip-null.patch: its Live-Check: checks/live/0001-kv-skip-null.yaml names no " \
-               "file in the project" in out and "add the file" in out, out
+        assert "not moving the pin to v1.1: 0001-kv-skip-null.patch: its Live-Check: checks/live/0001-kv-skip-null.yaml " \
+               "names no file in the project" in out and "hint: a deploy runs that check" in out and "add the file" in out, out
         assert "Traceback" not in out
     after = {p.name: p.read_bytes() for p in project.root.rglob("*") if p.is_file() and ".git" not in p.parts}
     assert after == before  # the patch, vpatch.yaml's pin and RETIRED.md (none) as they were

@@ -233,7 +233,9 @@ def _live_checks(config: Config, series: Series, rows: list[PatchPlan]) -> list[
         path = patch.live_check_path(config.root) if row.action is Action.DROP and patch.live_check else None
         if path is not None and not path.is_file():
             row = replace(row, action=Action.REFUSE, refused_by=Refusal.LIVE_CHECK,
-                          refused=f"its Live-Check: {patch.live_check} names no file in the project")
+                          refused=f"its Live-Check: {patch.live_check} names no file in the project",
+                          refused_hint="a deploy runs that check against the new server to show the drop is right: "
+                                       "add the file (docs/live-checks.md) or remove the trailer, then update again")
         out.append(row)
     return out
 
