@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL_CACHE
-from helpers.docwalk import missing_lines, normal, run_step, steps
+from helpers.docwalk import steps, walk
 from helpers.shipped import committed_copy, shipped_files
 
 pytestmark = pytest.mark.releases
@@ -41,18 +41,6 @@ def test_the_walk_through_is_what_the_tool_prints(tmp_path: Path, monkeypatch: p
     root = committed_copy(tmp_path / "project", shipped_files())
     show = os.environ.get("VPATCH_DOC_SHOW") == "1"
     started = time.monotonic()
-    wrong = []
-    for step in steps(PAGE.read_text()):
-        t0 = time.monotonic()
-        code, out = run_step(root, step)
-        out = normal(out, root)
-        if show:
-            print(f"\n=== line {step.line}: $ {step.command}  (exit {code}, {time.monotonic() - t0:.1f}s)\n{out}")
-        missing = missing_lines([normal(line, root) for line in step.expected], out.splitlines())
-        if code != step.exit_code or missing:
-            wrong.append(f"line {step.line}: $ {step.command}: exit {code} (the page says {step.exit_code})"
-                         + "".join(f"\n  not printed: {m}" for m in missing) + f"\n--- it printed:\n{out}")
-            if code != step.exit_code:
-                break  # the steps after it depend on it
+    wrong = walk(PAGE.read_text(), root, show=show)
     print(f"the walk-through of docs/writing-a-patch.md: {time.monotonic() - started:.1f}s")
     assert not wrong, "\n\n".join(wrong)

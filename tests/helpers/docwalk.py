@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,3 +84,23 @@ def missing_lines(expected: list[str], output: list[str]) -> list[str]:
         else:
             at = hit + 1
     return missing
+
+
+def walk(page: str, root: Path, *, show: bool = False) -> list[str]:
+    """Run the page's steps in `root`, in order: what went other than the page says, one entry per step (empty: the
+    page is what the tool prints). A step whose exit code differs ends the walk: the steps after it depend on it.
+    `show`: print each step's output as it runs (VPATCH_DOC_SHOW=1 in the tests)."""
+    wrong = []
+    for step in steps(page):
+        t0 = time.monotonic()
+        code, out = run_step(root, step)
+        out = normal(out, root)
+        if show:
+            print(f"\n=== line {step.line}: $ {step.command}  (exit {code}, {time.monotonic() - t0:.1f}s)\n{out}")
+        missing = missing_lines([normal(line, root) for line in step.expected], out.splitlines())
+        if code != step.exit_code or missing:
+            wrong.append(f"line {step.line}: $ {step.command}: exit {code} (the page says {step.exit_code})"
+                         + "".join(f"\n  not printed: {m}" for m in missing) + f"\n--- it printed:\n{out}")
+            if code != step.exit_code:
+                break
+    return wrong
