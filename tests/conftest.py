@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterable, Iterator
@@ -191,6 +192,27 @@ def vpatch_cli(project: Project | Path, *args: str) -> tuple[int, str]:
     root = project.root if isinstance(project, Project) else project
     result = CliRunner().invoke(app, ["--project", str(root), *args])
     return result.exit_code, result.output
+
+
+def vpatch_streams(project: Project | Path, *args: str) -> tuple[int, str, str]:
+    """`vpatch --project <root> ARGS` in this process: its exit code, stdout and stderr, kept apart."""
+    from typer.testing import CliRunner
+
+    from vpatch.commands.cli import app
+
+    root = project.root if isinstance(project, Project) else project
+    result = CliRunner().invoke(app, ["--project", str(root), *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def vpatch_json(project: Project | Path, *args: str) -> tuple[int, Any]:
+    """`vpatch ... --json`: its exit code and the document on stdout, which must hold nothing else
+    (progress lines go to stderr, however long a step takes)."""
+    code, out, err = vpatch_streams(project, *args)
+    try:
+        return code, json.loads(out)
+    except json.JSONDecodeError as e:
+        raise AssertionError(f"stdout is not one JSON document ({e}):\n{out}\n-- stderr:\n{err}") from None
 
 
 def write_config(root: Path, url: str, ref: str = "v1.0") -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import KV_V1, Project, git, snapshot
 from conftest import vpatch_cli as run
+from conftest import vpatch_json as run_json
 from typer.testing import CliRunner
 
 from vpatch.base.errors import ConfigError, VpatchError
@@ -37,8 +37,8 @@ def test_update_to_the_current_pin_says_already_there_and_changes_nothing(projec
         assert "already there" in out and "committed" not in out
     assert git(project.root, "rev-parse", "HEAD") == head
     assert {k: v for k, v in snapshot(project.root).items() if not k.startswith(".git/")} == before
-    code, out = run(project, "update", "--to", "v1.0", "--json")
-    assert json.loads(out)["outcome"] == "up-to-date" and json.loads(out)["no_local_patch_remains"] is False
+    code, doc = run_json(project, "update", "--to", "v1.0", "--json")
+    assert doc["outcome"] == "up-to-date" and doc["no_local_patch_remains"] is False
 
 
 @pytest.mark.parametrize("contents", ["not json", "[]", '{"plan": 1}'])

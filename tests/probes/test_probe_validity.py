@@ -3,12 +3,12 @@ way; update never drops on it; a patch landed on its own pin is a contradiction,
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from conftest import KV_V1, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
+from conftest import vpatch_json as run_json
 from helpers.project import commit_all
 
 KV_FIX = KV_V1.replace("break", "continue")
@@ -28,8 +28,7 @@ def test_a_vacuous_probe_is_flagged_and_counted_neither_way(project: Project) ->
     commit_all(project)
     project.upstream.commit({"README": "v1.1\n"}, "v1.1", tag="v1.1")
     assert run(project, "fetch")[0] == 0
-    code, out = run(project, "status", "--json", "--exit-code", "--against", "v1.1")
-    doc = json.loads(out)
+    code, doc = run_json(project, "status", "--json", "--exit-code", "--against", "v1.1")
     (patch,) = doc["patches"]
     # without the rule it was "landed" on the pin itself and on v1.1; now the text decides: needed
     assert [patch["results"][t]["state"] for t in ("v1.0", "v1.1")] == ["needed", "needed"]

@@ -9,11 +9,13 @@ the two must agree."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -353,6 +355,29 @@ def test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn(venv: Path, 
         assert zygote.settled(60)
         after = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # learned: it runs here again
         assert after is not None and after.output == b"ran\n" and zygote.runs == 2
+
+
+def test_a_zygote_still_starting_when_the_command_ends_reports_nothing_after_it(venv: Path, tmp_path: Path) -> None:
+    """The warm interpreter starts on a thread of its own, which may outlive the command; the command's output
+    stream is closed after it (the CLI's runner closes it): nothing may be written to it then."""
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    stream = io.StringIO()
+
+    def report(event: Event) -> None:
+        stream.write(f"{event.subject}: {event.step}\n")  # ValueError once the stream is closed
+
+    failures: list[threading.ExceptHookArgs] = []
+    before, threading.excepthook = threading.excepthook, failures.append
+    try:
+        with probe_runs.Session(cache=tmp_path / "cache", zygote=True, report=report) as session:
+            starting = session.warm_up(venv)
+            assert starting is not None and starting.is_alive()
+        stream.close()
+        starting.join(60)
+    finally:
+        threading.excepthook = before
+    assert not starting.is_alive()
+    assert not failures, [f"{f.exc_type.__name__}: {f.exc_value}" for f in failures]
 
 
 def test_a_probe_may_ask_for_a_fresh_process(tmp_path: Path) -> None:

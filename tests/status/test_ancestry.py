@@ -4,13 +4,11 @@ vX.(Y+1).0 with a cherry-pick dated before the commit it picks. Real git reposit
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
-from conftest import vpatch_cli as vpatch
+from conftest import KV_V1, PARSER_V1, git, patch_of_head, vpatch_json, write_config
 
 from vpatch.base.paths import cache_dir
 from vpatch.upstream import lineage, mirror
@@ -67,9 +65,9 @@ def make_project(root: Path, up: Upstream, pin: str, fixes: dict[str, tuple[str,
 
 
 def status(root: Path, *against: str) -> dict:  # type: ignore[type-arg]
-    code, out = vpatch(root, "status", "--json", "--no-probes", *(a for ref in against for a in ("--against", ref)))
-    assert code in (0, 3), out
-    return json.loads(out)  # type: ignore[no-any-return]
+    code, doc = vpatch_json(root, "status", "--json", "--no-probes", *(a for ref in against for a in ("--against", ref)))
+    assert code in (0, 3), doc
+    return doc  # type: ignore[no-any-return]
 
 
 def landing(doc: dict, slug: str) -> dict:  # type: ignore[type-arg]

@@ -3,13 +3,11 @@ real v0.29.0 tree): the verdicts, first commits and first releases must not depe
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 
-from conftest import REAL_CACHE, git
-from conftest import vpatch_cli as vpatch
+from conftest import REAL_CACHE, git, vpatch_json
 from helpers import vllmshape
 
 from vpatch.base.paths import cache_dir
@@ -31,9 +29,8 @@ def summary(tmp_path: Path, release_history: Path, commits: int) -> dict[str, ob
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "project")
     repo = mirror.fetch(cache_dir(), built.upstream.as_uri())
-    code, out = vpatch(root, "status", "--json", "--no-probes", *(a for t in TARGETS for a in ("--against", t)))
-    assert code in (0, 3), out
-    doc = json.loads(out[out.index("{"):])  # the runner mixes stderr's progress lines in
+    code, doc = vpatch_json(root, "status", "--json", "--no-probes", *(a for t in TARGETS for a in ("--against", t)))
+    assert code in (0, 3), doc
     assert doc["targets"] == ["v0.30.0", *TARGETS]
     found: dict[str, object] = {}
     for p in doc["patches"]:

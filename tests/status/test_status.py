@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import KV_V1, PARSER_V1, Project
 from conftest import vpatch_cli as run
+from conftest import vpatch_json as run_json
 from typer.testing import CliRunner
 
 from vpatch.base.paths import cache_dir
@@ -41,9 +42,8 @@ def test_json_reports_each_patch_on_each_target_and_where_it_landed(project: Pro
     landing = project.upstream.commit({"vllm/parser.py": FIX_20}, "Upstream parser fix", tag="v1.1")
     project.upstream.commit({"README": "more\n"}, "Docs", tag="v1.2")
     refresh(project)
-    code, out = run(project, "status", "--against", "v1.2", "--against", "v1.1", "--json")
-    assert code == 0, out
-    doc = json.loads(out)
+    code, doc = run_json(project, "status", "--against", "v1.2", "--against", "v1.1", "--json")
+    assert code == 0, doc
     assert doc["pin"]["ref"] == "v1.0" and len(doc["pin"]["commit"]) == 40
     assert doc["targets"] == ["v1.0", "v1.1", "v1.2"]  # oldest first, the pin included
     parser, kv = doc["patches"]
@@ -89,9 +89,8 @@ def test_partial_and_conflict_are_named_in_the_table(project: Project) -> None:
     project.upstream.commit({"vllm/parser.py": PARSER_V1.replace("line 5\n", "line 5 fixed\n"),
                              "vllm/kv.py": KV_V1.replace("break", "return")}, "Upstream changes", tag="v1.1")
     refresh(project)
-    code, out = run(project, "status", "--against", "v1.1", "--json", "--exit-code")
+    code, doc = run_json(project, "status", "--against", "v1.1", "--json", "--exit-code")
     assert code == 4
-    doc = json.loads(out)
     first, second = doc["patches"]
     assert first["results"]["v1.1"]["state"] == "partial"
     assert first["results"]["v1.1"]["hunks"]["landed"] == ["vllm/parser.py hunk 1 (@@ -2,7 +2,7 @@)"]
@@ -195,9 +194,9 @@ def test_a_broken_probe_is_an_error_and_the_text_decides(project: Project) -> No
     (project.patches / "probes" / "kv.yaml").write_text("kind: nonsense\n")
     project.make_patch(1, "kv-skip-null", {"vllm/kv.py": KV_FIX}, "Skip null blocks",
                        trailers="Origin: vendor\nProbe: probes/kv.yaml")
-    code, out = run(project, "status", "--json")
-    assert code == 0, out
-    result = json.loads(out)["patches"][0]["results"]["v1.0"]
+    code, doc = run_json(project, "status", "--json")
+    assert code == 0, doc
+    result = doc["patches"][0]["results"]["v1.0"]
     assert result["state"] == "needed" and result["decided_by"] == "forward-apply"
     assert [ev["says"] for ev in result["evidence"] if ev["kind"] == "probe"] == ["unavailable"]
 
@@ -270,8 +269,7 @@ def test_targets_older_than_the_pin_do_not_set_the_exit_code(project: Project) -
 
     write_config(project.root, project.upstream.url, ref="v1.1")
     refresh(project)
-    code, out = run(project, "status", "--against", old, "--json", "--exit-code", "--no-probes")
-    doc = json.loads(out)
+    code, doc = run_json(project, "status", "--against", old, "--json", "--exit-code", "--no-probes")
     assert doc["targets"] == [old, "v1.1"]
     assert doc["patches"][0]["results"][old]["state"] == "conflict"
     assert code == 0

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE, git
+from conftest import REAL_CACHE, git, vpatch_json, vpatch_streams
 from helpers.releasepatch import commit_project, diff_on, mail
 from helpers.shipped import committed_copy, shipped_files, vpatch
 
@@ -37,9 +37,8 @@ def real_cache(monkeypatch: pytest.MonkeyPatch, release_history: Path) -> None:
 
 def said_by_status(root: Path, targets: list[str]) -> dict[tuple[str, str], str]:
     """(file, target) -> the action `status --json` gives (one status for every target)."""
-    code, out = vpatch(root, "status", "--json", *(a for t in targets for a in ("--against", t)))
-    assert code == 0, out
-    doc = json.loads(out[out.index("{"):])  # the runner mixes the progress lines of stderr in first
+    code, doc = vpatch_json(root, "status", "--json", *(a for t in targets for a in ("--against", t)))
+    assert code == 0, doc
     return {(p["file"], t): str(p["results"][t]["action"]) for p in doc["patches"] for t in targets}
 
 
@@ -57,17 +56,17 @@ def done_by_update(root: Path, tmp_path: Path, target: str) -> dict[str, str]:
     scratch = tmp_path / f"real-{root.name}-{target}"
     git(tmp_path, "clone", "-q", str(root), str(scratch))
     before = sorted(p.name for p in (scratch / "patches").glob("*.patch"))
-    code, out = vpatch(scratch, "update", "--to", target, "--json")
+    code, out, err = vpatch_streams(scratch, "update", "--to", target, "--json")
     if code == 1:
-        named = REFUSED.findall(out)
-        assert named, out
+        named = REFUSED.findall(err)
+        assert named, err
         return dict.fromkeys(named, "refuse")
     if code == 5:
         # stopped: the patch it stops at, and what the stopped update holds to carry out for the others
-        stopped = json.loads(out[out.index("{"):])
+        stopped = json.loads(out)
         held = {p["file"]: p["action"] for p in stopped["patches"]}
         return {**held, stopped["stop"]["file"]: "stop"}
-    assert code == 0, out
+    assert code == 0, out + err
     left = {p.name for p in (scratch / "patches").glob("*.patch")}
     retired = (scratch / "patches" / "RETIRED.md").read_text() if (scratch / "patches" / "RETIRED.md").is_file() else ""
     return {f: "drop" if f not in left else "narrow" if f"## {f.removesuffix('.patch')} (narrowed)" in retired
@@ -99,9 +98,9 @@ def test_the_shipped_series_on_every_release_after_its_pin(tmp_path: Path) -> No
     wrong = three_answers(root, tmp_path, RELEASES)
     assert not wrong, "status, update --dry-run and update disagree:\n" + "\n".join(wrong)
     # status names what the narrowing rests on: the qwen3.py hunk, upstream's change of it, the probe's proof
-    code, out = vpatch(root, "status", "--json", "--exit-code", "--against", "v0.33.0", "--against", "v0.34.0")
-    assert code == 3, out  # drops and a narrowing: nothing for a person
-    (narrowed,) = [p for p in json.loads(out[out.index("{"):])["patches"] if p["number"] == 3]
+    code, doc = vpatch_json(root, "status", "--json", "--exit-code", "--against", "v0.33.0", "--against", "v0.34.0")
+    assert code == 3, doc  # drops and a narrowing: nothing for a person
+    (narrowed,) = [p for p in doc["patches"] if p["number"] == 3]
     for target in ("v0.33.0", "v0.34.0"):
         made = narrowed["results"][target]["disposition"]
         (hunk,) = made["dropped_hunks"]

@@ -8,8 +8,9 @@ import json
 from collections.abc import Callable
 
 import pytest
-from conftest import KV_FIXED, KV_V1, PARSER_FIXED, PARSER_V1, Project, git
+from conftest import KV_FIXED, KV_V1, PARSER_FIXED, PARSER_V1, Project, git, vpatch_streams
 from conftest import vpatch_cli as run
+from conftest import vpatch_json as run_json
 from helpers.project import commit_all
 
 from vpatch import update, upstream
@@ -112,26 +113,26 @@ def test_one_disposition_is_status_the_dry_run_and_the_update(project: Project, 
     assert run(project, "fetch")[0] == 0
 
     # status: the disposition on the target, and the exit code derived from it
-    status_code, out = run(project, "status", "--json", "--exit-code", "--against", "v1.1")
-    assert status_code == code, out
-    (entry,) = json.loads(out[out.index("{"):])["patches"]  # progress lines first: the runner mixes stderr in
+    status_code, doc = run_json(project, "status", "--json", "--exit-code", "--against", "v1.1")
+    assert status_code == code, doc
+    (entry,) = doc["patches"]
     said = entry["results"]["v1.1"]["disposition"]
     assert (said["action"], said["case"]) == (action.value, case.value), said
     _, table = run(project, "status", "--against", "v1.1")
     assert words in table, table  # the table says it in the dry run's words
     head = git(project.root, "rev-parse", "HEAD").strip()
 
-    plan_code, plan = run(project, "update", "--to", "v1.1", "--dry-run", "--json")
+    plan_code, plan, plan_err = vpatch_streams(project, "update", "--to", "v1.1", "--dry-run", "--json")
     text_code, text = run(project, "update", "--to", "v1.1", "--dry-run")
     # the dry run prints the same disposition, in the same words
     assert f"  {words:<14} {file}  [{case.label}]" in text, text
     if action is Action.REFUSE:
         # the move is refused, in the dry run as in the real run: the same error naming the patch
         real_code, real = run(project, "update", "--to", "v1.1")
-        assert (plan_code, text_code, real_code) == (1, 1, 1), plan + text + real
+        assert (plan_code, text_code, real_code) == (1, 1, 1), plan + plan_err + text + real
         assert file in real.split("error: ")[1] and text.split("error: ")[1] == real.split("error: ")[1], real
     else:
-        (row,) = json.loads(plan[plan.index("{"):])["patches"]
+        (row,) = json.loads(plan)["patches"]
         assert row["disposition"] == said, (row["disposition"], said)
         assert (row["case"], row["state"], row["action"]) == (case.value, case.label, action.value), row
         # a dry run exits as the real run would: 5 where it would stop for a person
@@ -156,9 +157,9 @@ def test_a_hunk_landed_reverted_and_re_landed_narrows_with_the_re_land_as_its_la
     git(up.path, "tag", "v1.1")
     assert run(project, "fetch")[0] == 0
 
-    code, out = run(project, "update", "--to", "v1.1", "--dry-run", "--json")
-    assert code == 0, out
-    (row,) = json.loads(out)["patches"]
+    code, doc = run_json(project, "update", "--to", "v1.1", "--dry-run", "--json")
+    assert code == 0, doc
+    (row,) = doc["patches"]
     assert row["case"] == "partial" and row["narrowing"] is not None, row
     (dropped,) = row["narrowing"]["dropped"]
     assert dropped["name"].startswith("vllm/parser.py hunk 2")
@@ -174,8 +175,8 @@ def test_the_disposition_of_one_patch_at_one_target_is_status_s(project: Project
     file = landed(project)
     commit_all(project)
     assert run(project, "fetch")[0] == 0
-    _, out = run(project, "status", "--json", "--against", "v1.1")
-    (entry,) = json.loads(out[out.index("{"):])["patches"]
+    _, doc = run_json(project, "status", "--json", "--against", "v1.1")
+    (entry,) = doc["patches"]
     config = Config.load(project.root)
     repo = upstream.open_upstream(config)
     made = update.disposition_of(repo, config, Series.load(config.patches_dir), file, "v1.1", validator=None)

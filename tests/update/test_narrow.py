@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from conftest import KV_V1, PARSER_V1, Project, git
 from conftest import vpatch_cli as run
+from conftest import vpatch_json as run_json
 from helpers.project import commit_all
 
 from vpatch.series.files import Patch, Series
@@ -82,9 +82,9 @@ def test_update_narrows_a_partly_landed_patch_in_one_commit(project: Project) ->
     assert run(project, "apply")[0] == 0
     assert (project.root / ".vpatch" / "tree" / "vllm" / "parser.py").read_text() == THREE
     # status now calls it needed, with the probe failing upstream and the diff applying cleanly
-    code, out = run(project, "status", "--json")
-    assert code == 0, out
-    result = json.loads(out)["patches"][0]["results"]["v1.1"]
+    code, doc = run_json(project, "status", "--json")
+    assert code == 0, doc
+    result = doc["patches"][0]["results"]["v1.1"]
     assert result["state"] == "needed" and result["applies"] == "clean"
 
 
@@ -97,8 +97,8 @@ def test_dry_run_and_status_say_would_narrow_and_change_nothing(project: Project
     assert "would narrow: drops 1 of 3 hunks" in out  # the status table's partial cell
     assert "would narrow   0001-parser-three.patch  [partial]" in out
     assert (project.patches / "0001-parser-three.patch").read_bytes() == before
-    code, out = run(project, "status", "--against", "v1.1", "--json")
-    result = json.loads(out)["patches"][0]["results"]["v1.1"]
+    code, doc = run_json(project, "status", "--against", "v1.1", "--json")
+    result = doc["patches"][0]["results"]["v1.1"]
     assert result["summary"].startswith("1/3 hunks upstream: parser.py #2")
     # status's disposition is the dry run's: narrowed, with the proof
     assert result["disposition"]["action"] == "narrow" and result["disposition"]["proof"], result["disposition"]
@@ -148,8 +148,8 @@ def test_remaining_hunks_that_need_a_3way_merge_are_narrowed_that_way(project: P
     three_hunks(project, probe=None)
     # upstream lands hunk 2 and edits line 33, inside hunk 3's context: hunk 3 applies only 3-way
     release(project, {"vllm/parser.py": HUNK_2_ONLY.replace("line 33\n", "line 33 upstream\n")}, "v1.1")
-    code, out = run(project, "status", "--against", "v1.1", "--json")
-    made = json.loads(out)["patches"][0]["results"]["v1.1"]["disposition"]
+    code, doc = run_json(project, "status", "--against", "v1.1", "--json")
+    made = doc["patches"][0]["results"]["v1.1"]["disposition"]
     # narrowed as the update narrows it: the rest goes on by a clean 3-way merge, proven
     assert made["action"] == "narrow" and "3-way merge" in made["proof"], made
     code, out = run(project, "update", "--to", "v1.1")
@@ -167,9 +167,8 @@ def test_a_narrowing_survives_a_stop_at_a_later_patch_and_continue(project: Proj
     commit_all(project, "0002")
     # v1.1 lands 0001's hunk 2 and changes kv.py's line differently: 0002 conflicts
     release(project, {"vllm/parser.py": HUNK_2_ONLY, "vllm/kv.py": KV_V1.replace("break", "return")}, "v1.1")
-    code, out = run(project, "update", "--to", "v1.1", "--json")
-    assert code == 5, out
-    doc = json.loads(out)
+    code, doc = run_json(project, "update", "--to", "v1.1", "--json")
+    assert code == 5, doc
     assert doc["stop"]["file"] == "0002-kv-skip-null.patch"
     assert doc["patches"][0]["narrowing"]["dropped"][0]["name"] == "vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)"
     tree = project.root / ".git" / "vpatch-update" / "tree"
@@ -193,8 +192,8 @@ def test_the_proof_refuses_a_hunk_found_only_elsewhere_in_the_file(project: Proj
     copy = "".join(f"line {n}\n" for n in (17, 18, 19)) + "line 20a\nline 20b\nline 20c\n" + \
         "".join(f"line {n}\n" for n in (21, 22, 23))
     release(project, {"vllm/parser.py": PARSER_V1.replace("line 18\n", "line 18 upstream\n") + copy}, "v1.1")
-    code, out = run(project, "status", "--against", "v1.1", "--json")
-    assert json.loads(out)["patches"][0]["results"]["v1.1"]["hunks"]["landed"] == [
+    code, doc = run_json(project, "status", "--against", "v1.1", "--json")
+    assert doc["patches"][0]["results"]["v1.1"]["hunks"]["landed"] == [
         "vllm/parser.py hunk 2 (@@ -17,7 +17,9 @@)"]
     before = (project.patches / "0001-parser-three.patch").read_bytes()
     code, out = run(project, "update", "--to", "v1.1")

@@ -4,11 +4,10 @@ update refuses it naming them; the same patch pinned at v0.33.0 shows the regres
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from conftest import REAL_CACHE, git
+from conftest import REAL_CACHE, git, vpatch_json
 from helpers.shipped import committed_copy, shipped_files, vpatch
 
 from vpatch.config.project import Config
@@ -82,9 +81,8 @@ def test_status_on_a_pin_where_the_patch_breaks_upstream_tests_shows_the_regress
     commit = git(release_history, "rev-parse", "v0.33.0^{commit}").strip()
     config = (shipped / "vpatch.yaml").read_text().replace("ref: v0.29.0", "ref: v0.33.0")
     (shipped / "vpatch.yaml").write_text(config.replace(Config.load(shipped).pin.commit or "", commit))
-    code, out = vpatch(shipped, "status", "--against", "v0.33.0", "--json", "--exit-code")
-    assert code == 4, out
-    report = json.loads(out[out.index("{"):])
+    code, report = vpatch_json(shipped, "status", "--against", "v0.33.0", "--json", "--exit-code")
+    assert code == 4, report
     result = next(p for p in report["patches"] if p["number"] == 3)["results"]["v0.33.0"]
     assert tuple(result["upstream_tests"]["regressions"]) == UPSTREAM_TESTS, result
     assert result["regression"].startswith("breaks upstream's own tests on the pin v0.33.0: ")

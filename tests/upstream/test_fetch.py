@@ -9,7 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
-from conftest import PARSER_V1, Project, ToyUpstream, git, write_config
+from conftest import PARSER_V1, Project, ToyUpstream, git, vpatch_json, vpatch_streams, write_config
 from conftest import vpatch_cli as vpatch
 
 from vpatch import git as vgit
@@ -48,9 +48,9 @@ def grow(up: ToyUpstream, count: int, *, parser_every: int = 0) -> None:
 
 
 def status(root: Path) -> dict:  # type: ignore[type-arg]
-    code, out = vpatch(root, "status", "--json", "--no-probes", "--against", "main")
-    assert code in (0, 3), out
-    return json.loads(out[out.index("{"):])  # type: ignore[no-any-return]
+    code, doc = vpatch_json(root, "status", "--json", "--no-probes", "--against", "main")
+    assert code in (0, 3), doc
+    return doc  # type: ignore[no-any-return]
 
 
 def test_a_partial_mirror_answers_status_as_a_full_one_does(tmp_path: Path, toy_upstream: ToyUpstream) -> None:
@@ -102,13 +102,13 @@ def test_a_first_status_on_a_partial_mirror_fetches_what_it_reads_in_one_request
     served = tmp_path / "upload-pack.log"
     counting_upload_pack(path, served)
 
-    code, out = vpatch(project.root, "status", "--json", "--no-probes", "--against", "main")
-    assert code in (0, 3), out
+    code, out, err = vpatch_streams(project.root, "status", "--json", "--no-probes", "--against", "main")
+    assert code in (0, 3), out + err
     # one request for every blob the status read (git alone asks once per blob or commit diff read)
     assert len(served.read_text().splitlines()) == 1, served.read_text()
-    prefetched = re.search(r"prefetching (\d+) blobs: done", out)
-    assert prefetched and int(prefetched.group(1)) > 100, out
-    partial = json.loads(out[out.index("{"):])
+    prefetched = re.search(r"prefetching (\d+) blobs: done", err)
+    assert prefetched and int(prefetched.group(1)) > 100, err
+    partial = json.loads(out)
     assert partial["patches"][0]["landed_in"]["commit"]
 
     # a second status finds them all here: it asks upstream nothing

@@ -5,13 +5,12 @@ PRs reverted ('Revert "... (#N)" (#M)', "This reverts commit <sha>.") and re-lan
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import KV_V1, PARSER_V1, git, patch_of_head, write_config
+from conftest import KV_V1, PARSER_V1, git, patch_of_head, vpatch_json, write_config
 from conftest import vpatch_cli as vpatch
 
 from vpatch.base.paths import cache_dir
@@ -149,8 +148,8 @@ def project(tmp_path: Path, vllm_like: History) -> Path:
 
 def status_json(root: Path, *against: str) -> tuple[int, dict]:  # type: ignore[type-arg]
     args = [a for ref in against for a in ("--against", ref)]
-    code, out = vpatch(root, "status", "--json", "--exit-code", *args)
-    return code, json.loads(out)
+    code, doc = vpatch_json(root, "status", "--json", "--exit-code", *args)
+    return code, doc
 
 
 def by_slug(doc: dict, slug: str) -> dict:  # type: ignore[type-arg]

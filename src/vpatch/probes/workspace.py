@@ -99,6 +99,10 @@ class Session:
         self._zygotes: dict[tuple[Path, str], Zygote] = {}  # (venv python, kind) -> its warm interpreter
         self._starting: dict[tuple[Path, str], threading.Thread] = {}  # -> the thread that starts it
         self._zygote_lock = threading.Lock()
+        # a warm interpreter starts on a thread that may outlive the command: its reports end with the command,
+        # whose output stream may be closed by then (_reporting, _while_open)
+        self._reporting = False
+        self._report_gate = threading.Lock()
         self.cancel = threading.Event()  # set when the command ends: running probes end with it
         self.ahead: dict[Path, ProbeResult] = {}  # result-cache entry -> a result run ahead, not yet read
         self._root: Path | None = None
@@ -116,9 +120,12 @@ class Session:
         # A killed command leaves its workspace (a tree is 100+ MB): the folder's pid says when it is stale.
         remove_stale_runs(self.cache / "probe-runs")
         self._open = True
+        self._reporting = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        with self._report_gate:
+            self._reporting = False
         self.cancel.set()
         for batch in list(self._batches):
             batch.set()
@@ -169,12 +176,22 @@ class Session:
             assert self._open, "a Session is used inside its with block"
             found = self._starting.get((python, kind))
             if found is None:
-                reporter = self.report if self.report is not silent else report
+                reporter = self._while_open(self.report if self.report is not silent else report)
                 found = self._starting[(python, kind)] = threading.Thread(
                     target=self._start_zygote, args=(python, kind, env, reporter, tests), name="zygote-start",
                     daemon=True)
                 found.start()
         return found
+
+    def _while_open(self, reporter: Reporter) -> Reporter:
+        """`reporter`, silent once the command has ended (a zygote's thread reports after it, to a closed stream)."""
+
+        def report(event: Event) -> None:
+            with self._report_gate:
+                if self._reporting:
+                    reporter(event)
+
+        return report
 
     def _start_zygote(self, python: Path, kind: str, env: dict[str, str], reporter: Reporter, tests: bool) -> None:
         zygote = Zygote(python, env=env, report=reporter, subject=kind,
