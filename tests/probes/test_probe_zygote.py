@@ -27,7 +27,7 @@ from helpers.pids import gone
 from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes.child import ZYGOTE_SERVER
-from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, TESTS_PRELOAD_FILE, Zygote
+from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, Zygote
 
 # A module of the venv that records, when it is imported, the variable a probe is started with.
 HEAVY = "import os\nIMPORTED_WITH = os.environ.get('PROBE_FLAVOUR')\nIMPORTS = 0\n"
@@ -93,6 +93,11 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
+def zygote_env() -> dict[str, str]:
+    """What a zygote started by hand here runs with (a Session starts its own with `Session.run_env`)."""
+    return process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+
+
 def _env(tree: Path, **extra: str) -> dict[str, str]:
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH", "")) if p),
            "PYTHONDONTWRITEBYTECODE": "1", **extra}
@@ -115,7 +120,7 @@ def zygote(venv: Path) -> Iterator[Zygote]:
     class Lazy:
         def __getattr__(self, name: str) -> object:
             if not started:
-                started.append(Zygote(venv, env=probe_runs.zygote_env()))
+                started.append(Zygote(venv, env=zygote_env()))
                 assert started[0].broken is None, started[0].broken
             return getattr(started[0], name)
 
@@ -166,28 +171,6 @@ def test_the_zygote_s_command_line_is_its_file_and_arguments(zygote: Zygote, ven
     cmdline = Path(f"/proc/{zygote.pid}/cmdline").read_bytes().split(b"\0")[:-1]
     assert [c.decode() for c in cmdline] == [str(venv), str(ZYGOTE_SERVER), zygote.address, str(os.getpid())]
     assert ZYGOTE_SERVER.is_file() and ZYGOTE_SERVER.parent.parent.name == "probes"
-
-
-def test_an_upstream_tests_zygote_without_a_list_starts_from_the_probes_list(venv: Path, tree: Path) -> None:
-    """The upstream-tests zygote learns a list of its own; with none yet it imports the probes' (checked as it is
-    imported), so that it learns only what the tests add (pytest), not every module apart again."""
-    folder = venv.parent.parent
-    (folder / PRELOAD_FILE).write_text(json.dumps({"preload": ["heavy"], "refused": [], "rules": LEAK_RULES}))
-    (folder / TESTS_PRELOAD_FILE).unlink(missing_ok=True)
-    seen: list[str] = []
-    found = Zygote(venv, env=probe_runs.zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"),
-                   subject="upstream-tests zygote", preload_file=TESTS_PRELOAD_FILE)
-    try:
-        assert found.broken is None, found.broken
-        assert [line for line in seen if line.startswith("warm ")], seen  # the probes' list, imported at its start
-        argv = [str(venv), str(tree.parent / "probes" / "probe.py"), "plain"]
-        ran = found.run(argv, cwd=tree, env=_env(tree), timeout=60)
-        assert ran is not None and (ran.returncode, ran.output) == _fresh(argv, tree, _env(tree))
-        assert found.settled(60)
-    finally:
-        found.close()
-    assert "heavy" in json.loads((folder / TESTS_PRELOAD_FILE).read_text())["preload"]
-    assert json.loads((folder / PRELOAD_FILE).read_text())["preload"] == ["heavy"]  # the probes' list untouched
 
 
 def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(zygote: Zygote, venv: Path,
@@ -276,7 +259,7 @@ def test_torch_works_in_a_child_of_a_zygote_that_preloaded_it() -> None:
                           "print('torch', float((a @ a).sum()), torch.get_num_threads() >= 1)\n"
                           "print('numpy', float(numpy.ones((64, 64)).dot(numpy.ones((64, 64))).sum()))\n"
                           "print('drawn', numpy.random.rand(), float(torch.rand(1)))\n")
-        found = Zygote(python, env=probe_runs.zygote_env())
+        found = Zygote(python, env=zygote_env())
         try:
             assert found.broken is None, found.broken
             env = process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
@@ -406,7 +389,7 @@ def test_a_module_that_starts_a_thread_is_tried_apart_and_never_preloaded(zygote
     assert second is not None and (second.returncode, second.output) == (code, output) and zygote.broken is None
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
     assert "threaded" in recorded["refused"] and "threaded" not in recorded["preload"]
-    again = Zygote(venv, env=probe_runs.zygote_env())  # the next command's zygote leaves it out
+    again = Zygote(venv, env=zygote_env())  # the next command's zygote leaves it out
     try:
         assert again.broken is None
         ran = again.run(argv, cwd=tree, env=_env(tree), timeout=60)
@@ -430,7 +413,7 @@ def test_a_recorded_list_with_packages_importing_each_other_holds_in_the_next_co
     env = process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
     seen: list[str] = []
     for _command in range(2):
-        found = Zygote(venv, env=probe_runs.zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"))
+        found = Zygote(venv, env=zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"))
         try:
             for _ in range(2):
                 ran = found.run(argv, cwd=tmp_path, env=env, timeout=60)
@@ -452,7 +435,7 @@ def test_packages_importing_each_other_hold_across_the_list_s_batches(venv: Path
         (site / f"{name}.py").write_text("")
     (venv.parent.parent / PRELOAD_FILE).write_text(json.dumps({"preload": ["_cyc", *fillers, "cyc"], "refused": []}))
     seen: list[str] = []
-    found = Zygote(venv, env=probe_runs.zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"))
+    found = Zygote(venv, env=zygote_env(), report=lambda event: seen.append(f"{event.step} {event.detail}"))
     try:
         assert found.broken is None, found.broken
     finally:
@@ -474,7 +457,7 @@ def test_a_package_importing_a_refused_module_is_refused_with_it_once(venv: Path
     said: list[list[str]] = []
     for _command in range(2):
         seen: list[str] = []
-        found = Zygote(venv, env=probe_runs.zygote_env(),
+        found = Zygote(venv, env=zygote_env(),
                        report=lambda event, seen=seen: seen.append(f"{event.step} {event.detail}"))
         try:
             assert found.broken is None, found.broken
@@ -497,7 +480,7 @@ def test_a_module_that_fails_to_import_here_is_not_tried_again_after_every_run(v
         "import sys, heavy\nsys.modules['heavy_alias'] = heavy\nprint(heavy.IMPORTS)\n")
     argv = [str(venv), str(tree.parent / "probes" / "alias.py")]
     events: list[Event] = []
-    zygote = Zygote(venv, env=probe_runs.zygote_env(), report=events.append)
+    zygote = Zygote(venv, env=zygote_env(), report=events.append)
     try:
         outputs = []
         for _ in range(3):

@@ -184,7 +184,8 @@ def started(venv: Path) -> Iterator[list[Zygote]]:
 
 
 def _start(venv: Path, started: list[Zygote], events: list[Event] | None = None) -> Zygote:
-    zygote = Zygote(venv, env=probe_runs.zygote_env(), report=(events.append if events is not None else lambda _: None))
+    env = process.child_env({"PYTHONDONTWRITEBYTECODE": "1"})
+    zygote = Zygote(venv, env=env, report=(events.append if events is not None else lambda _: None))
     started.append(zygote)
     assert zygote.broken is None, zygote.broken
     return zygote

@@ -31,6 +31,22 @@ def test_tests_for_finds_the_test_files_named_after_the_touched_files(tmp_path: 
     assert regression.tests_for(repo, [tree], ["vllm/other.py", "README.md"]) == ()
 
 
+def test_a_test_file_named_after_the_touched_file_runs_only_if_it_imports_it(tmp_path: Path) -> None:
+    """Named after vllm/calc.py but testing something else (it imports vllm.calculus): not its evidence, and not
+    run; one that imports the module by its package's import list is."""
+    repo, _ = toy_upstream(tmp_path)
+    for rel, text in (("tests/calc/other/test_calc.py", "from vllm.calculus import add\n\n\ndef test_add():\n"
+                                                         "    assert add(1, 1) == 2\n"),
+                      ("tests/calc/pkg/test_calc.py", "from vllm import (\n    os_helpers,\n    calc as c,\n)\n")):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "two more test files named after calc.py")
+    tree = gitdoor.tree_of(repo, "HEAD")
+    assert regression.tests_for(repo, [tree], ["vllm/calc.py"]) == ("tests/calc/pkg/test_calc.py",
+                                                                    "tests/calc/test_calc.py")
+
+
 def test_a_test_passing_without_and_failing_with_the_patch_is_a_regression(tmp_path: Path) -> None:
     repo, base = toy_upstream(tmp_path)
     patches = series_dir(tmp_path)
@@ -171,25 +187,34 @@ def test_tests_that_need_the_network_a_gpu_or_more_time_are_not_run_here_on_both
 
 
 def warm_tests_zygote(witness: Witness, patch: Patch) -> None:
-    """Start the session's upstream-tests zygote and wait for it, so that the runs after go through it (a command's
-    first runs go fresh while it starts)."""
+    """Start the session's warm interpreter of the probe venv and wait for it, so that the runs after go through it
+    (a command's first runs go fresh while it starts)."""
     requirements = regression.requirements_for(patch, None)
     assert requirements is not None and witness.session is not None
     python = probe_venv(requirements, cache=REAL_CACHE)
-    assert witness.session.zygote_for(python, witness.report, tests=True, wait=True) is not None
+    assert witness.session.zygote_for(python, witness.report, wait=True) is not None
 
 
 HOME_TEST = ("\n\ndef test_home_is_not_the_user_s():\n"
              "    import os\n"
              "    with open(os.environ['VPATCH_TEST_HOME_LOG'], 'a') as log:\n"
              "        log.write(os.environ['HOME'] + '\\n')\n")
+# a probe of the same venv (the series' lock) that writes its HOME and whether the hub is offline, then fails
+HOME_PROBE = ("import os\n"
+              "with open(os.environ['VPATCH_TEST_HOME_LOG'], 'a') as log:\n"
+              "    log.write(os.environ['HOME'] + ' ' + os.environ.get('HF_HUB_OFFLINE', '-') + '\\n')\n"
+              "raise SystemExit(1)\n")
 
 
-def test_upstream_tests_run_with_a_home_of_the_command_s_never_the_user_s(tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """HOME is a folder of the command's workspace for every run of upstream's tests (so that no test writes into
-    the user's home), the same for both sides, and gone with the command. In the warm interpreter here; a fresh run
-    is given the same environment (regression._pytest)."""
+def test_probe_runs_and_upstream_tests_share_one_warm_interpreter_offline_with_a_home_of_the_command_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run in the probe venv, a probe's and upstream's tests', has one environment: HOME a folder of the
+    command's workspace (no run writes into the user's home), the hub offline; so one warm interpreter serves both
+    kinds (one learning, one list), and the folder is gone with the command. A fresh run is given the same
+    environment (regression._pytest, runner._run_command)."""
+    from vpatch.probes import runner
+    from vpatch.probes.file import Probe
+
     repo, _ = toy_upstream(tmp_path)
     tests = repo / "tests" / "calc" / "test_calc.py"
     tests.write_text(tests.read_text() + HOME_TEST)
@@ -197,6 +222,10 @@ def test_upstream_tests_run_with_a_home_of_the_command_s_never_the_user_s(tmp_pa
     base = git(repo, "rev-parse", "HEAD").strip()
     patches = series_dir(tmp_path)
     broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
+    (patches / "probes" / "home.py").write_text(HOME_PROBE)
+    (patches / "probes" / "home.yaml").write_text(
+        'kind: command\nrun: ["{python}", "{probe_dir}/home.py"]\nlock: requirements.lock\ntimeout: 60\n')
+    probe = Probe.load(patches / "probes" / "home.yaml")
     log = tmp_path / "homes.log"
     monkeypatch.setenv("VPATCH_TEST_HOME_LOG", str(log))
     patched = stacked_tree(repo, [broken], base, broken, name="v1.0")
@@ -204,14 +233,22 @@ def test_upstream_tests_run_with_a_home_of_the_command_s_never_the_user_s(tmp_pa
         warm_tests_zygote(witness, broken)
         found = witness.regressions(broken, base=base, patched=patched, ref="v1.0", use_cache=False)
         assert witness.session is not None
-        went = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
+        # what the tests' runs taught it is imported before the probe comes (a run never waits for that: it would
+        # go fresh, and this test counts the runs that went through it)
+        assert all(z.settled(120) for z in witness.session.zygotes())
+        ran = runner.run_probe(repo, probe, base, session=witness.session, use_cache=False)
+        assert witness.session is not None
+        zygotes = witness.session.zygotes()
     assert found.regressed == ("tests/calc/test_calc.py::test_sub",), found.says()
-    homes = log.read_text().split()
-    assert len(homes) == 2 and homes[0] == homes[1], homes  # both sides, one folder
-    home = Path(homes[0])
+    assert ran.outcome is runner.ProbeOutcome.FAIL, ran
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3, lines  # both sides of the tests, then the probe
+    home = Path(lines[0])
+    assert lines == [str(home), str(home), f"{home} 1"], lines  # one folder for all three; the probe offline
     assert home != Path.home() and home.name == "home" and home.parent.parent == REAL_CACHE / "probe-runs", home
     assert not home.exists()  # removed with the command's workspace
-    assert went == 2  # both through the upstream-tests zygote
+    # one interpreter for the venv, and all three runs went through it
+    assert [(z.subject, z.runs) for z in zygotes] == [("probe zygote", 3)]
 
 
 # --- the real release history: 0003 ------------------------------------------------------------------------------
@@ -280,7 +317,7 @@ def test_the_shipped_0003_breaks_no_upstream_test_on_the_pin(release_history: Pa
 @pytest.mark.releases
 def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fresh_process_gives(
         release_history: Path, tmp_path: Path) -> None:
-    """Upstream's tests run as `python -m pytest` in a child of the session's upstream-tests zygote (pytest, torch
+    """Upstream's tests run as `python -m pytest` in a child of the session's warm interpreter (pytest, torch
     and transformers imported once; vllm and the tests from the tree in each run): every test's outcome on both
     sides is the one fresh processes give, on the case with two regressions (main's 0003 on v0.33.0)."""
     from vpatch.base import Event
@@ -298,7 +335,7 @@ def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fre
                 warm_tests_zygote(witness, old)
             found[warm] = witness.regressions(old, base=base, patched=patched, ref="v0.33.0", use_cache=False)
             assert witness.session is not None
-            runs[warm] = sum(z.runs for z in witness.session.zygotes() if z.subject == "upstream-tests zygote")
+            runs[warm] = sum(z.runs for z in witness.session.zygotes() if z.subject == "probe zygote")
     fresh, warmed = found[False], found[True]
     assert fresh.base is not None and fresh.patched is not None and warmed.base is not None
     assert warmed.patched is not None
@@ -308,9 +345,9 @@ def test_upstream_tests_in_the_warm_interpreter_give_each_test_the_outcome_a_fre
     assert (runs[False], runs[True]) == (0, 2)
     # one interpreter for the session; "started again" where the recorded list did not hold and was learned anew
     # (a list learned from nothing does so once: docs/benchmarks.md, "Probe runs")
-    started = [e.step for e in events if e.subject == "upstream-tests zygote" and e.step.startswith("started")]
+    started = [e.step for e in events if e.subject == "probe zygote" and e.step.startswith("started")]
     assert started in (["started"], ["started", "started again"]), started
-    assert not [e for e in events if e.subject == "upstream-tests zygote" and "fresh" in e.step], events
+    assert not [e for e in events if e.subject == "probe zygote" and "fresh" in e.step], events
 
 
 CHAT_UTILS_TESTS = ["tests/entrypoints/unit_tests/test_chat_utils.py::test_parse_chat_messages_single_image",

@@ -6,9 +6,9 @@ The tests run as they are, with pytest, from the tree root, under ``--confcutdir
 conftest files of the tests' own folder down are loaded, vLLM's root ``tests/conftest.py`` is not (it imports
 the whole engine and model runners, and frees the accelerator after every test). A test that needs a root
 fixture then errors on both sides: counted as upstream's, never as the patch's. Results are cached per tree,
-so an unpatched tree's results serve every patch checked on it. Each run is a child of the session's upstream-tests
-zygote where it can be (pytest and the venv's imports once, vllm and the tests from the tree each time), else a
-fresh process; HOME is the session's own folder either way (`Session.tests_env`).
+so an unpatched tree's results serve every patch checked on it. Each run is a child of the session's warm
+interpreter where it can be (pytest and the venv's imports once, vllm and the tests from the tree each time), else a
+fresh process; HOME is the session's own folder either way (`Session.run_env`).
 
 They run offline and bounded (probes/child/upstream_tests.py runs pytest): the hub's clients offline, any other
 reach for the network stopped at once, a deadline per test file. A test that needs a download, a GPU or a server,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
@@ -182,20 +183,52 @@ NEEDS = {"download": "need a download", "gpu": "need a GPU", "server": "need a s
 
 def tests_for(repo: Path, trees: Sequence[str], paths: Sequence[str]) -> tuple[str, ...]:
     """Upstream's test files of the touched `paths`: for ``vllm/<package>/.../<name>.py``, every
-    ``tests/<package>/**/test_<name>.py`` in any of `trees` (vllm/parser/qwen3.py:
-    tests/parser/engine/test_qwen3.py)."""
+    ``tests/<package>/**/test_<name>.py`` in any of `trees` that imports the touched module there
+    (vllm/parser/qwen3.py: tests/parser/engine/test_qwen3.py, which imports vllm.parser.qwen3). A test file named
+    after it that imports something else tests something else: its run would be minutes of no evidence."""
     found: dict[str, None] = {}
     for tree in trees:
         files = [f for f in git.files_under(repo, tree, "tests") if PurePosixPath(f).name.startswith("test_")
                  and f.endswith(".py")]
+        named: dict[str, list[str]] = {}  # test file -> the modules it is named after
         for path in paths:
             parts = PurePosixPath(path).parts
             if len(parts) < 2 or parts[0] != "vllm" or not path.endswith(".py"):
                 continue
             under = f"tests/{parts[1]}/" if len(parts) > 2 else "tests/"
             name = f"test_{PurePosixPath(path).stem}.py"
-            found.update((f, None) for f in files if f.startswith(under) and PurePosixPath(f).name == name)
+            for f in files:
+                if f.startswith(under) and PurePosixPath(f).name == name and f not in found:
+                    named.setdefault(f, []).append(_module_of(path))
+        texts = git.read_blobs(repo, tree, list(named)) if named else {}
+        found.update((f, None) for f, modules in named.items()
+                     if any(imports(texts.get(f) or b"", module) for module in modules))
     return tuple(found)
+
+
+def _module_of(path: str) -> str:
+    """vllm/parser/qwen3.py -> vllm.parser.qwen3 (a package's __init__.py: the package)."""
+    parts = PurePosixPath(path).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(text: bytes, module: str) -> bool:
+    """Whether Python source `text` imports `module` (vllm.parser.qwen3): `import vllm.parser.qwen3`,
+    `from vllm.parser.qwen3 import ...`, `from vllm.parser import qwen3` (among others), at any indentation."""
+    package, _, name = module.rpartition(".")
+    source = text.decode("utf-8", "replace")
+    direct = re.compile(rf"^\s*(?:from\s+{re.escape(module)}(?:\.[\w.]+)?\s+import\b|import\s+[^#\n]*"
+                        rf"(?<![\w.]){re.escape(module)}(?![\w]))", re.MULTILINE)
+    if direct.search(source):
+        return True
+    if not package:
+        return False
+    # from vllm.parser import (x, qwen3 as q, ...): the import list, parenthesised over lines or not
+    for found in re.finditer(rf"^\s*from\s+{re.escape(package)}\s+import\s+(\([^)]*\)|[^\n]*)", source, re.MULTILINE):
+        names = re.sub(r"#[^\n]*", "", found.group(1)).strip("()")
+        if any(part.split(" as ")[0].strip() == name for part in names.split(",")):
+            return True
+    return False
 
 
 def requirements_for(patch: Patch, probe: Probe | None) -> Requirements | None:
@@ -233,7 +266,7 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
     except EnvError as exc:
         raise RegressionError(f"{patch.filename}: the probe venv for upstream's tests: {exc.message}",
                               hint=exc.hint) from exc
-    session.warm_up(python, report, tests=True)  # beside the runs, which go fresh until it is warm
+    session.warm_up(python, report)  # beside the runs, which go fresh until it is warm
     if probe is not None and probe.upstream_tests:
         # what a probe names is checked where it must hold, the base tree: a typo is no evidence either way
         absent = [t for t in tests if not any(git.read_blobs(repo, tree, [t.split("::", 1)[0]])[t.split("::", 1)[0]]
@@ -369,9 +402,9 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, deadline: f
                                        "report": str(needs_file)}), encoding="utf-8")
         argv = [str(python), str(UPSTREAM_TESTS), str(control)]
         timeout = deadline * len(files) + START_S
-        # HOME the session's (tests_env), not the user's: the same in the warm interpreter and in a fresh process
+        # HOME the session's (run_env), not the user's: the same in the warm interpreter and in a fresh process
         # PYTHONPATH the tree, then what vpatch was given (as the probes have it)
-        env = session.tests_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
+        env = session.run_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
                                                                if p)})
         with session.slot():  # one of the session's --jobs processes, whatever else runs beside (the probe's)
             ran = _in_zygote(argv, root, env, python, timeout, session, report)
@@ -405,7 +438,7 @@ def _in_zygote(argv: list[str], root: Path, env: dict[str, str], python: Path, t
     """One pytest run in the session's warm interpreter of the venv (pytest, torch and what the tests import
     imported once; vllm and the tests from the tree in each run): its exit code and output, why it could not end
     (a string), or None where it runs fresh (no zygote, or the zygote could not run it to the end)."""
-    zygote = session.zygote_for(python, report, tests=True)
+    zygote = session.zygote_for(python, report)
     if zygote is None or not zygote.fits(argv, env):
         return None
     ran = zygote.run(argv, cwd=root, env=env, timeout=timeout, cancel=session.cancel)

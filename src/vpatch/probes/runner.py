@@ -41,7 +41,6 @@ from vpatch.base import (
     VpatchError,
     atomic_write,
     cache_dir,
-    child_env,
     run_process,
     silent,
 )
@@ -236,10 +235,9 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
     report(Event(subject, "running"))
     root = session.tree(repo, tree)  # the caller has prefetched its files (a partial mirror), on its own thread
     command = argv(probe, python=str(python), probe_dir=str(probe.path.parent.resolve()), tree=str(root))
-    env = {
-        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    # the session's one environment for runs in the venv (offline, HOME its own), the tree first on the path
+    env = session.run_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
+                                                         if p)})
 
     def run(probe: Probe) -> Ran:
         with session.slot():  # one of the session's --jobs processes, whatever else runs beside (upstream's tests)
@@ -247,8 +245,8 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
 
     def run_once(probe: Probe) -> Ran:
         zygote = None if probe.fresh_process else session.zygote_for(python, report)
-        if zygote is not None and zygote.fits(command, child_env(env)):
-            ran = zygote.run(command, cwd=root, env=child_env(env), timeout=probe.timeout, cancel=cancel)
+        if zygote is not None and zygote.fits(command, env):
+            ran = zygote.run(command, cwd=root, env=env, timeout=probe.timeout, cancel=cancel)
             if ran is not None:  # None: the zygote could not run it to the end, and this run goes fresh
                 if ran.cancelled:
                     return Ran(-1, b"", failure="the run was cancelled")

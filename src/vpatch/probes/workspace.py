@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 from vpatch import git
 from vpatch.base import Event, GitError, Reporter, cache_dir, child_env, silent
 from vpatch.probes.env import own_run_folder, remove_stale_runs
-from vpatch.probes.zygote import PRELOAD_FILE, TESTS_PRELOAD_FILE, Zygote
+from vpatch.probes.zygote import Zygote
 
 if TYPE_CHECKING:
     from typing import Self
@@ -62,20 +62,11 @@ def zygote_pays(runs: int, jobs: int | None) -> bool:
     return ZYGOTE_DEFAULT and rounds >= ZYGOTE_ROUNDS
 
 
-# Upstream's tests run offline (tests_env): the hub's clients (huggingface_hub, transformers, datasets) answer from
+# Probe runs and upstream's tests run offline (Session.run_env): the hub's clients (huggingface_hub, transformers, datasets) answer from
 # their cache or fail at once instead of retrying for minutes, and nothing reports usage. What else reaches for the
 # network is stopped by the tests' runner (probes/child/upstream_tests.py).
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-
-
-def zygote_env() -> dict[str, str]:
-    """The environment a probe run is started with, its PYTHONPATH aside: what a zygote is started with."""
-    return child_env({"PYTHONDONTWRITEBYTECODE": "1"})
-
-
-def _kind(tests: bool) -> str:
-    return "upstream-tests zygote" if tests else "probe zygote"
 
 
 def default_jobs() -> int:
@@ -96,8 +87,9 @@ class Session:
         # a warm interpreter per probe venv (probes/zygote.py); VPATCH_PROBE_ZYGOTE=0/1 overrides the default
         self.zygote = zygote_default() if zygote is None else zygote
         self.report = report
-        self._zygotes: dict[tuple[Path, str], Zygote] = {}  # (venv python, kind) -> its warm interpreter
-        self._starting: dict[tuple[Path, str], threading.Thread] = {}  # -> the thread that starts it
+        # venv python -> its one warm interpreter, for probe runs and upstream's tests alike (the same environment)
+        self._zygotes: dict[Path, Zygote] = {}
+        self._starting: dict[Path, threading.Thread] = {}  # -> the thread that starts it
         self._zygote_lock = threading.Lock()
         # a warm interpreter starts on a thread that may outlive the command: its reports end with the command,
         # whose output stream may be closed by then (_reporting, _while_open)
@@ -143,43 +135,39 @@ class Session:
                 self._owner = None
             self._trees.clear()
 
-    def zygote_for(self, python: Path, report: Reporter = silent, *, tests: bool = False,
-                   wait: bool = False) -> Zygote | None:
+    def zygote_for(self, python: Path, report: Reporter = silent, *, wait: bool = False) -> Zygote | None:
         """The warm interpreter of the venv of `python` once it is warm, else None: the run goes fresh (also where
         the session runs fresh processes, or that zygote is broken). The first ask starts it beside the runs
         (`warm_up`); `wait`: wait for it to be ready instead (a test that needs its runs to go through it)."""
-        starting = self.warm_up(python, report, tests=tests)
+        starting = self.warm_up(python, report)
         if starting is None:
             return None
         if wait:
             starting.join()
         with self._zygote_lock:
-            found = self._zygotes.get((python, _kind(tests)))
+            found = self._zygotes.get(python)
         return None if found is None or found.broken is not None else found
 
-    def warm_up(self, python: Path, report: Reporter = silent, *, tests: bool = False) -> threading.Thread | None:
-        """Start the warm interpreter of the venv of `python` on a thread of its own, once per session and kind
-        (the thread; None where the session runs fresh processes): called as soon as the venv exists, so that it
-        imports its recorded list beside the first runs, which go fresh until it is ready. Its progress goes to the
-        session's reporter, else to `report` (the first run's: the commands report probe runs that way). `tests`:
-        the one upstream's tests run in, started with their environment (`tests_env`: offline, HOME the session's
-        own) and learning its own preload list."""
+    def warm_up(self, python: Path, report: Reporter = silent) -> threading.Thread | None:
+        """Start the warm interpreter of the venv of `python` on a thread of its own, once per session (the thread;
+        None where the session runs fresh processes): called as soon as the venv exists, so that it imports its
+        recorded list beside the first runs, which go fresh until it is ready. One for the probe runs and upstream's
+        tests alike: both run with `run_env`, and it learns one list, what either imports. Its progress goes to the
+        session's reporter, else to `report` (the first run's: the commands report probe runs that way)."""
         if not self.zygote:
             return None
-        kind = _kind(tests)
         with self._zygote_lock:
-            found = self._starting.get((python, kind))
+            found = self._starting.get(python)
         if found is not None:
             return found
-        env = self.tests_env() if tests else zygote_env()
+        env = self.run_env()
         with self._zygote_lock:
             assert self._open, "a Session is used inside its with block"
-            found = self._starting.get((python, kind))
+            found = self._starting.get(python)
             if found is None:
                 reporter = self._while_open(self.report if self.report is not silent else report)
-                found = self._starting[(python, kind)] = threading.Thread(
-                    target=self._start_zygote, args=(python, kind, env, reporter, tests), name="zygote-start",
-                    daemon=True)
+                found = self._starting[python] = threading.Thread(
+                    target=self._start_zygote, args=(python, env, reporter), name="zygote-start", daemon=True)
                 found.start()
         return found
 
@@ -193,21 +181,22 @@ class Session:
 
         return report
 
-    def _start_zygote(self, python: Path, kind: str, env: dict[str, str], reporter: Reporter, tests: bool) -> None:
-        zygote = Zygote(python, env=env, report=reporter, subject=kind,
-                        preload_file=TESTS_PRELOAD_FILE if tests else PRELOAD_FILE, wait_for_imports=False)
+    def _start_zygote(self, python: Path, env: dict[str, str], reporter: Reporter) -> None:
+        zygote = Zygote(python, env=env, report=reporter, wait_for_imports=False)
         with self._zygote_lock:
             if not self._open:  # the command ended meanwhile
                 zygote.close()
                 return
-            self._zygotes[(python, kind)] = zygote
+            self._zygotes[python] = zygote
         if zygote.broken is not None:
-            reporter(Event(kind, "fresh processes", zygote.broken, final=True))
+            reporter(Event(zygote.subject, "fresh processes", zygote.broken, final=True))
 
-    def tests_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The environment upstream's tests run in (PYTHONPATH aside, `extra` on top): offline (OFFLINE), HOME a folder
-        of this session's, so that no test writes into the user's home, the same for all its runs so that they share one
-        warm interpreter (a module such as huggingface_hub reads HOME when it is imported)."""
+    def run_env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment of every run in a probe venv, probes and upstream's tests, fresh or in the warm
+        interpreter (PYTHONPATH aside, `extra` on top): offline (OFFLINE: evidence never waits on the network nor
+        depends on it), HOME a folder of this session's, so that no run writes into the user's home, the same for
+        all its runs so that they share one warm interpreter (a module such as huggingface_hub reads HOME when it is
+        imported)."""
         with self._guard:
             assert self._open, "a Session is used inside its with block"
             if self._root is None:

@@ -48,7 +48,6 @@ from vpatch.base import ChildProcess, Event, ProcessError, Reporter, atomic_writ
 from vpatch.probes.child import ZYGOTE_SERVER
 
 PRELOAD_FILE = "vpatch-preload.json"
-TESTS_PRELOAD_FILE = "vpatch-preload-upstream-tests.json"  # the upstream-tests zygote's (pytest and what tests import)
 # The leak check's version, recorded with what it refused: 2 knows the inert traces of torch._dynamo and transformers,
 # 3 also transformers executed again by its own processing_utils
 LEAK_RULES = 3
@@ -73,8 +72,8 @@ class ZygoteRan:
 class Zygote:
     """One warm interpreter of one probe venv, for the length of a session; `run` is safe from many threads."""
 
-    def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent, subject: str = _SUBJECT,
-                 preload_file: str = PRELOAD_FILE, wait_for_imports: bool = True) -> None:
+    def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent,
+                 wait_for_imports: bool = True) -> None:
         self.python = python
         # False: a run that comes while the zygote imports (what runs taught it) goes fresh instead of waiting
         # (`run` answers None), so that no run waits on learning; a session's zygotes are made so
@@ -87,8 +86,9 @@ class Zygote:
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
         self.went_fresh = 0  # runs that came while it imported, and went fresh rather than wait
         self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
-        self.subject = subject  # its progress lines' subject: "probe zygote", "upstream-tests zygote"
-        self._file = python.parent.parent / preload_file  # its own: two kinds would overwrite each other's list
+        self.subject = _SUBJECT  # its progress lines' subject
+        # the venv's one list: what probe runs and upstream's tests import (they run with one environment)
+        self._file = python.parent.parent / PRELOAD_FILE
         self._lock = threading.Lock()  # held while the zygote imports: runs wait for it
         self._closed = False
         self._guard = threading.Lock()  # the modules runs reported, not yet preloaded
@@ -101,10 +101,6 @@ class Zygote:
         self._failed: dict[str, int] = {}
         self._known: list[str] = []  # what was preloaded, in the order it was checked and imported
         recorded = self._recorded()
-        if not recorded and preload_file != PRELOAD_FILE:
-            # a zygote of another kind (upstream's tests) starts from the probes' list, checked as it is imported:
-            # what vllm imports, tests import too; it then learns only its own (pytest), not all 4,000 apart
-            recorded = {"preload": self._recorded(python.parent.parent / PRELOAD_FILE).get("preload", [])}
         self._refused = set(recorded.get("refused", []))
         known = [m for m in recorded.get("preload", []) if m not in self._refused]
         if not self._start():
@@ -266,9 +262,9 @@ class Zygote:
 
     # -- what to preload ----------------------------------------------------------------------------------------
 
-    def _recorded(self, file: Path | None = None) -> dict[str, list[str]]:
-        """The recorded preload list (its own, or `file`); a malformed one is ignored, with a warning naming it."""
-        file = self._file if file is None else file
+    def _recorded(self) -> dict[str, list[str]]:
+        """The recorded preload list; a malformed one is ignored, with a warning naming it."""
+        file = self._file
         try:
             raw = file.read_bytes()
         except OSError:
