@@ -31,7 +31,8 @@ def run(*, project: Path, against: list[str], json_out: bool, exit_code: bool, n
         )
         # what an update to each target does with each patch, decided as the update decides it (with its proofs)
         validator = None if no_probes else functools.partial(update.validate_with_probes, evidence=evidence)
-        dispositions = update.dispose_status(repo, config, series, result, validator=validator, progress=view)
+        dispositions = update.dispose_status(repo, config, series, result, validator=validator, progress=view,
+                                              evidence=None if no_probes else evidence)
     stopped = stopped_update(config)
     forwarded = {p.filename: sent for p in series.patches if (sent := p.forwarded) is not None}
     if json_out:

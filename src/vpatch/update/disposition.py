@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import datetime
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING
 from vpatch import status, upstream
 from vpatch.base import Event, ExitCode, ProcessError, Reporter, VpatchError, silent
 from vpatch.probes import Witness, hunk_coverage
+from vpatch.probes.workspace import default_jobs
 from vpatch.series import Patch, Series
 from vpatch.update import decided, guard, narrow, probefollow, retarget
 from vpatch.update.plan import Action, PatchPlan, Refusal, Revalidation, UpdatePlan, Validator
@@ -125,10 +128,12 @@ def _landing_text(landing: Landing | None, to: str, target: str) -> str:
 def dispose(
     repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: Status | None, *, current: str,
     to: str, target: str, validator: Validator | None, narrow_them: bool = True, work: Path | None = None,
+    evidence: Witness | None = None,
 ) -> list[PatchPlan]:
     """Steps 2 to 4 (module docstring) on the first rows: every row's disposition on `target`. `validator`
     re-validates a probe (base, patched); None: no probe runs (narrowing through a rewrite stays unproven).
-    `work`: a folder for the scratch trees of step 4 (default: a temporary one)."""
+    `work`: a folder for the scratch trees of step 4 (default: a temporary one). `evidence`: the command's Witness,
+    whose session (trees, warm interpreter, --jobs) and progress the per-hunk coverage runs share."""
 
     def validate(patch: Patch, base: str, tree: str) -> Revalidation:
         if patch.probe_path is None:
@@ -139,7 +144,8 @@ def dispose(
 
     if narrow_them:
         rows = narrow_rows(repo, config, series, rows, report, current, to, target,
-                           (lambda patch, tree: validate(patch, target, tree)) if validator is not None else None)
+                           (lambda patch, tree: validate(patch, target, tree)) if validator is not None else None,
+                           evidence=evidence)
         if validator is None:  # no probe runs (status --no-probes): nothing proves a narrowing through a rewrite
             rows = [_unproven(r) for r in rows]
     rows = [_unnarrowed(r) for r in rows]
@@ -175,9 +181,12 @@ def _unnarrowed(row: PatchPlan) -> PatchPlan:
     return row
 
 
+_COVERAGE_LOCKS: dict[tuple[str, str], threading.Lock] = {}  # (patch file, pin) -> held while its hunks are checked
+
+
 def narrow_rows(
     repo: Path, config: Config, series: Series, rows: list[PatchPlan], report: Status | None, current: str, to: str,
-    target: str, validate: Callable[[Patch, str], Revalidation] | None,
+    target: str, validate: Callable[[Patch, str], Revalidation] | None, *, evidence: Witness | None = None,
 ) -> list[PatchPlan]:
     """Step 2: partial patches narrowed where narrow.py proves it, else a note for the person (issue 14);
     conflicting ones narrowed through upstream's rewrite where their probe proves it (issue 43).
@@ -199,8 +208,17 @@ def narrow_rows(
         return None if check.ok else check.detail or "it does not fail without the patch and pass with it"
 
     def covered(patch: Patch) -> list[bool | None]:
-        # on the old pin, with the series before it: does the probe fail without each hunk? (cached probe runs)
-        found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref)
+        # on the old pin, with the series before it: does the probe fail without each hunk? (cached probe runs:
+        # targets decided side by side ask it once, the others find its results in the cache)
+        with _COVERAGE_LOCKS.setdefault((patch.filename, current), threading.Lock()):
+            return _covered(patch)
+
+    def _covered(patch: Patch) -> list[bool | None]:
+        if evidence is not None:  # in the command's session, its runs reported as its others are
+            found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref, cache=evidence.cache,
+                                  report=evidence.report, session=evidence.session)
+        else:
+            found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref)
         return [h.covered for h in found.hunks]
 
     # the verdicts followed upstream's moves: narrowing splits the patch as they judged it, at the new paths
@@ -328,7 +346,7 @@ def disposition_of(repo: Path, config: Config, series: Series, file: str, target
                                      progress=progress)
     if commit != current:
         rows = dispose(repo, config, series, rows, report, current=current, to=target, target=commit,
-                       validator=validator)
+                       validator=validator, evidence=evidence)
     found = next((r for r in rows if r.file == file), None)
     if found is None:
         raise VpatchError(f"no patch {file} in the series", hint="vpatch status lists the series' patch files")
@@ -377,13 +395,14 @@ class Dispositions:
 
 def dispose_status(
     repo: Path, config: Config, series: Series, report: Status, *, validator: Validator | None,
-    progress: Reporter = silent,
+    progress: Reporter = silent, evidence: Witness | None = None,
 ) -> Dispositions:
     """Each patch's disposition on the pin and every later target of `report`, as an update to that target
     decides it (the pin: step 1 alone, an update to it moves nothing). A target's dispositions are kept in the
     cache under everything they are decided from (the verdicts' facts, the series and its probes, both commits),
     so that a second `status` runs no step again."""
     out: dict[str, tuple[PatchPlan, ...]] = {}
+    todo: dict[int, tuple[str, list[PatchPlan]]] = {}  # column -> its key, step 1's rows: decided below
     start = report.targets.index(report.pin) if report.pin in report.targets else 0
     for column, target in enumerate(report.targets):
         if column < start:
@@ -393,18 +412,42 @@ def dispose_status(
             key = decided.key(config, series, rows, pin=report.pin.commit, target=target, probes=validator is not None)
             cached = decided.load(key)
             if cached is None:
-                started = time.monotonic()
-                rows = dispose(repo, config, series, rows, _two_columns(report, column), current=report.pin.commit,
-                               to=target.ref, target=target.commit, validator=validator)
-                decided.keep(key, UpdatePlan(config.pin.ref, report.pin.commit, target.ref, target.commit, tuple(rows)))
-                took = time.monotonic() - started
-                if took >= 1:  # the probes it ran said their own progress; this says what it was for
-                    progress(Event(f"disposition on {target.ref}", "decided", "narrowing, the probes re-validated",
-                                   final=True, seconds=took))
+                todo[column] = (key, rows)
             else:
                 rows = cached
         out[target.ref] = tuple(rows)
-    return Dispositions(out)
+
+    def decide(column: int) -> list[PatchPlan]:
+        target = report.targets[column]
+        key, rows = todo[column]
+        started = time.monotonic()
+        rows = dispose(repo, config, series, rows, _two_columns(report, column), current=report.pin.commit,
+                       to=target.ref, target=target.commit, validator=validator, evidence=evidence)
+        decided.keep(key, UpdatePlan(config.pin.ref, report.pin.commit, target.ref, target.commit, tuple(rows)))
+        took = time.monotonic() - started
+        if took >= 1:  # the probes it ran said their own progress; this says what it was for
+            progress(Event(f"disposition on {target.ref}", "decided", "narrowing, the probes re-validated",
+                           final=True, seconds=took))
+        return rows
+
+    # The targets side by side: each one's probe runs and upstream's tests wait on a process, and the session's
+    # --jobs places bound how many run at once, whichever target they are for.
+    jobs = min(len(todo), evidence.session.jobs if evidence is not None and evidence.session is not None
+               else default_jobs())
+    if jobs <= 1:
+        for column in todo:
+            out[report.targets[column].ref] = tuple(decide(column))
+        return Dispositions(out)
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="disposition")
+    try:
+        futures = {column: pool.submit(decide, column) for column in todo}
+        for column, future in futures.items():
+            out[report.targets[column].ref] = tuple(future.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # what runs ends with the command's session (cancelled)
+        raise
+    pool.shutdown()
+    return Dispositions({t.ref: out[t.ref] for t in report.targets if t.ref in out})
 
 
 def _two_columns(report: Status, column: int) -> Status:
