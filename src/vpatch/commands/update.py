@@ -43,7 +43,7 @@ def run(*, project: Path, to: str | None, dry_run: bool, no_commit: bool, allow_
                 result = core.update(config, to, dry_run=dry_run, no_commit=no_commit,
                                      allow_downgrade=allow_downgrade, narrow=not no_narrow,
                                      judge=functools.partial(core.judge_with_status, progress=view, evidence=evidence),
-                                     validator=validator)
+                                     validator=validator, evidence=evidence)
             except core.Refused as refused:
                 # a refusal comes after every disposition was decided: a dry run shows them, then the error
                 if dry_run and not json_out:

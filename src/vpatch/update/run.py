@@ -55,13 +55,15 @@ if TYPE_CHECKING:
 def update(
     config: Config, to: str, *, dry_run: bool = False, no_commit: bool = False, allow_downgrade: bool = False,
     judge: Judge | None = None, validator: Validator | None = None, narrow: bool = True,
+    evidence: Witness | None = None,
 ) -> Result:
     """Move the pin to `to`; see the module docstring. Raises VpatchError and leaves the project as it was,
-    or, past the commit point, with the journal that --continue / --abort act on."""
+    or, past the commit point, with the journal that --continue / --abort act on. `evidence`: the command's
+    Witness, whose session the per-hunk coverage of a narrowing shares (None: one of its own)."""
     project = Project.open(config)
     with git.project_lock(project.top, "update"):
         return _update(project, to, dry_run=dry_run, no_commit=no_commit, allow_downgrade=allow_downgrade,
-                       judge=judge, validator=validator, narrow=narrow)
+                       judge=judge, validator=validator, narrow=narrow, evidence=evidence)
 
 
 def update_furthest(
@@ -129,7 +131,7 @@ def _furthest(
     def in_full(cand: furthest.Candidate) -> furthest.CandidateCheck:
         # every disposition there, as the real run decides them; a refused one is a blocker like a stop
         plan = _plan(project, repo, series, current, cand.ref, cand.commit, judge=memo, validator=validator,
-                     narrow=narrow)
+                     narrow=narrow, evidence=evidence)
         planned[cand.commit] = Result(UpdateOutcome.PLANNED, plan, probes=_probes_of(plan))
         blockers = furthest.blockers_of(plan.patches, cand, to)
         return furthest.CandidateCheck(cand, not blockers, True, blockers)
@@ -150,6 +152,7 @@ def _furthest(
 def _update(
     project: Project, to: str, *, dry_run: bool, no_commit: bool, allow_downgrade: bool, judge: Judge | None,
     validator: Validator | None, narrow: bool, ahead: tuple[str, ...] = (), planned: UpdatePlan | None = None,
+    evidence: Witness | None = None,
 ) -> Result:
 
     config = project.config
@@ -165,7 +168,7 @@ def _update(
         guard.refuse_downgrade(repo, config, current, to, target)
     series = Series.load(config.patches_dir)
     plan = replace(planned or _plan(project, repo, series, current, to, target, judge=judge, validator=validator,
-                                    narrow=narrow), ahead=ahead)
+                                    narrow=narrow, evidence=evidence), ahead=ahead)
     # the dry run and the real run refuse alike: a plan saying "would drop" where the real run refuses would be a
     # promise it does not keep
     refused = refusal(plan)
@@ -186,12 +189,13 @@ def _update(
 
 
 def _plan(project: Project, repo: Path, series: Series, current: str, to: str, target: str, *, judge: Judge | None,
-          validator: Validator | None, narrow: bool) -> UpdatePlan:
+          validator: Validator | None, narrow: bool, evidence: Witness | None = None) -> UpdatePlan:
     """Every patch's disposition on `target` (disposition.py): the plan the update carries out."""
     config = project.config
     rows, report = (judge or judge_with_status)(repo, config, series, current, to, target)
     rows = dispose(repo, config, series, rows, report, current=current, to=to, target=target,
-                   validator=lambda r, c, p, b, t: _validate(r, c, p, b, t, validator), narrow_them=narrow)
+                   validator=lambda r, c, p, b, t: _validate(r, c, p, b, t, validator), narrow_them=narrow,
+                   evidence=evidence)
     return UpdatePlan(config.pin.ref, current, to, target, tuple(rows), report)
 
 
