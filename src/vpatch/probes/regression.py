@@ -266,7 +266,12 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
     except EnvError as exc:
         raise RegressionError(f"{patch.filename}: the probe venv for upstream's tests: {exc.message}",
                               hint=exc.hint) from exc
-    session.warm_up(python, report)  # beside the runs, which go fresh until it is warm
+    key = requirements.key()
+    if not (use_cache and all(_entry(session.cache, key, tree, tests, FILE_DEADLINE_S).is_file()
+                              for tree in (base_tree, patched))):
+        # beside the runs, which go fresh until it is warm; not where both sides are cached answers (a warm status),
+        # for it would import the venv's modules for no run (a run that finds an entry unreadable starts it then)
+        session.warm_up(python, report)
     if probe is not None and probe.upstream_tests:
         # what a probe names is checked where it must hold, the base tree: a typo is no evidence either way
         absent = [t for t in tests if not any(git.read_blobs(repo, tree, [t.split("::", 1)[0]])[t.split("::", 1)[0]]
@@ -275,7 +280,7 @@ def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, 
             raise RegressionError(f"{probe.path.name}: upstream_tests: {absent[0]}: no such file on {ref}"
                                   f" nor with {patch.filename}",
                                   hint="name a test file of the tree (tests/...py) or a node id in one")
-    found = _both(repo, patch.filename, ref, tests, base_tree, patched, python, requirements.key(), session,
+    found = _both(repo, patch.filename, ref, tests, base_tree, patched, python, key, session,
                   use_cache, report, patch.name[:4])
     if probe is not None and probe.upstream_tests and found.base is not None and found.base.missing:
         raise RegressionError(f"{probe.path.name}: upstream_tests: {found.base.missing[0]}: names no test on {ref}"
