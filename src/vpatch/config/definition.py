@@ -20,10 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from vpatch.base import ConfigError
 from vpatch.config.consistency import check
-from vpatch.config.deploy import Suite
 from vpatch.config.document import Document
 from vpatch.config.hosts import Host, merged_serve, parse_hosts
-from vpatch.config.serve import ServeConfig
 
 if TYPE_CHECKING:
     from vpatch.config.deploy import Suite
@@ -128,11 +126,15 @@ class ImageDefinition:
 
         if "serve" not in self.sections:
             return None
+        from vpatch.config.serve import ServeConfig  # lazy: parsed on first use, a command without serve: never loads it
+
         return ServeConfig.parse(self._document, self.sections["serve"], "serve", default_name=f"vllm-{self.name}")
 
     @cached_property
     def deploy(self) -> Suite:
         """The deploy: section (checks, hooks); the defaults when the yaml has none."""
+
+        from vpatch.config.deploy import Suite  # lazy: parsed on first use, status and build never load the deploy model
 
         if "deploy" not in self.sections:
             return Suite()

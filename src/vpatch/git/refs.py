@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +45,21 @@ def resolve_commits(repo: Path, refs: Sequence[str]) -> dict[str, str | None]:
     }
 
 
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")  # SHA-1 or SHA-256, in full
+# (repository, commit or tree id) -> its tree: an object id names one content, so the answer cannot change
+_trees: dict[tuple[Path, str], str] = {}
+
+
 def tree_of(repo: Path, commit: str) -> str:
-    return run(repo, ["rev-parse", "--verify", f"{commit}^{{tree}}"]).out.strip()
+    """The tree of `commit` (a ref, a commit or a tree). Kept for the process where `commit` is an object id in
+    full: a warm status asks for the same few trees dozens of times, one git process each."""
+    key = (repo, commit)
+    found = _trees.get(key)
+    if found is None:
+        found = run(repo, ["rev-parse", "--verify", f"{commit}^{{tree}}"]).out.strip()
+        if _OBJECT_ID.fullmatch(commit):
+            _trees[key] = found
+    return found
 
 
 def object_at(repo: Path, treeish: str, path: str) -> str:

@@ -22,9 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from vpatch.base import Event, ProcessError, Reporter, VpatchError, atomic_write, cache_dir, exclusive, run_process, silent
 
 LOCK_NAME = "requirements.lock"
@@ -64,7 +61,7 @@ class Requirements:
 
 
 def _pins(path: Path, raw: bytes) -> tuple[str, ...]:
-    # Imported here: packaging's requirement grammar costs `vpatch status` start-up, and only a probe needs it.
+    from packaging.requirements import InvalidRequirement, Requirement  # lazy: its grammar costs status start-up ~15 ms
 
     pins = []
     for number, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
@@ -275,6 +272,8 @@ def refresh_lock(path: Path) -> LockChange:
     if not header["requires"]:
         raise EnvError(f"{path}: no '# requires:' line says what to resolve",
                        hint="add e.g. '# requires: torch==2.13.0 numpy' to the lock file's header")
+    from packaging.utils import canonicalize_name  # lazy: with the requirement grammar, only where a lock is made
+
     omit = {canonicalize_name(n) for n in header["omit"]}
     with tempfile.TemporaryDirectory(prefix="vpatch-lock-") as tmp:
         resolved = resolve(header["requires"], Path(tmp))

@@ -79,12 +79,26 @@ class Tally:
         return Tally(self.ran - before.ran, self.cached - before.cached, self.errors - before.errors)
 
 
-def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None) -> str:
+# (tree or commit, the patch's sha256) -> the tree it becomes with the patch applied (None: it does not apply)
+Steps = dict[tuple[str, str], "str | None"]
+
+
+def stacked_tree(repo: Path, patches: Sequence[Patch], base: str, upto: Patch, *, name: str | None = None,
+                 steps: Steps | None = None) -> str:
     """The tree of `base` with the series applied in order up to and including `upto`: the tree `vpatch apply`
-    commits for it. Raises ProbeError naming the patch that does not apply."""
+    commits for it. Raises ProbeError naming the patch that does not apply. `steps`: each patch applied on a tree
+    so far, read and kept, so that the stacks of one series share their prefixes (a step is one temporary index
+    loaded with the whole tree: a Witness keeps them for its command, where the run-ahead and the validation on the
+    pin ask for the same stacks). Sound for one repository: a tree with a patch applied is the same tree each time."""
     tree = base
     for patch in patches:
-        applied = git.tree_with_patch(repo, tree, patch.raw)
+        step = (tree, patch.sha256)
+        if steps is not None and step in steps:
+            applied = steps[step]
+        else:
+            applied = git.tree_with_patch(repo, tree, patch.raw)
+            if steps is not None:
+                steps[step] = applied
         if applied is None:
             raise ProbeError(f"{patch.filename} does not apply on {name or base[:12]} after the patches before it, "
                              f"so the probe of {upto.filename} cannot be checked with its patch",
@@ -115,6 +129,7 @@ class Witness:
         self._loaded: dict[Path, Probe] = {}
         self._followed: dict[bytes, Probe] = {}
         self._base: list[str | None] = []  # the pin, where the probes' paths are named (moves are followed from there)
+        self._steps: Steps = {}  # stacked_tree's, for this Witness's repo
 
     @property
     def repo(self) -> Path:
@@ -181,7 +196,7 @@ class Witness:
         for patch, outcome in zip(probed, at_pin):
             if outcome is ProbeOutcome.FAIL:
                 try:
-                    sides.append((patch, stacked_tree(self.repo, series, pin, patch)))
+                    sides.append((patch, stacked_tree(self.repo, series, pin, patch, steps=self._steps)))
                 except VpatchError:
                     pass  # _vet says why
         valid = {p.filename for (p, _), outcome in zip(sides, self._ahead(sides)) if outcome is ProbeOutcome.PASS}
@@ -255,7 +270,7 @@ class Witness:
         patched: str | None = None
         why: str | None = None
         try:
-            patched = stacked_tree(self.repo, series, pin, patch)
+            patched = stacked_tree(self.repo, series, pin, patch, steps=self._steps)
             checked = self.validation(self._load(patch.probe_path), patch.filename, base=pin, patched=patched,
                                       base_name=self.names.get(pin, pin[:12]), moves_from=self._moves_from())
         except VpatchError as exc:  # a series that does not stack (nothing ran), a probe that cannot load or run

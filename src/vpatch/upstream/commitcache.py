@@ -44,6 +44,8 @@ class CommitCache:
         self._shards: dict[str, dict[str, Any]] = {}
         self._dirty: set[str] = set()
         self._written = time.monotonic()
+        # (base, tip) -> first_parent_commits's line as decoded and checked once: each landing search asks for it
+        self.lines: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def get(self, key: str, field: str) -> Any:
         entry = self._shard(key).get(key)
@@ -295,14 +297,19 @@ def first_parent_commits(repo: Path, base: str, tip: str) -> list[str]:
     if not _is_sha(base) or not _is_sha(tip):
         return git.first_parent_commits(repo, base, tip)
     cache = store()
+    kept = cache.lines.get((base, tip))
+    if kept is not None:
+        return list(kept)
     range_key = _key("first-parent-joined", base)
     stored = cache.get(tip, range_key)
     # one string of ids end to end: a tenth of the parsing and checking of a list at vLLM's length
     if isinstance(stored, str) and _JOINED.fullmatch(stored):
-        return [stored[i:i + 40] for i in range(0, len(stored), 40)]
-    line = git.first_parent_commits(repo, base, tip)
-    cache.put(tip, range_key, "".join(line))
-    cache.flush()
+        line = [stored[i:i + 40] for i in range(0, len(stored), 40)]
+    else:
+        line = git.first_parent_commits(repo, base, tip)
+        cache.put(tip, range_key, "".join(line))
+        cache.flush()
+    cache.lines[(base, tip)] = tuple(line)
     return line
 
 

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
+from vpatch import git
 from vpatch.base import Reporter, silent
 from vpatch.probes import ProbeCheck, ProbeFn, ProbeOutcome
 from vpatch.series import FileDiff, Hunk, Patch
@@ -186,6 +187,10 @@ def judge_series(
     its rename detection.
     """
     wanted = _stack_closure(patches, only)
+    if blobs is None:
+        # one read of the judged files for the moves and the tree below, not one each (a bisection step, which
+        # has no column's read to reuse, is mostly reads)
+        blobs = git.read_blobs(repo, commit, sorted({path for p in patches if p.filename in wanted for path in p.paths}))
     found = _moves(repo, patches, wanted, commit, pin=pin, blobs=blobs, branch=branch, describe=only is None,
                    report=report)
     originals = {p.filename: p for p in patches}
