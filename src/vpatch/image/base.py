@@ -11,16 +11,9 @@ from vpatch import git
 from vpatch.base import ApplyError, VpatchError, atomic_write, cache_dir
 from vpatch.config import Base, ImageDefinition
 from vpatch.docker import Docker, DockerError
+from vpatch.image import find_vllm
 from vpatch.image.plan import BaseFacts, BuildPlan, in_package
 from vpatch.series import Patch
-
-# Asks the base's own python where vllm/ is installed without importing it (importing pulls in torch).
-_DISCOVER = (
-    "python3",
-    "-c",
-    "import importlib.util as u; s = u.find_spec('vllm'); "
-    "print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else '')",
-)
 
 
 class BaseMismatchError(VpatchError):
@@ -114,7 +107,8 @@ def discover_package_dir(docker: Docker, image_id: str, reference: str) -> str:
     memo = cache_dir() / "image-facts" / f"{image_id.replace(':', '-')}.package_dir"
     if memo.is_file():
         return memo.read_text(encoding="utf-8").strip()
-    found = docker.run(image_id, _DISCOVER).decode().strip()
+    # the base's own python says where vllm/ is, without importing it (image/find_vllm.py, this very file)
+    found = docker.run(image_id, ("python3", "-c", Path(find_vllm.__file__).read_text(encoding="utf-8"))).decode().strip()
     if not found.startswith("/"):
         raise VpatchError(
             f"base image {reference} has no importable vllm package",

@@ -14,7 +14,7 @@ from vpatch.probes.prepare import venvs_beside
 from vpatch.probes.regression import RegressionError, Regressions, TestRun
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
-from vpatch.probes.workspace import zygote_pays
+from vpatch.probes.workspace import default_jobs, zygote_pays
 
 __all__ = [
     "LOCK_NAME",
@@ -41,6 +41,7 @@ __all__ = [
     "Witness",
     "argv",
     "check_probe",
+    "default_jobs",
     "find_patch",
     "follow_strings",
     "hunk_coverage",

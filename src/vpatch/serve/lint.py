@@ -12,31 +12,12 @@ from pathlib import Path, PurePosixPath
 
 from vpatch.base import Progress, VpatchError, atomic_write
 from vpatch.docker import Docker, ImageInfo
+from vpatch.serve import vllm_flags
 from vpatch.serve.render import RunCommand
 
-# Run with the image's python3: prints vLLM's version and every option string its OpenAI server accepts.
-# The parser moved between releases; each known home is tried, newest first.
-_DUMP_OPTIONS = r"""
-import importlib, json
-import vllm
-for module in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
-    try:
-        make_arg_parser = importlib.import_module(module).make_arg_parser
-        break
-    except (ImportError, AttributeError):
-        continue
-else:
-    raise SystemExit("vpatch: no make_arg_parser in this vLLM")
-try:
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-except ImportError:
-    from vllm.utils import FlexibleArgumentParser
-parser = make_arg_parser(FlexibleArgumentParser())
-options = sorted({o for action in parser._actions for o in action.option_strings})
-dests = {o: action.dest for action in parser._actions for o in action.option_strings}
-print("VPATCH-VLLM-OPTIONS " + json.dumps({"version": vllm.__version__, "options": options, "dests": dests}))
-"""
-_MARKER = "VPATCH-VLLM-OPTIONS "
+# Run by the image's python3 in a container: serve/vllm_flags.py, this very file (it prints vLLM's version and
+# every option string its OpenAI server accepts, after the marker).
+_MARKER = vllm_flags.MARKER
 _SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _NUMBER = re.compile(r"^-\d")
 
@@ -80,7 +61,8 @@ def vllm_options(docker: Docker, image: ImageInfo, ref: str, *, cache: Path,
         return VllmOptions(data["version"], frozenset(data["options"]), dict(data["dests"]))
     if progress:
         progress(f"reading the vLLM flags of {ref} (imports vLLM once in a container; cached by image id)")
-    result = docker.execute(ref, ["python3", "-c", _DUMP_OPTIONS], network="none", timeout=600)
+    program = Path(vllm_flags.__file__).read_text(encoding="utf-8")
+    result = docker.execute(ref, ["python3", "-c", program], network="none", timeout=600)
     lines = [ln for ln in result.out.splitlines() if ln.startswith(_MARKER)]
     if result.returncode != 0 or not lines:
         tail = "\n".join((result.err or result.out).strip().splitlines()[-15:])

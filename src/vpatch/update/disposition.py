@@ -31,8 +31,7 @@ from typing import TYPE_CHECKING
 
 from vpatch import status, upstream
 from vpatch.base import Event, ExitCode, ProcessError, Reporter, VpatchError, silent
-from vpatch.probes import Witness, hunk_coverage
-from vpatch.probes.workspace import default_jobs
+from vpatch.probes import Witness, default_jobs, hunk_coverage
 from vpatch.series import Patch, Series
 from vpatch.update import decided, guard, narrow, probefollow, retarget
 from vpatch.update.plan import Action, PatchPlan, Refusal, Revalidation, UpdatePlan, Validator
