@@ -80,9 +80,11 @@ def test_preemptions_are_counted_and_a_memory_allocation_warning_rolls_back_alth
     # (8 blocks), in a pool of 9 usable: any two running at once need a block none has free before the first ends,
     # unless the second has barely started. With 15 usable blocks, two had to overlap for most of their decode:
     # at load ~5 the four reached the engine seconds apart and none was preempted (a shuffled run, seed 901; before
-    # it, at 600-token prompts with 160 and then 400 tokens, twice more).
-    checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "prompt_tokens": 100, "max_tokens": 900,
-                                              "max_preemptions": 1000},
+    # it, at 600-token prompts with 160 and then 400 tokens, twice more). Four requests of ~2 s each could still
+    # reach the engine one after the other at load ~5 (a CI run of 2026-12-07: 4/4 finished, 0 preemptions, the
+    # slowest 8.6 s): eight, so that two of them overlap whatever the machine's load.
+    checks = {**SUITE["checks"], "parallel": {**SUITE["checks"]["parallel"], "requests": 8, "prompt_tokens": 100,
+                                              "max_tokens": 900, "max_preemptions": 1000},
               "kv_pool": {**SUITE["checks"]["kv_pool"], "min_tokens": KV_PREEMPT // 1024}}
     host.write_yaml(kv_bytes=KV_PREEMPT, checks=checks)
     image = cue_image(host.docker, host.image)
