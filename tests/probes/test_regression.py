@@ -24,6 +24,16 @@ def evidence(repo: Path, patches: list[Patch], patch: Patch, *, base: str, ref: 
     return Witness(repo, cache=cache).regressions(patch, base=base, patched=patched, ref=ref, use_cache=use_cache)
 
 
+def toy_with_tests(tmp_path: Path, more: str) -> tuple[Path, str, Path]:
+    """The toy upstream with `more` appended to its test file and committed: the repository, that commit, and an
+    empty series folder with the shipped probe lock."""
+    repo, _ = toy_upstream(tmp_path)
+    tests = repo / "tests" / "calc" / "test_calc.py"
+    tests.write_text(tests.read_text() + more)
+    git(repo, "commit", "-q", "-am", "more tests")
+    return repo, git(repo, "rev-parse", "HEAD").strip(), series_dir(tmp_path)
+
+
 def test_tests_for_finds_the_test_files_named_after_the_touched_files(tmp_path: Path) -> None:
     repo, base = toy_upstream(tmp_path)
     tree = gitdoor.tree_of(repo, base)
@@ -157,12 +167,7 @@ def test_tests_that_need_the_network_a_gpu_or_more_time_are_not_run_here_on_both
     """Upstream's tests run offline and bounded: a test that reaches for the network fails at once (no lookup, no
     retry), one that needs a GPU is named so, and a file past its deadline has its running test interrupted and its
     others not run; each is "not run here" on both sides, never a regression, and named in what the evidence says."""
-    repo, _ = toy_upstream(tmp_path)
-    tests = repo / "tests" / "calc" / "test_calc.py"
-    tests.write_text(tests.read_text() + OFFLINE_TESTS)
-    git(repo, "commit", "-q", "-am", "tests that need what is not here")
-    base = git(repo, "rev-parse", "HEAD").strip()
-    patches = series_dir(tmp_path)
+    repo, base, patches = toy_with_tests(tmp_path, OFFLINE_TESTS)
     harmless = patch_of(repo, base, patches, 1, "add-comment", CALC.replace("def add", "# adds\ndef add"))
     monkeypatch.setattr(regression, "FILE_DEADLINE_S", 8.0)
     found = evidence(repo, [harmless], harmless, base=base, ref="v1.0", use_cache=False)
@@ -215,12 +220,7 @@ def test_probe_runs_and_upstream_tests_share_one_warm_interpreter_offline_with_a
     from vpatch.probes import runner
     from vpatch.probes.file import Probe
 
-    repo, _ = toy_upstream(tmp_path)
-    tests = repo / "tests" / "calc" / "test_calc.py"
-    tests.write_text(tests.read_text() + HOME_TEST)
-    git(repo, "commit", "-q", "-am", "a test that says its HOME")
-    base = git(repo, "rev-parse", "HEAD").strip()
-    patches = series_dir(tmp_path)
+    repo, base, patches = toy_with_tests(tmp_path, HOME_TEST)
     broken = patch_of(repo, base, patches, 1, "sub-wrong", CALC.replace("return a - b", "return b - a"))
     (patches / "probes" / "home.py").write_text(HOME_PROBE)
     (patches / "probes" / "home.yaml").write_text(

@@ -114,3 +114,28 @@ def test_a_hunk_the_probe_does_not_cover_is_not_narrowed_away(tmp_path: Path) ->
     assert f"its probe does not cover {QWEN3} on v0.29.0" in out, out
     assert vpatch(root, "update", "--abort")[0] == 0
     assert Config.load(root).pin.ref == "v0.29.0"
+
+
+def test_status_checks_the_hunks_coverage_in_the_command_s_session(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The narrowing status shows for 0003 at v0.33.0 rests on the probe's coverage of each hunk on the pin: those
+    runs are the command's (its session: its trees, its warm interpreter, --jobs; its progress), not a silent
+    session of their own, as they were (~18 s with no line on a first run). The real coverage runs; the test
+    records what it was handed."""
+    from vpatch.base import silent
+    from vpatch.update import disposition
+
+    handed: list[tuple[object, object]] = []
+    real = disposition.hunk_coverage
+
+    def recorded(*args, **kwargs):  # type: ignore[no-untyped-def]
+        handed.append((kwargs.get("session"), kwargs.get("report", silent)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(disposition, "hunk_coverage", recorded)
+    root = project(tmp_path)
+    code, out = vpatch(root, "status", "--against", "v0.33.0")
+    assert code == 0, out
+    assert "would narrow" in out, out
+    assert handed, "no per-hunk coverage was asked for"
+    assert all(session is not None and report is not silent for session, report in handed), handed

@@ -62,9 +62,9 @@ def zygote_pays(runs: int, jobs: int | None) -> bool:
     return ZYGOTE_DEFAULT and rounds >= ZYGOTE_ROUNDS
 
 
-# Probe runs and upstream's tests run offline (Session.run_env): the hub's clients (huggingface_hub, transformers, datasets) answer from
-# their cache or fail at once instead of retrying for minutes, and nothing reports usage. What else reaches for the
-# network is stopped by the tests' runner (probes/child/upstream_tests.py).
+# Probe runs and upstream's tests run offline (Session.run_env): the hub's clients (huggingface_hub, transformers,
+# datasets) answer from their cache or fail at once instead of retrying for minutes, and nothing reports usage. What
+# else reaches for the network is stopped by the tests' runner (probes/child/upstream_tests.py).
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HUB_DISABLE_TELEMETRY": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 

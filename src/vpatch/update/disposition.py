@@ -213,11 +213,10 @@ def narrow_rows(
             return _covered(patch)
 
     def _covered(patch: Patch) -> list[bool | None]:
-        if evidence is not None:  # in the command's session, its runs reported as its others are
-            found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref, cache=evidence.cache,
-                                  report=evidence.report, session=evidence.session)
-        else:
-            found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref)
+        # in the command's session where there is one (its trees, its interpreter), reported as its other runs are
+        found = hunk_coverage(repo, series.patches, patch, base=current, ref=config.pin.ref,
+                              cache=evidence.cache if evidence else None, report=evidence.report if evidence else silent,
+                              session=evidence.session if evidence else None)
         return [h.covered for h in found.hunks]
 
     # the verdicts followed upstream's moves: narrowing splits the patch as they judged it, at the new paths
