@@ -77,6 +77,41 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+class Places:
+    """A session's `jobs` places for processes. A run waits for a free one (`hold`); a warm interpreter's imports
+    `take` one at once, even when all are held (it holds the lock the runs test to go fresh, so it must not wait for
+    them): the runs that come after wait for the next free one."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.used = 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: self.used < self.jobs)
+            self.used += 1
+        try:
+            yield
+        finally:
+            self._free()
+
+    @contextlib.contextmanager
+    def take(self) -> Iterator[None]:
+        with self._changed:
+            self.used += 1
+        try:
+            yield
+        finally:
+            self._free()
+
+    def _free(self) -> None:
+        with self._changed:
+            self.used -= 1
+            self._changed.notify()
+
+
 class Session:
     """Shared extracted trees and a pool of `jobs` runs for the length of a `with` block."""
 
@@ -105,8 +140,9 @@ class Session:
         self._guard = threading.Lock()
         self._batches: set[threading.Event] = set()  # the cancel events of the runs going now
         # a process run (a probe's, upstream's tests') holds one while it runs: at most `jobs` at once, however many
-        # batches go side by side (probe check's sides and hunks beside upstream's tests)
-        self._slots = threading.BoundedSemaphore(self.jobs)
+        # batches go side by side (probe check's sides and hunks beside upstream's tests); a warm interpreter's
+        # imports hold one too
+        self._places = Places(self.jobs)
 
     def __enter__(self) -> Self:
         # A killed command leaves its workspace (a tree is 100+ MB): the folder's pid says when it is stale.
@@ -182,7 +218,13 @@ class Session:
         return report
 
     def _start_zygote(self, python: Path, env: dict[str, str], reporter: Reporter) -> None:
-        zygote = Zygote(python, env=env, report=reporter, wait_for_imports=False)
+        # its imports (a recorded list, then what runs teach it) are a process's work beside the runs: they take one
+        # of the session's places, where there are two or more, so that the runs going fresh meanwhile do not starve
+        # them (a first run's learning took 63 s beside two fresh runs on two cores, 19 s on a quiet one); with one
+        # place, the runs go on beside them and nothing waits for the imports
+        place = self._places.take if self.jobs > 1 else contextlib.nullcontext
+        with place():
+            zygote = Zygote(python, env=env, report=reporter, wait_for_imports=False, place=place)
         with self._zygote_lock:
             if not self._open:  # the command ended meanwhile
                 zygote.close()
@@ -207,8 +249,8 @@ class Session:
 
     @contextlib.contextmanager
     def slot(self) -> Iterator[None]:
-        """Hold one of the session's `jobs` places for a process run."""
-        with self._slots:
+        """Hold one of the session's `jobs` places for a process run (waiting for one to be free)."""
+        with self._places.hold():
             yield
 
     def zygotes(self) -> list[Zygote]:

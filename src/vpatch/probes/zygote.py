@@ -30,6 +30,7 @@ answering (the run it was doing is run again, fresh; the session says so once).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -39,7 +40,8 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,8 +75,10 @@ class Zygote:
     """One warm interpreter of one probe venv, for the length of a session; `run` is safe from many threads."""
 
     def __init__(self, python: Path, *, env: Mapping[str, str], report: Reporter = silent,
-                 wait_for_imports: bool = True) -> None:
+                 wait_for_imports: bool = True,
+                 place: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         self.python = python
+        self.place = place  # held while it learns (a session's place for a process: Session.Places.take)
         # False: a run that comes while the zygote imports (what runs taught it) goes fresh instead of waiting
         # (`run` answers None), so that no run waits on learning; a session's zygotes are made so
         self.wait_for_imports = wait_for_imports
@@ -305,18 +309,22 @@ class Zygote:
 
     def _learn_pending(self) -> None:
         try:
-            while True:
-                with self._guard:
-                    batch, self._pending = self._pending, []
-                    if not batch:
-                        self._learning = False
-                        return
-                new = [m for m in dict.fromkeys(batch) if m not in self._preloaded and m not in self._refused
-                       and self._failed.get(m) != len(self._preloaded)]
-                if new and self.broken is None and not self._closed:
-                    self._preload(new, apart=True)
+            with self.place():
+                self._learn_batches()
         finally:
             self._lock.release()
+
+    def _learn_batches(self) -> None:
+        while True:
+            with self._guard:
+                batch, self._pending = self._pending, []
+                if not batch:
+                    self._learning = False
+                    return
+            new = [m for m in dict.fromkeys(batch) if m not in self._preloaded and m not in self._refused
+                   and self._failed.get(m) != len(self._preloaded)]
+            if new and self.broken is None and not self._closed:
+                self._preload(new, apart=True)
 
     def _preload(self, names: list[str], *, apart: bool) -> bool:
         """Ask the zygote to import `names` (before its next fork) and record what it said (under self._lock, or
