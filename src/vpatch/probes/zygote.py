@@ -106,7 +106,7 @@ class Zygote:
         self._known: list[str] = []  # what was preloaded, in the order it was checked and imported
         recorded = self._recorded()
         self._refused = set(recorded.get("refused", []))
-        known = [m for m in recorded.get("preload", []) if m not in self._refused]
+        known = [m for m in dict.fromkeys(recorded.get("preload", [])) if m not in self._refused]
         if not self._start():
             return
         if known and not self._preload(known, apart=False):
@@ -368,7 +368,7 @@ class Zygote:
         self._preloaded.update(loaded)
         self._failed.update((name, len(self._preloaded)) for name in failed)
         known = set(self._known)
-        self._known += [m for m in loaded if m not in known]
+        self._known += [m for m in dict.fromkeys(loaded) if m not in known]
         self._refused.update(refused)
         if refused:
             first_refused = next(iter(refused.items()))

@@ -55,6 +55,7 @@ BASE: list[str] = []
 LIFE = -1  # vpatch's end of this pipe closes when vpatch ends
 REPORT = -1
 MAIN: types.ModuleType | None = None  # this module, as __main__
+OWN: set[str] = set()  # the modules this server imported for itself (set by main): none of them is preloaded
 
 
 def leave() -> NoReturn:
@@ -259,14 +260,19 @@ def groups(names: Iterable[str]) -> list[tuple[str, list[str]]]:
 
 
 def check(todo: list[tuple[str, list[str]]], out: Callable[[list[str], Message | None], None],
-          recorded: Iterable[str] = (), barred: Iterable[str] = ()) -> None:
+          recorded: Iterable[str] = (), barred: Iterable[str] = (), *, together: Iterable[str] | None = None) -> None:
     # Import the groups of `todo` in turn, each checked against what was there before it; stop at the first that
     # imports another package first (its "deps"), leaves a trace, starts a thread, loads a foreign module, or fails.
     # A package of a `recorded` list (learned clean, its packages that import each other learned together) is no
-    # "deps": it is checked with the group that imports it, as a module a group's import `made` is. A group
-    # importing a module of `barred` (refused for good before) is refused with it. `out(done, stop)` gets the names
-    # imported clean, in order, and why it stopped (None: it did not).
+    # "deps": it is checked with the group that imports it, as a module a group's import `made` is. `together`
+    # (learning: the names to learn): a group is checked with the packages it imports, and stops at its "deps" only
+    # where it left a trace, so that the trace is put where it belongs (each of them first, apart); a clean import
+    # is one round, not one per package it imports in an order the runs' report does not show, and what it imported
+    # of `together` is imported clean with it. A group importing a module of `barred` (refused for good before) is
+    # refused with it. `out(done, stop)` gets the names imported clean, in order, and why it stopped (None: it did
+    # not).
     done: list[str] = []
+    wanted = set(together or ())
     before, settled = bindings(), settings()
     for top, names in todo:
         loaded = set(sys.modules)
@@ -295,19 +301,25 @@ def check(todo: list[tuple[str, list[str]]], out: Callable[[list[str], Message |
             why = "its import started a thread"
         elif any(foreign(m, sys.modules[m]) for m in new if m in sys.modules):
             why = "its import loaded a module from outside the venv"
-        elif deps:
+        elif deps and together is None:
             return out(done, {"top": top, "names": names, "deps": deps})
         else:
             why = traces(before, settled)
+            if why is not None and deps:
+                return out(done, {"top": top, "names": names, "deps": deps})
         if why is not None:
             return out(done, {"top": top, "names": names, "refused": why})
-        done += [n for n in names if n in sys.modules]
+        ours = [n for n in names if n in sys.modules]
+        done += ours
+        if together is not None:  # what it imported of the other names to learn is imported clean too, with it
+            mine = set(ours)
+            done += [m for m in new if m in wanted and m not in mine]
         before.update(bindings({*new, *(m for m, (was, _) in before.items() if sys.modules.get(m) is not was)}))
         settled = settings()
     return out(done, None)
 
 
-def apart(todo: list[tuple[str, list[str]]], barred: Iterable[str]) -> Message:
+def apart(todo: list[tuple[str, list[str]]], barred: Iterable[str], learning: list[str]) -> Message:
     # `check` in a child of this zygote, so that whatever an import does stays there: its answer, or a failure.
     read, write = os.pipe()
     pid = os.fork()
@@ -319,7 +331,7 @@ def apart(todo: list[tuple[str, list[str]]], barred: Iterable[str]) -> Message:
             def send(done: list[str], stop: Message | None) -> None:
                 os.write(write, DUMPS({"done": done, "stop": stop}).encode())
 
-            check(todo, send, (), barred)
+            check(todo, send, (), barred, together=learning)
         finally:
             os._exit(0)
     os.close(write)
@@ -351,14 +363,17 @@ def preload(names: list[str], tried_apart: bool, tops: Iterable[str] = (), barre
     # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, after
     # the packages it imports, and only what left no trace is imported here. A recorded list (not apart) was
     # checked when it was learned: it is checked again as it is imported, and any trace makes this zygote unsafe.
-    answer: Message = {"loaded": [], "refused": {}, "failed": []}
+    # a name an earlier preload imported with the package that imports it (another batch's, learned together) is
+    # loaded: the list keeps it
+    names = list(dict.fromkeys(names))
+    answer: Message = {"loaded": [n for n in names if n in sys.modules and n not in OWN], "refused": {}, "failed": []}
     names = [n for n in names if n not in sys.modules]
     todo = groups(names)
     moved: dict[str, int] = {}
     while todo:
         result: Message = {}
         if tried_apart:
-            result = apart(todo, barred)
+            result = apart(todo, barred, names)
             for name in result["done"]:
                 importlib.import_module(name)  # what the child imported clean, in its order
         else:
@@ -601,9 +616,10 @@ def become(request: Message, out: int, conn: socket.socket, known: set[str]) -> 
 
 
 def main(argv: list[str]) -> None:
-    global ADDRESS, VPATCH, ZYGOTE, STARTED, BASE, LIFE, REPORT, MAIN
+    global ADDRESS, VPATCH, ZYGOTE, STARTED, BASE, LIFE, REPORT, MAIN, OWN
     ADDRESS, VPATCH = argv[1], int(argv[2])
     MAIN = sys.modules["__main__"]
+    OWN = set(sys.modules)
     sys.path[:] = sys.path[1:]  # this folder: a run's sys.path is made as a fresh python makes it
     ambient = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     BASE = [p for p in sys.path if p not in ambient]
