@@ -42,8 +42,9 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
     where = ref or config.pin.ref
     # One session for the whole check: each tree extracted once (the two sides' trees serve upstream's tests too);
-    # its runs - the two sides, then one without each hunk - go through a warm interpreter only where it pays
-    runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0)
+    # its runs - the two sides, one without each hunk, upstream's tests on both sides - go through a warm
+    # interpreter only where it pays
+    runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0) + (2 if upstream_tests else 0)
     # (the pool outlives the session: an error ends the session's runs first, then the pool waits for its thread)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="upstream-tests") as beside, \
             Witness(repo, config, jobs=jobs, zygote=zygote_pays(runs, jobs)) as evidence:

@@ -95,18 +95,22 @@ class Places:
         try:
             yield
         finally:
-            self._free()
+            self.free()
 
     @contextlib.contextmanager
     def take(self) -> Iterator[None]:
-        with self._changed:
-            self.used += 1
+        self.add()
         try:
             yield
         finally:
-            self._free()
+            self.free()
 
-    def _free(self) -> None:
+    def add(self) -> None:
+        """Take a place at once (`take` without its block: the caller frees it)."""
+        with self._changed:
+            self.used += 1
+
+    def free(self) -> None:
         with self._changed:
             self.used -= 1
             self._changed.notify()
@@ -204,8 +208,17 @@ class Session:
                 reporter = self._while_open(self.report if self.report is not silent else report)
                 found = self._starting[python] = threading.Thread(
                     target=self._start_zygote, args=(python, env, reporter), name="zygote-start", daemon=True)
+                if self.jobs > 1:  # its first imports take a place before the runs asking next do (_learning_place)
+                    self._places.add()  # freed by _start_zygote
                 found.start()
         return found
+
+    def _learning_place(self) -> contextlib.AbstractContextManager[None]:
+        # a warm interpreter's imports (a recorded list, then what runs teach it) are a process's work beside the
+        # runs: they take one of the session's places where there are two or more, so that the runs going fresh
+        # meanwhile do not starve them (a first run's learning took 63 s beside two fresh runs on two cores, 19 s on
+        # a quiet one); with one place, the runs go on beside them and nothing waits for the imports
+        return self._places.take() if self.jobs > 1 else contextlib.nullcontext()
 
     def _while_open(self, reporter: Reporter) -> Reporter:
         """`reporter`, silent once the command has ended (a zygote's thread reports after it, to a closed stream)."""
@@ -218,13 +231,11 @@ class Session:
         return report
 
     def _start_zygote(self, python: Path, env: dict[str, str], reporter: Reporter) -> None:
-        # its imports (a recorded list, then what runs teach it) are a process's work beside the runs: they take one
-        # of the session's places, where there are two or more, so that the runs going fresh meanwhile do not starve
-        # them (a first run's learning took 63 s beside two fresh runs on two cores, 19 s on a quiet one); with one
-        # place, the runs go on beside them and nothing waits for the imports
-        place = self._places.take if self.jobs > 1 else contextlib.nullcontext
-        with place():
-            zygote = Zygote(python, env=env, report=reporter, wait_for_imports=False, place=place)
+        try:
+            zygote = Zygote(python, env=env, report=reporter, wait_for_imports=False, place=self._learning_place)
+        finally:
+            if self.jobs > 1:
+                self._places.free()  # the place warm_up took for its first imports
         with self._zygote_lock:
             if not self._open:  # the command ended meanwhile
                 zygote.close()
