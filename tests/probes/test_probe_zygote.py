@@ -340,6 +340,50 @@ def test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn(venv: Path, 
         assert after is not None and after.output == b"ran\n" and zygote.runs == 2
 
 
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_warm_interpreter_s_imports_hold_one_of_the_session_s_places_beside_one_run_at_least(
+        venv: Path, tree: Path, tmp_path: Path, jobs: int) -> None:
+    """Its imports are a process's work: with two places or more they hold one, so that the runs going fresh beside
+    them do not starve them (on two cores a first run's learning took 63 s beside two fresh runs, 22 s beside one);
+    with one place they hold none, and the run goes on beside them."""
+    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
+    (site / "slow_to_learn.py").write_text(
+        "import sys, time\nif sys.argv[0].endswith('zygote_server.py'):\n    time.sleep(8)  # its trial only\n")
+    (tree.parent / "probes" / "slow.py").write_text("import slow_to_learn\nprint('ran')\n")
+    argv = [str(venv), str(tree.parent / "probes" / "slow.py")]
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=True, jobs=jobs) as session, \
+            _removed(site / "slow_to_learn.py"):
+        session.warm_up(venv)
+        assert session.busy == (1 if jobs > 1 else 0)  # taken before any run asks for a place
+        zygote = session.zygote_for(venv, wait=True)
+        assert zygote is not None and session.busy == 0  # started, nothing to import yet
+        with session.slot():
+            first = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # teaches it slow_to_learn
+        assert first is not None and first.output == b"ran\n"
+        deadline = time.monotonic() + 10
+        while session.busy != (1 if jobs > 1 else 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session.busy == (1 if jobs > 1 else 0)  # learning
+        placed = threading.Event()
+
+        def second_run() -> None:  # a second run asking for a place while the first holds one
+            with session.slot():
+                placed.set()
+
+        with session.slot():  # one run goes on beside the learning, whatever the places (it never waits)
+            assert zygote.run(argv, cwd=tree, env=_env(tree), timeout=60) is None  # it was learning: fresh
+            if jobs > 1:
+                beside = threading.Thread(target=second_run)
+                beside.start()
+                assert not placed.wait(1)  # two places: the learning's and the first run's
+        if jobs > 1:
+            assert placed.wait(10)  # the first run's place, freed
+            beside.join(10)
+        assert zygote.settled(60)
+        assert session.busy == 0
+
+
 def test_a_zygote_still_starting_when_the_command_ends_reports_nothing_after_it(venv: Path, tmp_path: Path) -> None:
     """The warm interpreter starts on a thread of its own, which may outlive the command; the command's output
     stream is closed after it (the CLI's runner closes it): nothing may be written to it then."""

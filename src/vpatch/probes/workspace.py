@@ -264,6 +264,11 @@ class Session:
         with self._places.hold():
             yield
 
+    @property
+    def busy(self) -> int:
+        """How many of the session's places are held now (runs, and a warm interpreter's imports)."""
+        return self._places.used
+
     def zygotes(self) -> list[Zygote]:
         """The warm interpreters started so far (broken ones too)."""
         with self._zygote_lock:
