@@ -12,7 +12,8 @@ timeout, the zygote's end - kills everything the run started, daemons and new se
 
 What to preload is measured, not listed: each child reports the modules it imported from the venv or the
 interpreter's library (never ``vllm`` nor a tree's), and the zygote preloads them only after trying them apart,
-in a child of its own: each package after the packages it imports, and only when its import leaves no trace -
+in a child of its own: each package with the packages it imports (those first, each alone, where the import left a
+trace, so that the trace lands on its package), and only when its import leaves no trace -
 no thread, no module from elsewhere, no rebound or added name in builtins or in a venv package, no process-wide
 setting changed (environment, cwd, umask, signal handlers, sys.path and import hooks, logging's root, warnings
 made errors, torch's default dtype, grad mode, seed or threads, numpy's error and print options ...). Three traces
