@@ -41,6 +41,19 @@ def test_tests_for_finds_the_test_files_named_after_the_touched_files(tmp_path: 
     assert regression.tests_for(repo, [tree], ["vllm/other.py", "README.md"]) == ()
 
 
+def test_runs_tests_says_whether_a_command_runs_upstream_s_tests_for_the_patch(tmp_path: Path) -> None:
+    """`probe check` counts its runs ahead (whether a warm interpreter pays): upstream's tests on both sides only
+    where the patch has test files to run and a venv to run them in."""
+    repo, base = toy_upstream(tmp_path)
+    patches = series_dir(tmp_path)
+    calc = patch_of(repo, base, patches, 1, "add-comment", CALC.replace("def add", "# adds\ndef add"))
+    patched = stacked_tree(repo, [calc], base, calc, name="v1.0")
+    assert regression.runs_tests(repo, calc, base=base, patched=patched)
+    (patches / "probes" / "requirements.lock").unlink()  # no venv to run them in
+    assert not regression.runs_tests(repo, calc, base=base, patched=patched)
+    assert regression.selection(repo, calc, base=base, patched=patched) == ("tests/calc/test_calc.py",)
+
+
 def test_a_test_file_named_after_the_touched_file_runs_only_if_it_imports_it(tmp_path: Path) -> None:
     """Named after vllm/calc.py but testing something else (it imports vllm.calculus): not its evidence, and not
     run; one that imports the module by its package's import list is."""

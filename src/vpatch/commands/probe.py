@@ -16,6 +16,7 @@ from vpatch.probes import (
     hunk_coverage,
     probe_name,
     probe_target,
+    runs_tests,
     stacked_tree,
     write_probe_template,
     zygote_pays,
@@ -41,10 +42,12 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
     repo = upstream.open_upstream(config)
     base = upstream.pin_commit(repo, config, moved_ok=True) if ref is None else upstream.resolve(repo, ref)
     where = ref or config.pin.ref
+    patched = stacked_tree(repo, patches, base, target, name=where)
     # One session for the whole check: each tree extracted once (the two sides' trees serve upstream's tests too);
-    # its runs - the two sides, one without each hunk, upstream's tests on both sides - go through a warm
-    # interpreter only where it pays
-    runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0) + (2 if upstream_tests else 0)
+    # its runs - the two sides, one without each hunk, upstream's tests on both sides where there are any - go
+    # through a warm interpreter only where it pays
+    tested_here = upstream_tests and runs_tests(repo, target, base=base, patched=patched)
+    runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0) + (2 if tested_here else 0)
     # (the pool outlives the session: an error ends the session's runs first, then the pool waits for its thread)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="upstream-tests") as beside, \
             Witness(repo, config, jobs=jobs, zygote=zygote_pays(runs, jobs)) as evidence:
@@ -52,7 +55,6 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
             evidence.report = view
             # upstream's tests from the start, beside the probe's sides and hunks (the session holds all the runs to
             # --jobs at once); an invalid probe ends them with the session
-            patched = stacked_tree(repo, patches, base, target, name=where)
             testing = beside.submit(evidence.regressions, target, base=base, patched=patched, ref=where,
                                     use_cache=not no_cache) if upstream_tests else None
             checked = check_probe(evidence, patches, target, base=base, ref=where, use_cache=not no_cache)

@@ -11,7 +11,7 @@ from vpatch.probes.file import Probe, probe_for
 from vpatch.probes.follow import Followed, FollowedStrings, Moved, follow_strings, rename_key
 from vpatch.probes.outcome import Place, ProbeKind, ProbeOutcome, Ran, argv, interpret
 from vpatch.probes.prepare import venvs_beside
-from vpatch.probes.regression import RegressionError, Regressions, TestRun
+from vpatch.probes.regression import RegressionError, Regressions, TestRun, runs_tests
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
 from vpatch.probes.workspace import default_jobs, zygote_pays
@@ -51,6 +51,7 @@ __all__ = [
     "probe_target",
     "refresh_lock",
     "rename_key",
+    "runs_tests",
     "stacked_tree",
     "venvs_beside",
     "write_probe_template",

@@ -247,16 +247,29 @@ def requirements_for(patch: Patch, probe: Probe | None) -> Requirements | None:
     return Requirements.from_lock(lock)
 
 
+def selection(repo: Path, patch: Patch, *, base: str, patched: str) -> tuple[str, ...]:
+    """Upstream's tests of `patch` that `evidence_on` runs: what its probe names (`upstream_tests:`), else the test
+    files of the touched modules on `base` or `patched`."""
+    probe = probe_for(patch)
+    if probe is not None and probe.upstream_tests is not None:
+        return tuple(probe.upstream_tests)
+    return tests_for(repo, (git.tree_of(repo, base), patched), patch.paths)
+
+
+def runs_tests(repo: Path, patch: Patch, *, base: str, patched: str) -> bool:
+    """Whether `evidence_on` runs processes for `patch` (a selection, and a venv to run it in): a command counting
+    its runs ahead (`probe check`, whether a warm interpreter pays) counts these two."""
+    return bool(selection(repo, patch, base=base, patched=patched)) and \
+        requirements_for(patch, probe_for(patch)) is not None
+
+
 def evidence_on(repo: Path, patch: Patch, *, base: str, patched: str, ref: str, session: probe_runs.Session,
                 use_cache: bool = True, report: Reporter = silent, tests: Sequence[str] | None = None) -> Regressions:
     """Upstream's tests of `patch` on the trees `base` and `patched` (base + the series up to it), in `session`
     (its trees are shared with the probes run there). `tests`: these instead (`vpatch forward`'s own test)."""
     probe = probe_for(patch)
     base_tree = git.tree_of(repo, base)
-    if tests is None:
-        tests = probe.upstream_tests if probe is not None and probe.upstream_tests is not None else \
-            tests_for(repo, (base_tree, patched), patch.paths)
-    tests = tuple(tests)
+    tests = selection(repo, patch, base=base, patched=patched) if tests is None else tuple(tests)
     if not tests:
         return Regressions(patch.filename, ref, (), None, None)
     requirements = requirements_for(patch, probe)
