@@ -315,17 +315,23 @@ def _removed(module: Path) -> Iterator[None]:
         (module.parents[3] / PRELOAD_FILE).unlink(missing_ok=True)
 
 
+def _slow_to_learn(venv: Path, tree: Path, seconds: int) -> tuple[list[str], Path]:
+    """A probe importing a module of the shared venv whose trial in the zygote takes `seconds` (a fresh import takes
+    none), with no preload list yet: the probe's argv, and the module (for `_removed`)."""
+    module = next(venv.parent.parent.glob("lib/python*/site-packages")) / "slow_to_learn.py"
+    module.write_text("import sys, time\nif sys.argv[0].endswith('zygote_server.py'):\n"
+                      f"    time.sleep({seconds})  # its trial only\n")
+    (tree.parent / "probes" / "slow.py").write_text("import slow_to_learn\nprint('ran')\n")
+    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
+    return [str(venv), str(tree.parent / "probes" / "slow.py")], module
+
+
 def test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn(venv: Path, tree: Path,
                                                                    tmp_path: Path) -> None:
     """A session's zygote starts beside the runs (they go fresh until it is ready), and a run that comes while it
     imports what the runs taught it goes fresh too: the zygote says no at once, and counts it."""
-    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
-    (site / "slow_to_learn.py").write_text(
-        "import sys, time\nif sys.argv[0].endswith('zygote_server.py'):\n    time.sleep(20)  # its trial only\n")
-    (tree.parent / "probes" / "slow.py").write_text("import slow_to_learn\nprint('ran')\n")
-    argv = [str(venv), str(tree.parent / "probes" / "slow.py")]
-    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
-    with probe_runs.Session(cache=tmp_path / "cache", zygote=True) as session, _removed(site / "slow_to_learn.py"):
+    argv, module = _slow_to_learn(venv, tree, 20)
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=True) as session, _removed(module):
         started = time.monotonic()
         assert session.zygote_for(venv) is None  # starting: this run goes fresh
         zygote = session.zygote_for(venv, wait=True)
@@ -346,14 +352,8 @@ def test_the_warm_interpreter_s_imports_hold_one_of_the_session_s_places_beside_
     """Its imports are a process's work: with two places or more they hold one, so that the runs going fresh beside
     them do not starve them (on two cores a first run's learning took 63 s beside two fresh runs, 22 s beside one);
     with one place they hold none, and the run goes on beside them."""
-    site = next(venv.parent.parent.glob("lib/python*/site-packages"))
-    (site / "slow_to_learn.py").write_text(
-        "import sys, time\nif sys.argv[0].endswith('zygote_server.py'):\n    time.sleep(8)  # its trial only\n")
-    (tree.parent / "probes" / "slow.py").write_text("import slow_to_learn\nprint('ran')\n")
-    argv = [str(venv), str(tree.parent / "probes" / "slow.py")]
-    (venv.parent.parent / PRELOAD_FILE).unlink(missing_ok=True)
-    with probe_runs.Session(cache=tmp_path / "cache", zygote=True, jobs=jobs) as session, \
-            _removed(site / "slow_to_learn.py"):
+    argv, module = _slow_to_learn(venv, tree, 8)
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=True, jobs=jobs) as session, _removed(module):
         session.warm_up(venv)
         assert session.busy == (1 if jobs > 1 else 0)  # taken before any run asks for a place
         zygote = session.zygote_for(venv, wait=True)
