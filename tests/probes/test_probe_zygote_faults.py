@@ -379,6 +379,7 @@ def test_a_list_learned_from_nothing_holds_in_the_next_command(venv: Path, start
     assert _warm(zygote, check, probes) == fresh
     recorded = json.loads((venv.parent.parent / PRELOAD_FILE).read_text())
     assert preloaded <= set(recorded["preload"]) and refused <= set(recorded["refused"]), recorded
+    assert len(recorded["preload"]) == len(set(recorded["preload"])), recorded  # each name once
     assert not set(recorded["preload"]) & set(recorded["refused"]), recorded
     _holds_in_the_next_command(venv, started, check, probes, fresh)
 
