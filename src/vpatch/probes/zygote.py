@@ -81,7 +81,7 @@ class Zygote:
                  wait_for_imports: bool = True,
                  place: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext) -> None:
         self.python = python
-        self.place = place  # held while it learns (a session's place for a process: Session.Places.take)
+        self.place = place  # held while it learns (a session's place for a process: workspace.Places.take)
         # False: a run that comes while the zygote imports (what runs taught it) goes fresh instead of waiting
         # (`run` answers None), so that no run waits on learning; a session's zygotes are made so
         self.wait_for_imports = wait_for_imports

@@ -360,8 +360,9 @@ def apart(todo: list[tuple[str, list[str]]], barred: Iterable[str], learning: li
 
 
 def preload(names: list[str], tried_apart: bool, tops: Iterable[str] = (), barred: Iterable[str] = ()) -> Message:
-    # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, after
-    # the packages it imports, and only what left no trace is imported here. A recorded list (not apart) was
+    # Import `names` for the runs to come. Learning (tried_apart): each package is first imported in a child, with
+    # the packages it imports (those first, each alone, where it left a trace), and only what left no trace is
+    # imported here. A recorded list (not apart) was
     # checked when it was learned: it is checked again as it is imported, and any trace makes this zygote unsafe.
     # a name an earlier preload imported with the package that imports it (another batch's, learned together) is
     # loaded: the list keeps it
