@@ -347,3 +347,4 @@ def test_the_timing_check_repeats_and_keeps_decode_rates_only_from_spaced_tokens
         assert len(f.decode_samples or ()) == decoded  # a burst (310,000 tok/s) is no decode rate
         assert f.decode_bursts == 3 - decoded  # and is counted, so the report can say why the rate is missing
         assert f.timing_load is not None and f.timing_min_change == 0.1 and f.timing_cores == os.cpu_count()
+        assert (f.timing_stall is not None and 0 <= f.timing_stall <= 1) == Path("/proc/pressure/cpu").exists()

@@ -3,10 +3,18 @@ tests/deploy/test_deploy_report_server.py, runs them on the real CPU server)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
 from vpatch.deploy import Figures, PassSeries, Side
 from vpatch.deploy.judge import CheckResult, CheckStatus
 from vpatch.deploy.ledger import parse_start_log
-from vpatch.deploy.noise import FLOOR_S, Call, chance, compare, load_moved
+from vpatch.deploy.measure import cpu_stall_us
+from vpatch.deploy.noise import FLOOR_S, Call, chance, compare, load_moved, stall_moved
 from vpatch.deploy.series import MemoryPoint
 from vpatch.report import deploy_verdict
 
@@ -51,6 +59,45 @@ def test_a_difference_measured_under_another_load_is_not_judged() -> None:
     assert call is Call.UNJUDGED and "measure again at a steady load" in why
     assert load_moved((4.0, 4.5), (5.2, 5.9)) is None  # 4.5 -> 5.9: under 1.5x, the same kind of load
     assert load_moved((0.2, 0.3), (0.9, 1.1)) is None  # under one process more: an idle machine's jitter
+
+
+def test_a_difference_measured_while_the_cpu_stall_share_moved_is_not_judged() -> None:
+    """A CI run's baseline ran beside another test's busy phase (its long prefill up to 1.19 s, the candidate's
+    0.11 s at most) while the one-minute load average read alike on both sides: one figure was called better. The
+    kernel's stall count over exactly each side's repeats tells them apart."""
+    moved = stall_moved(0.62, 0.18)
+    assert moved == "the share of time some task on the host waited for a CPU moved from 62% to 18% between the sides"
+    base = Figures(prefill_samples=(0.31, 1.19, 0.4, 0.5, 0.35), timing_load=(3.1, 3.3), timing_cores=2,
+                   timing_stall=0.62)
+    cand = Figures(prefill_samples=(0.07, 0.06, 0.11, 0.07, 0.08), timing_load=(3.4, 3.2), timing_cores=2,
+                   timing_stall=0.18)
+    assert deploy_verdict.sides_moved(base, cand) == moved
+    (row,) = [r for r in deploy_verdict.timing_rows(base, cand) if r.label == "long prefill"]
+    assert row.call is Call.UNJUDGED and moved in row.why, row
+    # the same samples with the stall alike (the tiny server's own, 17-19% in three quiet runs): called
+    steady = deploy_verdict.timing_rows(base, replace(cand, timing_stall=0.6))
+    assert [r.call for r in steady if r.label == "long prefill"] == [Call.BETTER]
+    assert stall_moved(0.19, 0.17) is None and stall_moved(None, 0.9) is None  # an older record: no stall count
+
+
+def test_the_stall_share_reads_the_kernel_s_count_of_tasks_waiting_for_a_cpu() -> None:
+    """Twice as many busy processes as cores for a second and a half: a task waits for a CPU nearly all the time
+    (three on the 2-core test machine: 50%; none: 0%). Read from the real kernel, never written by hand."""
+    if not Path("/proc/pressure/cpu").exists():
+        assert cpu_stall_us() is None  # a kernel without pressure stall information: no count, never a zero
+        return
+    spin = "import time\nend = time.monotonic() + 2.5\nwhile time.monotonic() < end:\n    pass\n"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.5)
+        before, began = cpu_stall_us(), time.monotonic()
+        time.sleep(1.5)
+        after, took = cpu_stall_us(), time.monotonic() - began
+    finally:
+        for b in busy:
+            b.wait()
+    assert before is not None and after is not None
+    assert (after - before) / 1e6 / took > 0.4, (before, after, took)
 
 
 def test_a_difference_measured_on_a_host_busier_than_twice_its_cores_is_not_judged() -> None:

@@ -9,7 +9,7 @@ from vpatch.deploy.judge import CheckResult, Figures
 from vpatch.deploy.ledger import FIELDS as LEDGER_FIELDS
 from vpatch.deploy.ledger import LedgerRow, StartLedger, absent_note, ledger_rows, shown_per_worker
 from vpatch.deploy.live import LivePlan, LiveReport, live_json, plan_live, verify_live
-from vpatch.deploy.noise import FLOOR_S, Call, compare, load_moved, rule, spread
+from vpatch.deploy.noise import FLOOR_S, Call, compare, load_moved, rule, spread, stall_moved
 from vpatch.deploy.prune import Pruned, prune_containers
 from vpatch.deploy.record import DeployRecord, Side, Source, age
 from vpatch.deploy.series import PassSeries
@@ -53,6 +53,7 @@ __all__ = [
     "rule",
     "shown_per_worker",
     "spread",
+    "stall_moved",
     "stamp",
     "verify_live",
     "where",

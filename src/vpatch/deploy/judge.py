@@ -75,6 +75,9 @@ class Figures:
     timing_min_change: float | None = None
     timing_load: tuple[float, float] | None = None  # the host's 1-minute load average as the repeats began, ended
     timing_cores: int | None = None  # the host's cores (what its load average is read against)
+    # The share of the repeats' wall time in which some runnable task on the host waited for a CPU (the kernel's
+    # pressure stall count, /proc/pressure/cpu): None where the kernel keeps none, or an older record.
+    timing_stall: float | None = None
 
 
 def judge_kv_pool(pool: KvPool | None, check: KvPoolCheck, baseline: KvPool | None) -> tuple[CheckStatus, str, str]:

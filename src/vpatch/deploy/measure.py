@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from vpatch.base import Progress
@@ -445,6 +446,20 @@ def _ceiling(run: Run) -> tuple[CheckStatus, str, str]:
     return judge_ceiling(timing, waiting, max_model_len, geometry)
 
 
+def cpu_stall_us() -> int | None:
+    """Microseconds, since boot, in which some runnable task on this host waited for a CPU: the kernel's pressure
+    stall count (/proc/pressure/cpu, "some ... total="). Unlike the load average, a one-minute decaying mean that
+    lags a burst by most of a minute, its difference over the repeats covers exactly them. None where the kernel
+    keeps no such count (before Linux 4.20, or PSI switched off)."""
+    try:
+        first = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    fields = dict(part.split("=", 1) for part in first.split()[1:] if "=" in part)
+    total = fields.get("total", "")
+    return int(total) if first.startswith("some ") and total.isdigit() else None
+
+
 def _timing(run: Run) -> tuple[CheckStatus, str, str]:
     """The timing figures `repeats` times each: a short request (TTFT, decode rate), a long one (its prefill:
     the time to its first token), `parallel` short requests at once (the makespan); each prompt unique, so the
@@ -454,6 +469,7 @@ def _timing(run: Run) -> tuple[CheckStatus, str, str]:
     samples: dict[str, list[float]] = {"ttft": [], "decode": [], "prefill": [], "makespan": []}
     errors: list[str] = []
     load_before = os.getloadavg()[0]
+    stall_before, began_all = cpu_stall_us(), time.monotonic()
     bursts = 0
     for i in range(check.repeats):
         prompt = run.server.filler(check.prompt_tokens, f"timing-{i}-{time.time_ns()}")
@@ -482,9 +498,13 @@ def _timing(run: Run) -> tuple[CheckStatus, str, str]:
             done = run.watch.gather([_completion(run, p, check.max_tokens) for p in prompts], errors_as_values=True)
             errors += [d for d in done if isinstance(d, str)]
             samples["makespan"].append(time.monotonic() - began)
+    stall_after, took = cpu_stall_us(), time.monotonic() - began_all
+    stall = (None if stall_before is None or stall_after is None or took <= 0
+             else round(min(1.0, (stall_after - stall_before) / 1e6 / took), 3))
     run.note(**{f"{key}_samples": tuple(round(v, 4) for v in values) if values else None
                 for key, values in samples.items()}, decode_bursts=bursts, timing_min_change=check.min_change,
-             timing_load=(round(load_before, 2), round(os.getloadavg()[0], 2)), timing_cores=os.cpu_count())
+             timing_load=(round(load_before, 2), round(os.getloadavg()[0], 2)), timing_cores=os.cpu_count(),
+             timing_stall=stall)
     return judge_timing(samples, errors, check)
 
 

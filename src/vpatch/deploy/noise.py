@@ -58,7 +58,8 @@ def rule(min_change: float) -> str:
             f"builds separate completely by chance 1 time in "
             f"{1 / chance(3, 3):.0f} with 3 repeats a side, 1 in {1 / chance(5, 5):.0f} with 5. Everything else is "
             f"within noise. Where the host's load average differs by more than {LOAD_FACTOR}x between the sides, "
-            f"or passes {BUSY_PER_CORE:.0f} per core on either, a difference is not judged.")
+            f"or passes {BUSY_PER_CORE:.0f} per core on either, or the share of time some task waited for a CPU "
+            f"differs between the sides by more than {STALL_APART * 100:.0f} points, a difference is not judged.")
 
 
 # The sides ran under different load when the host's load average differs by more than this factor (and by more
@@ -72,6 +73,24 @@ LOAD_FACTOR = 1.5
 # loops on the 2-core test machine: the same image's time to first token 0.12 s median (0.10-0.18) at load 6.1-6.5,
 # 0.01 s (0.01-0.02) at 5.0, both ranges tight and apart, the loads within LOAD_FACTOR of each other.
 BUSY_PER_CORE = 2.0
+
+
+# The sides ran under different contention for the CPU when the share of their repeats' wall time in which some
+# task on the host waited for a CPU (the kernel's pressure stall count) differs by more than this. Measured on the
+# 2-core test machine: the tiny server's own repeats stall 17-19% of the time with nothing else running (three
+# runs, the two sides within 2 points of each other); three busy loops alone stall 50%. The load average, a
+# one-minute decaying mean, missed the burst in a CI run where the same image's baseline ran beside another test's
+# busy phase (its long prefill up to 1.19 s against the candidate's 0.11 s) and one figure was called better.
+STALL_APART = 0.15
+
+
+def stall_moved(base: float | None, cand: float | None) -> str | None:
+    """Why the two sides' timings cannot be compared, or None: the host's CPU stall share (Figures.timing_stall)
+    moved between them by more than STALL_APART. None where a side has no stall count."""
+    if base is None or cand is None or abs(base - cand) <= STALL_APART:
+        return None
+    return (f"the share of time some task on the host waited for a CPU moved from {base:.0%} to {cand:.0%} between "
+            "the sides")
 
 
 def load_moved(base: tuple[float, float] | None, cand: tuple[float, float] | None, cores: int | None = None

@@ -23,6 +23,7 @@ from vpatch.deploy import (
     rule,
     shown_per_worker,
     spread,
+    stall_moved,
 )
 
 # (figure key in Figures, label, unit, higher is better)
@@ -57,12 +58,19 @@ class TimingRow:
     why: str
 
 
+def sides_moved(base: Figures | None, cand: Figures) -> str | None:
+    """Why the two sides' timings cannot be compared (the host's load or its CPU contention moved between them,
+    or a side ran on a host too busy to time), or None."""
+    # both sides ran on this host (a recorded baseline too: recorded here); an older record says no cores
+    cores = cand.timing_cores or (base.timing_cores if base is not None else None)
+    return (load_moved(base.timing_load if base is not None else None, cand.timing_load, cores)
+            or stall_moved(base.timing_stall if base is not None else None, cand.timing_stall))
+
+
 def timing_rows(base: Figures | None, cand: Figures) -> list[TimingRow]:
     """Each timing figure either side repeated: median (range, n) a side and the rule's call."""
     min_change = cand.timing_min_change if cand.timing_min_change is not None else _DEFAULT_MIN_CHANGE
-    # both sides ran on this host (a recorded baseline too: recorded here); an older record says no cores
-    cores = cand.timing_cores or (base.timing_cores if base is not None else None)
-    load = load_moved(base.timing_load if base is not None else None, cand.timing_load, cores)
+    load = sides_moved(base, cand)
     out = []
     for key, label, unit, higher in _TIMINGS:
         b = getattr(base, key) if base is not None else None
