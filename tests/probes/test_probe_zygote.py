@@ -346,6 +346,42 @@ def test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn(venv: Path, 
         assert after is not None and after.output == b"ran\n" and zygote.runs == 2
 
 
+def test_a_warm_interpreter_forks_a_run_between_the_trials_of_what_it_learns(venv: Path, tree: Path,
+                                                                            tmp_path: Path) -> None:
+    """Warm already (it preloaded heavy), the zygote learns what a later run taught it (slow_to_learn, 12 s to try):
+    a run that comes meanwhile neither goes fresh nor waits, but is forked as the zygote is (heavy preloaded, the
+    module being learned not), and the learning goes on to the end. A first learning (nothing preloaded yet) still
+    sends runs fresh: test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn."""
+    argv, module = _slow_to_learn(venv, tree, 12)
+    (tree.parent / "probes" / "heavy_probe.py").write_text(
+        "import sys\nthere = sorted(m for m in ('heavy', 'slow_to_learn') if m in sys.modules)\nimport heavy\n"
+        "print(there)\n")  # what was preloaded of the two when the run began
+    heavy_argv = [str(venv), str(tree.parent / "probes" / "heavy_probe.py")]
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=True) as session, _removed(module):
+        session.warm_up(venv)
+        zygote = session.zygote_for(venv, wait=True)
+        assert zygote is not None
+        first = zygote.run(heavy_argv, cwd=tree, env=_env(tree), timeout=60)  # teaches it heavy
+        assert first is not None and first.output == b"[]\n"
+        assert zygote.settled(60) and "heavy" in zygote._preloaded
+        taught = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)  # teaches it slow_to_learn
+        assert taught is not None and taught.output == b"ran\n"
+        started = time.monotonic()
+        deadline = started + 10
+        while not zygote._lock.locked() and time.monotonic() < deadline:  # its learning began
+            time.sleep(0.02)
+        assert zygote._lock.locked()
+        meanwhile = zygote.run(heavy_argv, cwd=tree, env=_env(tree), timeout=60)
+        took = time.monotonic() - started
+        assert meanwhile is not None and meanwhile.returncode == 0, (zygote.broken, zygote.went_fresh)
+        # forked from the zygote as it was: heavy there before the run imported it, slow_to_learn not yet
+        assert meanwhile.output == b"['heavy']\n"
+        assert (zygote.went_fresh, zygote.beside_learning) == (0, 1) and took < 8, took
+        assert zygote._lock.locked()  # still learning: the run did not wait for it
+        assert zygote.settled(60) and "slow_to_learn" in zygote._preloaded
+        assert zygote.broken is None and zygote.runs == 3
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_the_warm_interpreter_s_imports_hold_one_of_the_session_s_places_beside_one_run_at_least(
         venv: Path, tree: Path, tmp_path: Path, jobs: int) -> None:

@@ -419,7 +419,11 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, deadline: f
         # -p no:cacheprovider and PYTHONDONTWRITEBYTECODE: nothing is written into the tree, which probes share.
         # --continue-on-collection-errors: a test file that no longer imports is its own error, not the run's.
         # The files go to pytest whole; the runner keeps the node ids asked for and names those that match none.
-        args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--rootdir", str(root), "--confcutdir",
+        # -W: the warm interpreter imported anyio (for httpx) before pytest loads anyio's plugin, and pytest then
+        # warns that it cannot rewrite the plugin's asserts, a "1 warning" a fresh run does not print; what it
+        # touches is the wording of an assert failing inside a plugin, never an outcome. Both ways say the same.
+        args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+                "--rootdir", str(root), "--confcutdir",
                 str(root / folder), "--continue-on-collection-errors", "--junitxml", str(report_file), *files]
         control.write_text(json.dumps({"args": args, "select": tests, "deadline": deadline,
                                        "report": str(needs_file)}), encoding="utf-8")

@@ -92,6 +92,9 @@ class Zygote:
         self.broken: str | None = None  # why it no longer takes runs
         self.runs = 0  # runs it ran to the end (a test reads that the runs went through it)
         self.went_fresh = 0  # runs that came while it imported, and went fresh rather than wait
+        self.beside_learning = 0  # runs it forked while it learned (warm already), between its trials
+        # True while it learns apart what runs taught it, with modules preloaded before: runs go on in it meanwhile
+        self._beside = False
         self.refusals: list[tuple[int, int]] = []  # (pid, uid) of clients it refused
         self.subject = _SUBJECT  # its progress lines' subject
         # the venv's one list: what probe runs and upstream's tests import (they run with one environment)
@@ -169,14 +172,19 @@ class Zygote:
         """`argv` in a child; None when the zygote could not run it to the end, or (`wait_for_imports` False) is
         importing: run it fresh instead."""
         if not self.wait_for_imports and not self._lock.acquire(blocking=False):
-            self.went_fresh += 1
-            return None  # learning: the zygote does one thing at a time, and this run will not wait for it
-        # a preload in flight finishes first (the zygote does one thing at a time); one that never ends is a
-        # wedged zygote, and the runs go fresh
-        if self.wait_for_imports and not self._lock.acquire(timeout=WEDGED_S):
-            self._break(f"it has been importing for over {WEDGED_S:g}s")
-            return None
-        self._lock.release()
+            if not self._beside:
+                self.went_fresh += 1
+                return None  # its first learning: a fork of it would be as cold as a fresh process
+            # warm, and learning what runs taught it: the zygote forks this run between its trials, with what it
+            # had preloaded before them (zygote_server.apart), never after the learning
+            self.beside_learning += 1
+        else:
+            # a preload in flight finishes first (the zygote does one thing at a time); one that never ends is a
+            # wedged zygote, and the runs go fresh
+            if self.wait_for_imports and not self._lock.acquire(timeout=WEDGED_S):
+                self._break(f"it has been importing for over {WEDGED_S:g}s")
+                return None
+            self._lock.release()
         if self.broken is not None:
             return None
         read, write = os.pipe()
@@ -308,6 +316,8 @@ class Zygote:
                 return
             self._learning = True
         self._lock.acquire()  # taken here, so that the next run waits; released by the importing thread
+        # warm already (a session's zygote): the runs meanwhile go on in it, forked between its trials
+        self._beside = bool(self._preloaded) and not self.wait_for_imports
         threading.Thread(target=self._learn_pending, name="zygote-preload", daemon=True).start()
 
     def _learn_pending(self) -> None:
@@ -315,6 +325,7 @@ class Zygote:
             with self.place():
                 self._learn_batches()
         finally:
+            self._beside = False
             self._lock.release()
 
     def _learn_batches(self) -> None:

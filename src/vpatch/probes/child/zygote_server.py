@@ -5,7 +5,7 @@ It listens on a socket in a 0700 folder of vpatch's and serves only vpatch (SO_P
 anything else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool,
 "tops": [the whole list's packages], "barred": [modules refused]} -> {"loaded", "refused": {name: why}, "failed",
 "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe -> {"pid"}, then the child's {"modules"} and the
-zygote's {"status"}. It ends, ending its runs, when the pipe it got as stdin (vpatch) closes: vpatch ended, even
+zygote's {"status"}. A run that comes while it learns is forked between the trials (apart), as the zygote is then. It ends, ending its runs, when the pipe it got as stdin (vpatch) closes: vpatch ended, even
 by SIGKILL. Its own stdin and stdout are /dev/null and stderr: a module that reads stdin at import reads nothing,
 one that prints cannot garble the report stream. Each run's keeper ends everything the run started (reaper.keep).
 """
@@ -336,9 +336,19 @@ def apart(todo: list[tuple[str, list[str]]], barred: Iterable[str], learning: li
             os._exit(0)
     os.close(write)
     data = b""
+    # While the trial imports, this zygote waits: a run that comes meanwhile is forked as it is now, with what it
+    # preloaded before this trial (vpatch sends runs here only once it is warm; see Zygote.run).
+    listener = [LISTENER.fileno()] if LISTENER is not None else []
     while True:
-        ready, _, _ = select.select([read, LIFE], [], [], 0.05)
+        ready, _, _ = select.select([read, LIFE, *listener], [], [], 0.05)
         reap()  # the runs that end meanwhile (never the trial: it is waited for below)
+        if listener and listener[0] in ready and LISTENER is not None:
+            try:
+                take(LISTENER, learning=True)
+            except Forked:
+                os.close(read)  # the trial's answer is this zygote's
+                raise
+            continue
         if read in ready:
             chunk = os.read(read, 1 << 20)
             if not chunk:
@@ -454,8 +464,71 @@ def peer(conn: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
+class Forked(BaseException):  # not an error: how a run's child leaves the zygote's loops for keep()
+    # Raised in a run's child, wherever its zygote forked it (its loop, or between the trials of its learning), and
+    # caught by serve, which returns the run to main: what the zygote was doing is the zygote's, not the run's.
+    def __init__(self, run: tuple[Message, int, socket.socket, set[str]]) -> None:
+        super().__init__()
+        self.run = run
+
+
+LISTENER: socket.socket | None = None  # where vpatch's requests come (set by serve)
+
+
+def take(listener: socket.socket, *, learning: bool = False) -> None:
+    # One connection: a preload (answered when it is done) or a run (forked now; in the child, Forked). `learning`:
+    # between the trials of a preload, where only runs are taken (vpatch asks for one preload at a time).
+    conn, _ = listener.accept()
+    pid, uid = peer(conn)
+    if uid != os.getuid() or pid != VPATCH:
+        say(f"refused {pid} {uid}")  # nothing read from it, nothing run
+        conn.close()
+        return
+    try:
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
+        request = LOADS(data)
+    except (OSError, ValueError):
+        conn.close()
+        return
+    if "preload" in request:
+        if learning:
+            conn.send(DUMPS({"loaded": [], "refused": {}, "failed": [], "unsafe": "a preload asked for during one",
+                             "traced": False}).encode())
+        else:
+            try:
+                answer = preload([str(n) for n in request["preload"]], bool(request.get("apart")),
+                                 [str(t) for t in request.get("tops", ())], {str(n) for n in request.get("barred", ())})
+            except Forked:
+                conn.close()  # in a run forked while it learned: the answer is the zygote's to give
+                raise
+            conn.send(DUMPS(answer).encode())
+        conn.close()
+        return
+    if not fds:
+        conn.close()
+        return
+    if threads() > 1:
+        conn.send(DUMPS({"refused": "the zygote runs more than one thread"}).encode())
+        conn.close()
+        os.close(fds[0])
+        return
+    known = set(sys.modules)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        for other in CHILDREN.values():
+            other.close()
+        raise Forked((request, fds[0], conn, known))
+    os.close(fds[0])
+    conn.send(DUMPS({"pid": pid}).encode())
+    CHILDREN[pid] = conn
+
+
 def serve() -> tuple[Message, int, socket.socket, set[str]]:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    global LISTENER
+    listener = LISTENER = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(ADDRESS)
     listener.listen(64)
     say(f"ready {os.getpid()}")
@@ -472,44 +545,10 @@ def serve() -> tuple[Message, int, socket.socket, set[str]]:
             leave()
         if listener.fileno() not in ready:
             continue
-        conn, _ = listener.accept()
-        pid, uid = peer(conn)
-        if uid != os.getuid() or pid != VPATCH:
-            say(f"refused {pid} {uid}")  # nothing read from it, nothing run
-            conn.close()
-            continue
         try:
-            data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 1)
-            request = LOADS(data)
-        except (OSError, ValueError):
-            conn.close()
-            continue
-        if "preload" in request:
-            conn.send(DUMPS(preload([str(n) for n in request["preload"]], bool(request.get("apart")),
-                                    [str(t) for t in request.get("tops", ())],
-                                    {str(n) for n in request.get("barred", ())})).encode())
-            conn.close()
-            continue
-        if not fds:
-            conn.close()
-            continue
-        if threads() > 1:
-            conn.send(DUMPS({"refused": "the zygote runs more than one thread"}).encode())
-            conn.close()
-            os.close(fds[0])
-            continue
-        known = set(sys.modules)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            listener.close()
-            for other in children.values():
-                other.close()
-            return request, fds[0], conn, known
-        os.close(fds[0])
-        conn.send(DUMPS({"pid": pid}).encode())
-        children[pid] = conn
+            take(listener)
+        except Forked as forked:
+            return forked.run
 
 
 def keep(request: Message, out: int, conn: socket.socket, known: set[str]) -> None:
