@@ -5,9 +5,10 @@ It listens on a socket in a 0700 folder of vpatch's and serves only vpatch (SO_P
 anything else is refused and named on its report stream: "refused <pid> <uid>". {"preload": [names], "apart": bool,
 "tops": [the whole list's packages], "barred": [modules refused]} -> {"loaded", "refused": {name: why}, "failed",
 "unsafe"}; {"argv", "cwd", "env"} with the run's output pipe -> {"pid"}, then the child's {"modules"} and the
-zygote's {"status"}. A run that comes while it learns is forked between the trials (apart), as the zygote is then. It ends, ending its runs, when the pipe it got as stdin (vpatch) closes: vpatch ended, even
-by SIGKILL. Its own stdin and stdout are /dev/null and stderr: a module that reads stdin at import reads nothing,
-one that prints cannot garble the report stream. Each run's keeper ends everything the run started (reaper.keep).
+zygote's {"status"}. A run that comes while it learns is forked between the trials (apart), as the zygote is then.
+It ends, ending its runs, when the pipe it got as stdin (vpatch) closes: vpatch ended, even by SIGKILL. Its own
+stdin and stdout are /dev/null and stderr: a module that reads stdin at import reads nothing, one that prints
+cannot garble the report stream. Each run's keeper ends everything the run started (reaper.keep).
 """
 
 from __future__ import annotations
