@@ -336,9 +336,14 @@ def test_a_candidate_crossing_the_memory_floor_is_rolled_back_before_its_allocat
     names = [c["name"] for c in report["candidate"]["checks"]]
     memory = next(c for c in report["candidate"]["checks"] if c["name"] == "memory")
     assert "container down to" in memory["detail"] or "below the floor" in memory["detail"], memory
-    assert f"floor {FLOOR_MIB} MiB" in memory["figure"] and "(parallel)" in memory["figure"], memory
-    # Fail fast: the parallel check was stopped by it, nothing after it ran, the log scan never saw the warning.
-    assert names[names.index("memory") + 1] == "parallel" and names[-1] == "parallel" and "log scan" not in names
+    # The 700 MiB are written from the cue at the start of the parallel check; a reading is taken by the check that
+    # runs when it begins (docker's stats take a while). Where the four answers came before the hog was resident, the
+    # first reading below the floor began in the check after it (a CI run at load ~4: "at 5.0s (ceiling)").
+    seen = next((c for c in ("parallel", "ceiling") if f"({c})" in memory["figure"]), None)
+    assert seen is not None and f"floor {FLOOR_MIB} MiB" in memory["figure"], memory
+    # Fail fast: the check it was seen in was stopped by it, nothing after it ran, the log scan never saw the warning.
+    assert names[names.index("memory") + 1] == seen and names[-1] == seen and "log scan" not in names, names
+    assert names.index("parallel") <= names.index(seen)
     series = report["candidate"]["series"]
     assert min(m["total_mib"] - m["used_mib"] for m in series["memory"]) < FLOOR_MIB < \
         max(m["total_mib"] - m["used_mib"] for m in series["memory"])
