@@ -62,9 +62,10 @@ def test_a_difference_measured_under_another_load_is_not_judged() -> None:
 
 
 def test_a_difference_measured_while_the_cpu_stall_share_moved_is_not_judged() -> None:
-    """A CI run's baseline ran beside another test's busy phase (its long prefill up to 1.19 s, the candidate's
-    0.11 s at most) while the one-minute load average read alike on both sides: one figure was called better. The
-    kernel's stall count over exactly each side's repeats tells them apart."""
+    """A CI run's baseline ran beside another test's busy phase (its parallel makespan up to 1.19 s, the
+    candidate's 0.11 s at most) while the one-minute load average kept within the load rules: one figure was called
+    better (the report cut off which). Samples of that shape, by hand: the kernel's stall count over exactly each
+    side's repeats tells the sides apart."""
     moved = stall_moved(0.62, 0.18)
     assert moved == "the share of time some task on the host waited for a CPU moved from 62% to 18% between the sides"
     base = Figures(prefill_samples=(0.31, 1.19, 0.4, 0.5, 0.35), timing_load=(3.1, 3.3), timing_cores=2,

@@ -80,7 +80,7 @@ BUSY_PER_CORE = 2.0
 # 2-core test machine: the tiny server's own repeats stall 17-19% of the time with nothing else running (three
 # runs, the two sides within 2 points of each other); three busy loops alone stall 50%. The load average, a
 # one-minute decaying mean, missed the burst in a CI run where the same image's baseline ran beside another test's
-# busy phase (its long prefill up to 1.19 s against the candidate's 0.11 s) and one figure was called better.
+# busy phase (its parallel makespan up to 1.19 s against the candidate's 0.11 s) and one figure was called better.
 STALL_APART = 0.15
 
 
