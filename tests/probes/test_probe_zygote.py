@@ -66,6 +66,15 @@ if mode == "signal":
     os.kill(os.getpid(), signal.SIGTERM)
 if mode == "message":
     sys.exit("a message exit")
+if mode == "ending":  # how a run ends: its threads, then its exit handlers, then what its streams still hold
+    import atexit, threading, time
+    atexit.register(lambda: print("at exit, after the thread"))
+    threading.Thread(target=lambda: (time.sleep(0.3), print("the thread ends after the script"))).start()
+    print("left in stdout's buffer", end="")
+if mode == "interrupt":  # dies of SIGINT after its exit handlers, as python does
+    import atexit
+    atexit.register(lambda: print("at exit, before the signal"))
+    raise KeyboardInterrupt
 """
 
 
@@ -130,7 +139,8 @@ def zygote(venv: Path) -> Iterator[Zygote]:
         found.close()
 
 
-@pytest.mark.parametrize("args", [["plain"], ["exit", "1"], ["exit", "3"], ["raise"], ["signal"], ["message"]])
+@pytest.mark.parametrize("args", [["plain"], ["exit", "1"], ["exit", "3"], ["exit", "256"], ["raise"], ["signal"],
+                                  ["message"], ["ending"], ["interrupt"]])
 def test_a_child_runs_the_probe_as_a_fresh_python_does(zygote: Zygote, venv: Path, tree: Path,
                                                        args: list[str]) -> None:
     argv = [str(venv), str(tree.parent / "probes" / "probe.py"), *args]
@@ -143,8 +153,13 @@ def test_a_child_runs_the_probe_as_a_fresh_python_does(zygote: Zygote, venv: Pat
     assert ran is not None
     assert (ran.returncode, ran.output.decode()) == (code, output.decode())
     assert b"vllm before []" in output and b"heavy None 1 vllm from the tree True" in output
-    expected = {"plain": 0, "raise": 1, "signal": -signal.SIGTERM, "message": 1}
-    assert code == (int(args[1]) if args[0] == "exit" else expected[args[0]])
+    expected = {"plain": 0, "raise": 1, "signal": -signal.SIGTERM, "message": 1, "ending": 0,
+                "interrupt": -signal.SIGINT}
+    assert code == (int(args[1]) % 256 if args[0] == "exit" else expected[args[0]])
+    if args[0] == "ending":  # the child ends without the interpreter's teardown (zygote_server.end): in this order
+        assert output.endswith(b"left in stdout's bufferthe thread ends after the script\nat exit, after the thread\n")
+    if args[0] == "interrupt":
+        assert b"\nKeyboardInterrupt\nat exit, before the signal\n" in output, output
 
 
 @pytest.mark.parametrize("args", [["plain"], ["exit", "3"], ["signal"], ["message"]])
