@@ -5,7 +5,10 @@ Only its own vpatch talks to it: its socket lies in a 0700 folder, and it checks
 (SO_PEERCRED: vpatch's uid and pid); any other client is refused, named on its report stream, and nothing it sent
 is read. The child runs the probe as a fresh ``python probe.py`` would: its argv, ``__main__``, cwd, environment
 (the variables the run was started with, PYTHONPATH to the tree), stdout and stderr merged into one pipe, its exit
-code or signal, stdin /dev/null, random/numpy/torch generators seeded anew. Like the runner's supervisor for a fresh
+code or signal, stdin /dev/null, random/numpy/torch generators seeded anew; its threads and exit handlers run at its
+end, then it ends without the interpreter's teardown of the modules it inherited (objects still alive then are not
+finalized: that teardown copied the whole inherited heap, 1-2.5 s a run), and its collections pass over the
+preloaded heap (frozen before the fork). Like the runner's supervisor for a fresh
 run, a keeper process between the zygote and the probe leads a session of its own and is the subreaper of what
 the probe starts: the probe itself is no group leader (setsid works), and the end of the run - its exit, a
 timeout, the zygote's end - kills everything the run started, daemons and new sessions included.
