@@ -363,6 +363,32 @@ def test_no_run_waits_for_the_warm_interpreter_to_start_or_to_learn(venv: Path, 
         assert after is not None and after.output == b"ran\n" and zygote.runs == 2
 
 
+@pytest.mark.parametrize("holds", [True, False], ids=["list-holds", "list-does-not-hold"])
+def test_a_run_waits_for_a_recorded_list_never_for_learning(venv: Path, tree: Path, tmp_path: Path,
+                                                          holds: bool) -> None:
+    """The recorded list names slow_to_learn, whose import in the zygote takes 3 s: a session's first run waits for
+    that import (shorter than the run's own imports in a fresh process beside it) and is forked with it preloaded.
+    Where the list does not hold (it names a module that starts a thread), the zygote learns it again in the
+    background, each package tried apart (3 s for slow_to_learn), and the run goes fresh without waiting for that."""
+    argv, module = _slow_to_learn(venv, tree, 3)
+    listed = ["slow_to_learn"] if holds else ["threaded", "slow_to_learn"]
+    (venv.parent.parent / PRELOAD_FILE).write_text(json.dumps({"preload": listed, "refused": [], "rules": LEAK_RULES}))
+    with probe_runs.Session(cache=tmp_path / "cache", zygote=True) as session, _removed(module):
+        asked = time.monotonic()
+        zygote = session.zygote_for(venv)
+        waited = time.monotonic() - asked
+        assert zygote is not None and zygote.broken is None
+        ran = zygote.run(argv, cwd=tree, env=_env(tree), timeout=60)
+        if holds:
+            assert waited >= 3, waited  # the list's import
+            assert ran is not None and ran.output == b"ran\n" and (zygote.runs, zygote.went_fresh) == (1, 0)
+            assert "slow_to_learn" in zygote._preloaded
+        else:
+            assert waited < 3, waited  # not the learning: the run goes fresh meanwhile
+            assert ran is None and zygote.went_fresh == 1 and zygote._lock.locked()
+            assert zygote.settled(60) and "slow_to_learn" in zygote._preloaded and "threaded" in zygote._refused
+
+
 @pytest.mark.parametrize("first", [False, True], ids=["warm", "first-learning"])
 def test_a_warm_interpreter_forks_a_run_between_the_trials_of_what_it_learns(venv: Path, tree: Path, tmp_path: Path,
                                                                             first: bool,

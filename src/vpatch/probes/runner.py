@@ -152,7 +152,7 @@ def run_ahead(repo: Path, requests: Sequence[ProbeRequest], session: probe_runs.
             subject = f"probe {request.label or request.probe.name}"
             python = _venv(request.probe, session.cache, report, subject)
             if not request.probe.fresh_process:
-                session.warm_up(python, report)  # beside the runs, which go fresh until it is warm
+                session.warm_up(python, report)  # before the runs ask for it (Session.zygote_for)
             todo[entry] = (request.probe, tree, subject, python)
     # The git side stays on this thread (a partial mirror fetches what the trees hold); the runs go in parallel.
     for _, tree, _, _ in todo.values():

@@ -50,6 +50,9 @@ ZYGOTE_DEFAULT = True
 # list must be measured again, and it learns what the first runs imported before the next may fork. It pays back
 # only over rounds of runs: from this many on (runs / jobs, rounded up), for a command that knows its runs ahead.
 ZYGOTE_ROUNDS = 3
+# How long a run waits for a warm interpreter importing its recorded list (4-8 s for the shipped probes' ~2,800-4,000
+# modules on two cores) before it goes fresh, and the runs after it stop waiting
+LIST_WAIT_S = 60.0
 
 
 def zygote_pays(runs: int, jobs: int | None) -> bool:
@@ -129,6 +132,7 @@ class Session:
         # venv python -> its one warm interpreter, for probe runs and upstream's tests alike (the same environment)
         self._zygotes: dict[Path, Zygote] = {}
         self._starting: dict[Path, threading.Thread] = {}  # -> the thread that starts it
+        self._awaited: dict[Path, bool] = {}  # -> whether runs wait for its start (it imports a recorded list)
         self._zygote_lock = threading.Lock()
         # a warm interpreter starts on a thread that may outlive the command: its reports end with the command,
         # whose output stream may be closed by then (_reporting, _while_open)
@@ -177,13 +181,20 @@ class Session:
 
     def zygote_for(self, python: Path, report: Reporter = silent, *, wait: bool = False) -> Zygote | None:
         """The warm interpreter of the venv of `python` once it is warm, else None: the run goes fresh (also where
-        the session runs fresh processes, or that zygote is broken). The first ask starts it beside the runs
-        (`warm_up`); `wait`: wait for it to be ready instead (a test that needs its runs to go through it)."""
+        the session runs fresh processes, or that zygote is broken). The first ask starts it (`warm_up`). A run
+        waits while it imports a recorded list (seconds, each module checked, none tried apart: shorter than the
+        run's own imports in a fresh process beside it, which would slow it on the same cores), never while it
+        learns: with no list yet, or one that does not hold, the run goes fresh. `wait`: wait for it to be ready
+        whatever it does (a test that needs its runs to go through it)."""
         starting = self.warm_up(python, report)
         if starting is None:
             return None
         if wait:
             starting.join()
+        elif self._awaited.get(python) and starting.is_alive():
+            starting.join(LIST_WAIT_S)
+            if starting.is_alive():  # a list that takes this long: the runs stop waiting for it
+                self._awaited[python] = False
         with self._zygote_lock:
             found = self._zygotes.get(python)
         return None if found is None or found.broken is not None else found
@@ -191,7 +202,8 @@ class Session:
     def warm_up(self, python: Path, report: Reporter = silent) -> threading.Thread | None:
         """Start the warm interpreter of the venv of `python` on a thread of its own, once per session (the thread;
         None where the session runs fresh processes): called as soon as the venv exists, so that it imports its
-        recorded list beside the first runs, which go fresh until it is ready. One for the probe runs and upstream's
+        recorded list while the first runs extract their trees (they wait for that list, `zygote_for`), or learns
+        beside them, which go fresh until it is warm. One for the probe runs and upstream's
         tests alike: both run with `run_env`, and it learns one list, what either imports. Its progress goes to the
         session's reporter, else to `report` (the first run's: the commands report probe runs that way)."""
         if not self.zygote:
@@ -205,6 +217,7 @@ class Session:
             assert self._open, "a Session is used inside its with block"
             found = self._starting.get(python)
             if found is None:
+                self._awaited[python] = Zygote.has_list(python)
                 reporter = self._while_open(self.report if self.report is not silent else report)
                 found = self._starting[python] = threading.Thread(
                     target=self._start_zygote, args=(python, env, reporter), name="zygote-start", daemon=True)

@@ -123,13 +123,19 @@ class Zygote:
             return
         if known and not self._preload(known, apart=False):
             # a list not in the order it was checked in (an older vpatch's), or one that no longer holds: a new
-            # zygote learns it as it learns what runs import, each package tried apart
+            # zygote learns it as it learns what runs import, each package tried apart; a session's in the
+            # background (no run waits for learning: they go fresh until its first request is in, then fork between
+            # its trials), one whose runs wait for its imports before it is handed out
             self._child.close()
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
             self.broken = None
             if self._start(again=True):
-                self._preload([m for m in known if m not in self._refused], apart=True)
+                again = [m for m in known if m not in self._refused]
+                if self.wait_for_imports:
+                    self._preload(again, apart=True)
+                else:
+                    self._learn_later(again)
 
     def _start(self, *, again: bool = False) -> bool:
         """Start the zygote process (False: it did not start, and `broken` says why). `again`: in place of one this
@@ -282,6 +288,16 @@ class Zygote:
         return True
 
     # -- what to preload ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def has_list(python: Path) -> bool:
+        """Whether the venv of `python` has a recorded preload list: a zygote started now imports it, checked,
+        before its first run (seconds: no module tried apart), instead of learning what runs import."""
+        try:
+            data = json.loads((python.parent.parent / PRELOAD_FILE).read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and bool(data.get("preload"))
 
     def _recorded(self) -> dict[str, list[str]]:
         """The recorded preload list; a malformed one is ignored, with a warning naming it."""
