@@ -7,9 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
+import pytest
+
 from vpatch import git as vgit
+from vpatch.probes import workspace
 from vpatch.probes.workspace import Session
 
 # base -> new: every kind of change a tree can make
@@ -125,3 +130,31 @@ def test_a_workspace_makes_its_second_tree_from_its_first(tmp_path: Path) -> Non
         only = _commit(other, {"solo.py": "solo = 1\n"}, {}, set())
         third = session.tree(other, only)
         assert _snapshot(third) == {"solo.py": ("file", b"solo = 1\n", False)}
+
+
+def test_a_tree_asked_for_while_a_near_one_is_written_is_made_from_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe's two sides are asked for at once: the patched tree, a few files from the base being written, waits
+    for it and is made from it (hard links), instead of a second whole extraction beside the first."""
+    repo, base, new = _trees(tmp_path)
+    vgit.extract_tree(repo, new, tmp_path / "fresh" / "tree")
+    whole: list[str] = []
+    real = vgit.extract_tree
+
+    def slow_whole(repo: Path, tree: str, dest: Path) -> None:
+        whole.append(tree)
+        time.sleep(1.5)  # long enough for the second ask to come while it is written
+        real(repo, tree, dest)
+
+    monkeypatch.setattr(workspace.git, "extract_tree", slow_whole)
+    with Session(cache=tmp_path / "cache", zygote=False) as session:
+        first = threading.Thread(target=session.tree, args=(repo, base))
+        first.start()
+        deadline = time.monotonic() + 10
+        while not whole and time.monotonic() < deadline:
+            time.sleep(0.01)
+        second = session.tree(repo, new)
+        first.join()
+        assert whole == [base]  # one whole extraction
+        assert _snapshot(second) == _snapshot(tmp_path / "fresh" / "tree")
+        assert os.stat(second / "dir" / "x.py").st_ino == os.stat(session.tree(repo, base) / "dir" / "x.py").st_ino

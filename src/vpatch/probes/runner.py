@@ -240,7 +240,7 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
                                                          if p)})
 
     def run(probe: Probe) -> Ran:
-        with session.slot():  # one of the session's --jobs processes, whatever else runs beside (upstream's tests)
+        with session.slot(first=True):  # one of the session's --jobs processes, before upstream's tests that wait
             return run_once(probe)
 
     def run_once(probe: Probe) -> Ran:

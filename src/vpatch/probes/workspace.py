@@ -50,6 +50,8 @@ ZYGOTE_DEFAULT = True
 # list must be measured again, and it learns what the first runs imported before the next may fork. It pays back
 # only over rounds of runs: from this many on (runs / jobs, rounded up), for a command that knows its runs ahead.
 ZYGOTE_ROUNDS = 3
+# A tree this many changed files away from one being written waits for it and is made from it (hard links)
+NEAR_FILES = 200
 # How long a run waits for a warm interpreter importing its recorded list (4-8 s for the shipped probes' ~2,800-4,000
 # modules on two cores) before it goes fresh, and the runs after it stop waiting
 LIST_WAIT_S = 60.0
@@ -81,19 +83,25 @@ def default_jobs() -> int:
 
 
 class Places:
-    """A session's `jobs` places for processes. A run waits for a free one (`hold`); a warm interpreter's imports
-    `take` one at once, even when all are held (it holds the lock the runs test to go fresh, so it must not wait for
-    them): the runs that come after wait for the next free one."""
+    """A session's `jobs` places for processes. A run waits for a free one (`hold`), a probe's run before upstream's
+    tests (`first`: what a probe says may start more runs, such as one per hunk, and tests start none); a warm
+    interpreter's imports `take` one at once, even when all are held (it holds the lock the runs test to go fresh,
+    so it must not wait for them): the runs that come after wait for the next free one."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self.used = 0
+        self._first = 0  # `first` runs waiting for a place
         self._changed = threading.Condition()
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, *, first: bool = False) -> Iterator[None]:
         with self._changed:
-            self._changed.wait_for(lambda: self.used < self.jobs)
+            self._first += first
+            try:
+                self._changed.wait_for(lambda: self.used < self.jobs and (first or not self._first))
+            finally:
+                self._first -= first
             self.used += 1
         try:
             yield
@@ -116,7 +124,7 @@ class Places:
     def free(self) -> None:
         with self._changed:
             self.used -= 1
-            self._changed.notify()
+            self._changed.notify_all()  # the one it goes to depends on who waits (`first`)
 
 
 class Session:
@@ -145,6 +153,8 @@ class Session:
         self._open = False
         self._trees: dict[str, Path] = {}
         self._locks: dict[str, threading.Lock] = {}
+        self._making: dict[str, int] = {}  # trees being written now -> the order they were begun in
+        self._begun = 0
         self._guard = threading.Lock()
         self._batches: set[threading.Event] = set()  # the cancel events of the runs going now
         # a process run (a probe's, upstream's tests') holds one while it runs: at most `jobs` at once, however many
@@ -272,9 +282,10 @@ class Session:
         return child_env({"PYTHONDONTWRITEBYTECODE": "1", "HOME": str(home), **OFFLINE, **(extra or {})})
 
     @contextlib.contextmanager
-    def slot(self) -> Iterator[None]:
-        """Hold one of the session's `jobs` places for a process run (waiting for one to be free)."""
-        with self._places.hold():
+    def slot(self, *, first: bool = False) -> Iterator[None]:
+        """Hold one of the session's `jobs` places for a process run (waiting for one to be free; `first`, a probe's
+        run: before the runs of upstream's tests that wait too)."""
+        with self._places.hold(first=first):
             yield
 
     @property
@@ -308,9 +319,22 @@ class Session:
 
     def _make(self, repo: Path, tree: str, dest: Path) -> None:
         """Extract `tree` at `dest`: from the tree here that differs least from it (a patched tree from its base: a
-        file or two; one release from another: about 40% of vLLM's files), else whole."""
+        file or two; one release from another: about 40% of vLLM's files), else whole. A tree a few files away from
+        one begun before it and still being written waits for that one and is made from it: two sides of a probe
+        asked for at once were two whole extractions (~2.5 CPU-seconds each on vLLM's 8,500 files), beside the warm
+        interpreter's imports on the same cores."""
         with self._guard:
             others = [t for t in self._trees if t != tree and self.intact(t)]
+            self._begun += 1
+            order = self._making[tree] = self._begun
+            earlier = [t for t, begun in self._making.items() if begun < order]
+        try:
+            self._make_from(repo, tree, dest, others, earlier)
+        finally:
+            with self._guard:
+                del self._making[tree]
+
+    def _make_from(self, repo: Path, tree: str, dest: Path, others: list[str], earlier: list[str]) -> None:
         best: tuple[str, list[tuple[str, str]]] | None = None
         for other in others:
             try:
@@ -319,6 +343,17 @@ class Session:
                 continue
             if best is None or len(changes) < len(best[1]):
                 best = (other, changes)
+        if best is None or len(best[1]) > NEAR_FILES:
+            for other in earlier:  # never one begun after it: two trees never wait for each other
+                try:
+                    changes = git.tree_changes(repo, other, tree)
+                except GitError:
+                    continue
+                if len(changes) <= NEAR_FILES and (best is None or len(changes) < len(best[1])):
+                    with self._locks[other]:  # its extraction ends
+                        pass
+                    if self.intact(other):
+                        best = (other, changes)
         if best is not None:
             try:
                 git.derive_tree(repo, self._trees[best[0]], best[0], best[1], tree, dest)
