@@ -284,6 +284,14 @@ def test_probe_check_runs_a_lone_probe_fresh_unless_a_warm_interpreter_pays(proj
     assert "probe zygote" in warm, warm
     assert _verdicts(out) and _verdicts(out) == _verdicts(warm)
 
+    # that run recorded the venv's list: 2 rounds now pay (its import is seconds, nothing to learn)
+    assert list(cache_dir().glob("probe-venvs/*/vpatch-preload.json"))
+    code, listed = run(project, "probe", "check", "1", "--jobs", "2", "--no-cache")
+
+    assert code == 0, listed
+    assert "probe zygote" in listed and "importing" in listed, listed
+    assert _verdicts(listed) == _verdicts(out)
+
 
 def _verdicts(output: str) -> list[str]:
     """The lines of `probe check` that say what the probe said, their durations aside."""

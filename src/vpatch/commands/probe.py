@@ -14,6 +14,8 @@ from vpatch.probes import (
     check_probe,
     find_patch,
     hunk_coverage,
+    listed,
+    probe_for,
     probe_name,
     probe_target,
     runs_tests,
@@ -48,9 +50,10 @@ def check(*, project: Path, patch: str, ref: str | None, no_cache: bool, jobs: i
     # through a warm interpreter only where it pays
     tested_here = upstream_tests and runs_tests(repo, target, base=base, patched=patched)
     runs = 2 + (sum(len(fd.hunks) for fd in target.files) if hunks else 0) + (2 if tested_here else 0)
+    warm = zygote_pays(runs, jobs, listed=listed(probe_for(target)))
     # (the pool outlives the session: an error ends the session's runs first, then the pool waits for its thread)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="upstream-tests") as beside, \
-            Witness(repo, config, jobs=jobs, zygote=zygote_pays(runs, jobs)) as evidence:
+            Witness(repo, config, jobs=jobs, zygote=warm) as evidence:
         with ProgressView() as view:
             evidence.report = view
             # upstream's tests from the start, beside the probe's sides and hunks (the session holds all the runs to

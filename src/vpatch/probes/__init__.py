@@ -14,7 +14,7 @@ from vpatch.probes.prepare import venvs_beside
 from vpatch.probes.regression import RegressionError, Regressions, TestRun, runs_tests
 from vpatch.probes.runner import Validation
 from vpatch.probes.witness import ProbeCheck, ProbeFn, Tally, Witness, stacked_tree
-from vpatch.probes.workspace import default_jobs, zygote_pays
+from vpatch.probes.workspace import default_jobs, listed, zygote_pays
 
 __all__ = [
     "LOCK_NAME",
@@ -46,6 +46,7 @@ __all__ = [
     "follow_strings",
     "hunk_coverage",
     "interpret",
+    "listed",
     "probe_for",
     "probe_name",
     "probe_target",

@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 from vpatch import git
 from vpatch.base import Event, GitError, Reporter, cache_dir, child_env, silent
-from vpatch.probes.env import own_run_folder, remove_stale_runs
+from vpatch.probes.env import own_run_folder, remove_stale_runs, venv_root
+from vpatch.probes.outcome import ProbeKind
 from vpatch.probes.zygote import Zygote
 
 if TYPE_CHECKING:
     from typing import Self
 
+    from vpatch.probes.file import Probe
     from vpatch.probes.runner import ProbeResult
 
 _EXTRACTED = "extracted"  # beside a tree's folder, written once the tree is whole
@@ -50,6 +52,10 @@ ZYGOTE_DEFAULT = True
 # list must be measured again, and it learns what the first runs imported before the next may fork. It pays back
 # only over rounds of runs: from this many on (runs / jobs, rounded up), for a command that knows its runs ahead.
 ZYGOTE_ROUNDS = 3
+# With a recorded list it pays from 2 rounds (measured with `probe check 0003 --no-cache --jobs 3`, 6 runs in 2 rounds
+# on two cores: 9.1-9.9 s through it, 23.4-24.2 s fresh); one round of two runs is about even (its ~5 s of imports
+# against two fresh runs' own), so that stays fresh
+LISTED_ROUNDS = 2
 # A tree this many changed files away from one being written waits for it and is made from it (hard links)
 NEAR_FILES = 200
 # How long a run waits for a warm interpreter importing its recorded list (4-8 s for the shipped probes' ~2,800-4,000
@@ -57,14 +63,24 @@ NEAR_FILES = 200
 LIST_WAIT_S = 60.0
 
 
-def zygote_pays(runs: int, jobs: int | None) -> bool:
+def zygote_pays(runs: int, jobs: int | None, *, listed: bool = False) -> bool:
     """Whether a command that makes `runs` probe runs of one probe, `jobs` at a time (None: the cores), should run
-    them through a warm interpreter: as VPATCH_PROBE_ZYGOTE says where it is set, else from ZYGOTE_ROUNDS rounds on
-    (`vpatch probe check`: its sides and one run without each hunk; docs/benchmarks.md, "probe check")."""
+    them through a warm interpreter: as VPATCH_PROBE_ZYGOTE says where it is set, else from ZYGOTE_ROUNDS rounds on,
+    or LISTED_ROUNDS where its venv has a recorded list (`listed`: nothing to learn, seconds to import) (`vpatch
+    probe check`: its sides, one run without each hunk, upstream's tests; docs/benchmarks.md, "probe check")."""
     if os.environ.get("VPATCH_PROBE_ZYGOTE", "").strip():
         return zygote_default()
     rounds = -(-runs // (default_jobs() if jobs is None else max(1, jobs)))
-    return ZYGOTE_DEFAULT and rounds >= ZYGOTE_ROUNDS
+    return ZYGOTE_DEFAULT and rounds >= (LISTED_ROUNDS if listed else ZYGOTE_ROUNDS)
+
+
+def listed(probe: Probe | None, cache: Path | None = None) -> bool:
+    """Whether `probe` runs in a venv, built already, whose warm interpreter has a recorded list to import
+    (`zygote_pays`'s `listed`)."""
+    if probe is None or probe.kind is not ProbeKind.COMMAND or probe.fresh_process:
+        return False
+    python = venv_root(cache) / probe.environment().key() / "bin" / "python"
+    return python.exists() and Zygote.has_list(python)
 
 
 # Probe runs and upstream's tests run offline (Session.run_env): the hub's clients (huggingface_hub, transformers,
