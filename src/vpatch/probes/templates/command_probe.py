@@ -13,7 +13,7 @@ import sys
 
 def main() -> int:
     try:
-        import vllm  # noqa: F401  - the tree under test is first on sys.path
+        import vllm  # noqa: F401  # lazy: the tree under test is first on sys.path; a tree without it is exit 2
     except ImportError as exc:
         print(f"cannot import what the probe drives: {exc}")
         return 2
