@@ -81,6 +81,24 @@ def test_a_difference_measured_while_the_cpu_stall_share_moved_is_not_judged() -
     assert stall_moved(0.19, 0.17) is None and stall_moved(None, 0.9) is None  # an older record: no stall count
 
 
+def test_a_difference_measured_on_a_saturated_host_is_not_judged_however_alike_the_sides() -> None:
+    """The same image against itself beside two busy loops on two cores (load 3.7 on both sides, under the busy
+    rule): stall shares 93% and 96%, time to first token 0.01 s against 0.08 s, both ranges tight, called worse.
+    Samples of that shape: not judged, and the reason names both shares; under the threshold, the same samples are
+    called as before."""
+    base = Figures(ttft_samples=(0.01, 0.01, 0.04, 0.01, 0.01), timing_load=(3.72, 3.72), timing_cores=2,
+                   timing_stall=0.925)
+    cand = Figures(ttft_samples=(0.08, 0.07, 0.09, 0.08, 0.08), timing_load=(3.69, 3.69), timing_cores=2,
+                   timing_stall=0.959)
+    why = stall_moved(0.925, 0.959)
+    assert why is not None and "92%" in why and "96%" in why and "saturated" in why
+    assert deploy_verdict.sides_moved(base, cand) == why
+    (row,) = [r for r in deploy_verdict.timing_rows(base, cand) if r.label == "time to first token"]
+    assert row.call is Call.UNJUDGED, row
+    calm = deploy_verdict.timing_rows(replace(base, timing_stall=0.18), replace(cand, timing_stall=0.19))
+    assert [r.call for r in calm if r.label == "time to first token"] == [Call.WORSE]
+
+
 def test_the_stall_share_reads_the_kernel_s_count_of_tasks_waiting_for_a_cpu() -> None:
     """Twice as many busy processes as cores for a second and a half: a task waits for a CPU nearly all the time
     (three on the 2-core test machine: 50%; none: 0%). Read from the real kernel, never written by hand."""

@@ -59,7 +59,8 @@ def rule(min_change: float) -> str:
             f"{1 / chance(3, 3):.0f} with 3 repeats a side, 1 in {1 / chance(5, 5):.0f} with 5. Everything else is "
             f"within noise. Where the host's load average differs by more than {LOAD_FACTOR}x between the sides, "
             f"or passes {BUSY_PER_CORE:.0f} per core on either, or the share of time some task waited for a CPU "
-            f"differs between the sides by more than {STALL_APART * 100:.0f} points, a difference is not judged.")
+            f"differs between the sides by more than {STALL_APART * 100:.0f} points, or reaches {STALL_BUSY:.0%} on either, "
+            f"a difference is not judged.")
 
 
 # The sides ran under different load when the host's load average differs by more than this factor (and by more
@@ -82,12 +83,24 @@ BUSY_PER_CORE = 2.0
 # one-minute decaying mean, missed the burst in a CI run where the same image's baseline ran beside another test's
 # busy phase (its parallel makespan up to 1.19 s against the candidate's 0.11 s) and one figure was called better.
 STALL_APART = 0.15
+# A side's repeats ran on a saturated host when some task waited for a CPU this share of their time or more, however
+# alike the two sides: measured beside two busy loops on the 2-core test machine (load 3.7 on both sides, under
+# BUSY_PER_CORE), the same image's stall shares 93% and 96%, its time to first token 0.01 s median (0.01-0.04) on one
+# side, 0.08 s (0.07-0.09) on the other, called worse. Quiet, the tiny server's repeats stall 17-19%; three busy
+# loops alone, 50%.
+STALL_BUSY = 0.75
 
 
 def stall_moved(base: float | None, cand: float | None) -> str | None:
     """Why the two sides' timings cannot be compared, or None: the host's CPU stall share (Figures.timing_stall)
-    moved between them by more than STALL_APART. None where a side has no stall count."""
-    if base is None or cand is None or abs(base - cand) <= STALL_APART:
+    moved between them by more than STALL_APART, or reached STALL_BUSY on either side. None where a side has no
+    stall count."""
+    if base is None or cand is None:
+        return None
+    if max(base, cand) >= STALL_BUSY:
+        return (f"some task on the host waited for a CPU {base:.0%} of the baseline's repeats and {cand:.0%} of the "
+                "candidate's: a saturated host, whose times are the scheduler's")
+    if abs(base - cand) <= STALL_APART:
         return None
     return (f"the share of time some task on the host waited for a CPU moved from {base:.0%} to {cand:.0%} between "
             "the sides")
