@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -170,6 +171,29 @@ def test_uv_installs_the_lock_from_where_pip_s_config_file_looks(wheels: Path, t
                            "[d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('tiny')])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     assert site == "1.1 uv ['tinypkg']"
+    # compiled as installed: a run never writes bytecode (PYTHONDONTWRITEBYTECODE), so without it every import
+    # of the venv compiles its source again
+    assert list(python.parent.parent.glob("lib/python*/site-packages/tinypkg/__pycache__/__init__.*.pyc"))
+    assert (python.parent.parent / probe_env.BYTECODE_FILE).exists()
+
+
+def test_a_venv_an_older_vpatch_built_without_bytecode_is_compiled_once(wheels: Path, tmp_path: Path) -> None:
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("tinypkg==1.0\n")
+    python = probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache")
+    venv = python.parent.parent
+    for cache in venv.glob("lib/python*/site-packages/**/__pycache__"):
+        shutil.rmtree(cache)
+    (venv / probe_env.BYTECODE_FILE).unlink()  # as an older vpatch's uv install left it
+    seen: list[Event] = []
+
+    again = probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache", report=seen.append)
+    third: list[Event] = []
+    probe_env.probe_venv(Requirements.from_lock(lock), cache=tmp_path / "cache", report=third.append)
+
+    assert again == python
+    assert [e.step for e in seen] == ["byte-compiling", "byte-compiled"] and not third
+    assert list(venv.glob("lib/python*/site-packages/tinypkg/__pycache__/__init__.*.pyc"))
 
 
 @pytest.mark.parametrize("constrained", [False, True], ids=["plain", "constraint-file"])
