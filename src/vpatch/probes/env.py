@@ -9,6 +9,7 @@ Venvs live in ``$VPATCH_CACHE/probe-venvs/<key>``, built in a ``.``-folder and r
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -92,8 +93,8 @@ def probe_venv(requirements: Requirements, *, cache: Path | None = None, report:
     root = venv_root(cache)
     final = root / requirements.key()
     python = final / "bin" / "python"
-    if python.exists() and (final / BYTECODE_FILE).exists():
-        return python
+    if python.exists() and ((final / BYTECODE_FILE).exists() or not os.access(final, os.W_OK)):
+        return python  # compiled, or where this user may not compile it (a shared read-only cache)
     root.mkdir(parents=True, exist_ok=True)
     with exclusive(root / ".lock", what="probe venv build"):
         if python.exists():
@@ -126,7 +127,8 @@ def _compile(venv: Path, report: Reporter) -> None:
     # exit status 1: some file did not compile (a package's Python 2 example); a run would fail on it the same way
     run_process([str(venv / "bin" / "python"), "-m", "compileall", "-q", "-j0",
                  *(str(p) for p in sorted(venv.glob("lib/python*/site-packages")))], check=False, merge_output=True)
-    atomic_write(venv / BYTECODE_FILE, b"")
+    with contextlib.suppress(OSError):  # a folder that became read-only meanwhile: the next command tries again
+        atomic_write(venv / BYTECODE_FILE, b"")
     report(Event(_SUBJECT, "byte-compiled", venv.name, final=True, seconds=time.monotonic() - started))
 
 
