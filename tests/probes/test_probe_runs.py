@@ -18,6 +18,7 @@ from conftest import vpatch_cli as run
 from helpers.pids import gone
 
 from vpatch.base.paths import cache_dir
+from vpatch.probes import workspace as probe_workspace
 
 # Exit 0 when the tree has the fix its probe looks for, 1 when not. It logs where it ran, and which fixes the tree
 # had, to runs.log next to it; with BARRIER set, on the pin's tree (neither fix) it waits (30 s at most) until
@@ -291,6 +292,18 @@ def test_probe_check_runs_a_lone_probe_fresh_unless_a_warm_interpreter_pays(proj
     assert code == 0, listed
     assert "probe zygote" in listed and "importing" in listed, listed
     assert _verdicts(listed) == _verdicts(out)
+
+
+def test_runs_beyond_the_cores_count_as_rounds_for_the_warm_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--jobs 6` on two cores: the six runs share the two cores, 3 rounds of imports, so a warm interpreter that must
+    learn its list first pays as it does for 6 runs 2 at a time; 2 runs are one round however many jobs."""
+    monkeypatch.delenv("VPATCH_PROBE_ZYGOTE", raising=False)
+    monkeypatch.setattr(probe_workspace, "default_jobs", lambda: 2)
+
+    assert probe_workspace.zygote_pays(6, 6) == probe_workspace.zygote_pays(6, 2) is True  # 3 rounds, no list
+    assert probe_workspace.zygote_pays(4, 6) is False  # 2 rounds on 2 cores, not 1
+    assert probe_workspace.zygote_pays(4, 1) is True
+    assert probe_workspace.zygote_pays(2, 6, listed=True) is True  # a recorded list pays from the first round
 
 
 def _verdicts(output: str) -> list[str]:

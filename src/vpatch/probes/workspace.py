@@ -47,15 +47,18 @@ def zygote_default() -> bool:
 # On: measured to pay on this 2-core machine at load ~2 (docs/benchmarks.md: scripts/bench-probes, 1.96x against
 # the same runs without it); VPATCH_PROBE_ZYGOTE=0 turns it off.
 ZYGOTE_DEFAULT = True
-# A warm interpreter imports every module the venv's probes import, checked, before its first fork: about 2.4 times
-# what one run imports for itself (docs/benchmarks.md, "Probe runs": 11.2 s against 4.6 s), more when its recorded
-# list must be measured again, and it learns what the first runs imported before the next may fork. It pays back
-# only over rounds of runs: from this many on (runs / jobs, rounded up), for a command that knows its runs ahead.
+# A warm interpreter imports every module the venv's probes import, checked, before its first fork; with no recorded
+# list it learns them from its first runs, which go fresh meanwhile (a first learning of the shipped probes' ~3,900
+# modules took 13-14 s on two cores, the venv byte-compiled). It pays back only over rounds of runs: from this many
+# on (runs / the jobs that get a core, rounded up), for a command that knows its runs ahead. (The rounds were set
+# before the venv was byte-compiled, and not measured again since.)
 ZYGOTE_ROUNDS = 3
-# With a recorded list it pays from 2 rounds (measured with `probe check 0003 --no-cache --jobs 3`, 6 runs in 2 rounds
-# on two cores: 9.1-9.9 s through it, 23.4-24.2 s fresh); one round of two runs is about even (its ~5 s of imports
-# against two fresh runs' own), so that stays fresh
-LISTED_ROUNDS = 2
+# With a recorded list it pays from the first round: importing the list (4.8-5.5 s for 4,072 modules on two cores)
+# overlaps the trees' extraction, and each forked run is ~1.3 s. Measured on two cores, the venv byte-compiled,
+# alternating: `probe check 0003 --no-cache --no-hunks --no-upstream-tests` (2 runs, 1 round) 6.4-7.6 s through it,
+# 8.0-10.2 s fresh; with `--jobs 3` (6 runs, 2 rounds) 10.4-11.5 s, 25.4-25.8 s fresh. (Before the venv was
+# byte-compiled one round was about even, so it stayed fresh.)
+LISTED_ROUNDS = 1
 # A tree this many changed files away from one being written waits for it and is made from it (hard links)
 NEAR_FILES = 200
 # How long a run waits for a warm interpreter importing its recorded list (4-8 s for the shipped probes' ~2,800-4,000
@@ -70,7 +73,10 @@ def zygote_pays(runs: int, jobs: int | None, *, listed: bool = False) -> bool:
     probe check`: its sides, one run without each hunk, upstream's tests; docs/benchmarks.md, "probe check")."""
     if os.environ.get("VPATCH_PROBE_ZYGOTE", "").strip():
         return zygote_default()
-    rounds = -(-runs // (default_jobs() if jobs is None else max(1, jobs)))
+    # more jobs than cores share the cores: 6 runs at once on 2 cores cost 3 rounds of each run's imports (`probe
+    # check 0003 --jobs 6 --no-cache`, 6 runs, on two cores: 25.5-25.8 s fresh, 10.6-11.1 s through it)
+    cores = default_jobs()
+    rounds = -(-runs // min(cores, cores if jobs is None else max(1, jobs)))
     return ZYGOTE_DEFAULT and rounds >= (LISTED_ROUNDS if listed else ZYGOTE_ROUNDS)
 
 
