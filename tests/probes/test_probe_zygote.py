@@ -28,7 +28,7 @@ from vpatch.base import Event, process
 from vpatch.probes import workspace as probe_runs
 from vpatch.probes import zygote as zygote_module
 from vpatch.probes.child import ZYGOTE_SERVER
-from vpatch.probes.zygote import LEAK_RULES, PRELOAD_FILE, Zygote
+from vpatch.probes.zygote import LEAK_RULES, OLD_PRELOAD_FILES, PRELOAD_FILE, Zygote
 
 # A module of the venv that records, when it is imported, the variable a probe is started with.
 HEAVY = "import os\nIMPORTED_WITH = os.environ.get('PROBE_FLAVOUR')\nIMPORTS = 0\n"
@@ -202,6 +202,18 @@ def test_the_preload_is_measured_from_the_runs_and_never_holds_vllm_or_the_tree(
     # the second child found heavy imported (by the zygote: its counter is 0 in a fresh import, 1 after the
     # probe's own increment in the first child, which the zygote never sees), and no vllm nor tree module
     assert b"vllm before []" in second.output and b"heavy None 1 " in second.output
+
+
+def test_saving_the_list_removes_the_second_list_an_older_vpatch_kept(zygote: Zygote, venv: Path, tree: Path) -> None:
+    """An older vpatch kept a list for upstream's tests apart; nothing reads it now, and the one list's save removes it."""
+    old = venv.parent.parent / OLD_PRELOAD_FILES[0]
+    old.write_text(json.dumps({"preload": ["heavy"], "refused": [], "rules": LEAK_RULES}))
+    ran = zygote.run([str(venv), str(tree.parent / "probes" / "probe.py"), "plain"], cwd=tree, env=_env(tree),
+                     timeout=60)
+
+    assert ran is not None and zygote.settled()
+    assert "heavy" in json.loads((venv.parent.parent / PRELOAD_FILE).read_text())["preload"]
+    assert not old.exists()
 
 
 def test_a_package_that_imports_multiprocessing_is_preloaded(zygote: Zygote, venv: Path, tree: Path) -> None:

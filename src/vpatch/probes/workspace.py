@@ -50,8 +50,11 @@ ZYGOTE_DEFAULT = True
 # A warm interpreter imports every module the venv's probes import, checked, before its first fork; with no recorded
 # list it learns them from its first runs, which go fresh meanwhile (a first learning of the shipped probes' ~3,900
 # modules took 13-14 s on two cores, the venv byte-compiled). It pays back only over rounds of runs: from this many
-# on (runs / the jobs that get a core, rounded up), for a command that knows its runs ahead. (The rounds were set
-# before the venv was byte-compiled, and not measured again since.)
+# on (runs / the jobs that get a core, rounded up), for a command that knows its runs ahead. Measured again with the
+# venv byte-compiled, on two cores, the list removed before each run, alternating 3 times (`probe check 0003
+# --no-cache`, VPATCH_PROBE_ZYGOTE=1 against 0): 3 rounds (6 runs) 21.7-25.1 s through it, 26.5-28.0 s fresh;
+# 2 rounds (--no-upstream-tests, 4 runs) 19.7-20.2 s against 17.7-20.2 s; 1 round (2 runs) 9.8-10.9 s against
+# 10.4-10.8 s: it pays from 3 rounds, as set.
 ZYGOTE_ROUNDS = 3
 # With a recorded list it pays from the first round: importing the list (4.8-5.5 s for 4,072 modules on two cores)
 # overlaps the trees' extraction, and each forked run is ~1.3 s. Measured on two cores, the venv byte-compiled,

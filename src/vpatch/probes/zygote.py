@@ -54,6 +54,9 @@ from vpatch.base import ChildProcess, Event, ProcessError, Reporter, atomic_writ
 from vpatch.probes.child import ZYGOTE_SERVER
 
 PRELOAD_FILE = "vpatch-preload.json"
+# A second list an older vpatch kept for upstream's tests in a warm interpreter of their own: nothing reads it since
+# the two share one interpreter and one list; removed where the one list is saved
+OLD_PRELOAD_FILES = ("vpatch-preload-upstream-tests.json",)
 # The leak check's version, recorded with what it refused: 2 knows the inert traces of torch._dynamo and transformers,
 # 3 also transformers executed again by its own processing_utils, 4 learns a package with what it imports and puts a
 # trace on the package that left it (3 refused a package's whole group with a dependency's trace: all of torch, 1,406
@@ -432,7 +435,10 @@ class Zygote:
         try:
             atomic_write(self._file, json.dumps(data, indent=0).encode() + b"\n")
         except OSError:
-            pass  # a read-only venv: the next command measures again
+            return  # a read-only venv: the next command measures again
+        for name in OLD_PRELOAD_FILES:
+            with contextlib.suppress(OSError):
+                (self._file.parent / name).unlink(missing_ok=True)
 
     def _watch(self, child: ChildProcess) -> None:
         """Read the zygote's report stream: each client it refused."""
