@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -98,6 +99,41 @@ def test_the_probes_run_at_the_same_time_with_jobs_2(project: Project, tmp_path:
     assert code == 0, out
     assert "never ran at the same time" not in out
     assert sorted(p.name for p in (tmp_path / "barrier" / "pin").iterdir()) == ["kv", "parser"]
+
+
+def test_a_run_says_running_and_is_timed_only_once_it_has_its_place(tmp_path: Path) -> None:
+    """Two runs asked for at once in a session of one place: the second says `running` only when the first has
+    ended (stderr never shows more runs at once than --jobs), and each run's seconds are the time it held its place,
+    not the wait behind the other (timed from when it was asked for, the two would add up to more than both took)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vpatch.base import Event
+
+    events: list[Event] = []
+    lock = threading.Lock()
+
+    def report(event: Event) -> None:
+        with lock:
+            events.append(event)
+
+    def one(session: probe_workspace.Session, subject: str) -> float:
+        running = probe_workspace.Running(report, subject, "1 file")
+        with running.place(session):
+            time.sleep(0.3)
+        report(Event(subject, "done", final=True, seconds=running.seconds))
+        return running.seconds
+
+    with probe_workspace.Session(cache=tmp_path, jobs=1, zygote=False) as session, \
+            ThreadPoolExecutor(max_workers=2) as pool:
+        started = time.monotonic()
+        timed = list(pool.map(lambda subject: one(session, subject), ["run a", "run b"]))
+        took = time.monotonic() - started
+
+    steps = [(event.subject, event.step) for event in events]
+    assert len(steps) == 4 and steps[0][1] == "running" and steps[1] == (steps[0][0], "done"), steps
+    assert steps[2][1] == "running" and steps[3] == (steps[2][0], "done"), steps
+    assert events[0].detail == "1 file"
+    assert all(seconds >= 0.3 for seconds in timed) and sum(timed) <= took, (timed, took)
 
 
 def _without_seconds(value: object) -> object:

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import tempfile
-import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -345,8 +344,7 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
             return TestRun.from_json(json.loads(entry.read_bytes()))
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    started = time.monotonic()
-    report(Event(subject, "running", f"{len(tests)} test file(s)"))
+    running = probe_runs.Running(report, subject, f"{len(tests)} test file(s)")
     root = session.tree(repo, tree)
     results: dict[str, str] = {}
     needs: dict[str, str] = {}
@@ -354,7 +352,7 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
     details: list[str] = []
     ran = True
     for folder, group in _by_folder(tests, root).items():
-        found, detail, ok = _pytest(root, folder, group, python, deadline, session, report)
+        found, detail, ok = _pytest(root, folder, group, python, deadline, session, running, report)
         results.update(found.results)
         needs.update(found.needs)
         unnamed += found.missing
@@ -364,7 +362,7 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
     missing = [t for t in tests if not (root / t.split("::", 1)[0]).is_file()]
     if missing:
         details.append(f"not in this tree: {', '.join(missing)}")
-    run = TestRun(tree, tuple(tests), tuple(sorted(results.items())), round(time.monotonic() - started, 3),
+    run = TestRun(tree, tuple(tests), tuple(sorted(results.items())), round(running.seconds, 3),
                   "; ".join(d for d in details if d), ran, needs=tuple(sorted(needs.items())), missing=tuple(unnamed))
     report(Event(subject, summary(run) if ran else "could not run", final=True, seconds=run.seconds))
     if ran:
@@ -407,7 +405,8 @@ class _Found:
 
 
 def _pytest(root: Path, folder: str, tests: list[str], python: Path, deadline: float,
-            session: probe_runs.Session, report: Reporter = silent) -> tuple[_Found, str, bool]:
+            session: probe_runs.Session, running: probe_runs.Running,
+            report: Reporter = silent) -> tuple[_Found, str, bool]:
     """One pytest run: what it found, pytest's last line, and whether it ran to its report."""
     # pytest compares --confcutdir with the conftest files' real paths: a tree reached through a symlink (a cache
     # folder linked to another disk) would load vLLM's root conftest
@@ -429,7 +428,7 @@ def _pytest(root: Path, folder: str, tests: list[str], python: Path, deadline: f
         # PYTHONPATH the tree, then what vpatch was given (as the probes have it)
         env = session.run_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))
                                                                if p)})
-        with session.slot():  # one of the session's --jobs processes, whatever else runs beside (the probe's)
+        with running.place(session):  # one of the session's --jobs processes, whatever else runs beside (the probe's)
             ran = _in_zygote(argv, root, env, python, timeout, session, report)
             if ran is None:
                 try:

@@ -231,8 +231,7 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
     """The probe's command on the tree extracted in `session` (None: `cancel` was set before it ended)."""
     if cancel.is_set():
         return None
-    started = time.monotonic()
-    report(Event(subject, "running"))
+    running = probe_runs.Running(report, subject)
     root = session.tree(repo, tree)  # the caller has prefetched its files (a partial mirror), on its own thread
     command = argv(probe, python=str(python), probe_dir=str(probe.path.parent.resolve()), tree=str(root))
     # the session's one environment for runs in the venv (offline, HOME its own), the tree first on the path
@@ -240,7 +239,8 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
                                                          if p)})
 
     def run(probe: Probe) -> Ran:
-        with session.slot(first=True):  # one of the session's --jobs processes, before upstream's tests that wait
+        # one of the session's --jobs processes, before upstream's tests that wait; timed from there
+        with running.place(session, first=True):
             return run_once(probe)
 
     def run_once(probe: Probe) -> Ran:
@@ -268,7 +268,7 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
         return Ran(proc.returncode, proc.stdout)
 
     outcome, detail = interpret(probe, tree_place(repo, tree, None, run))
-    seconds = time.monotonic() - started
+    seconds = running.seconds
     if not cancel.is_set() and not session.intact(tree):
         # the tree went while the probe ran (another process removed the workspace): whatever it said, it did
         # not say it about this tree

@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -150,6 +151,33 @@ class Places:
         with self._changed:
             self.used -= 1
             self._changed.notify_all()  # the one it goes to depends on who waits (`first`)
+
+
+class Running:
+    """One subject's process runs (a probe's on a tree, upstream's tests on a tree) in a session's places: `running`
+    is said when the first of them gets its place, and `seconds` is the time they held places. The time waited for a
+    place is the other runs' (said `running` meanwhile, a command would show more runs at once than --jobs); its
+    tree, extracted before, is the command's."""
+
+    def __init__(self, report: Reporter, subject: str, detail: str = "") -> None:
+        self.report = report
+        self.subject = subject
+        self.detail = detail
+        self.seconds = 0.0
+        self._said = False
+
+    @contextlib.contextmanager
+    def place(self, session: Session, *, first: bool = False) -> Iterator[None]:
+        """Hold one of `session`'s places for one process of this subject (`first`: Session.slot)."""
+        with session.slot(first=first):
+            started = time.monotonic()
+            if not self._said:
+                self._said = True
+                self.report(Event(self.subject, "running", self.detail))
+            try:
+                yield
+            finally:
+                self.seconds += time.monotonic() - started
 
 
 class Session:
