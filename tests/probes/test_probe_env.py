@@ -297,6 +297,9 @@ def test_status_shows_each_probe_on_stderr_and_keeps_json_on_stdout_clean(projec
     lines = result.stderr.splitlines()
     assert "probe venv: creating the venv" in result.stderr and any(line.startswith("probe venv: ready") for line in lines)
     assert "probe 0001-kv-skip-null on v1.0: running" in lines
+    # its tree first (extracted before the run takes its place, and said, as it may take seconds), then the run
+    assert lines.index("probe 0001-kv-skip-null on v1.0: getting its tree") < \
+        lines.index("probe 0001-kv-skip-null on v1.0: running")
     assert any(line.startswith("probe 0001-kv-skip-null on v1.0: fail (") for line in lines)
 
 

@@ -345,7 +345,7 @@ def run_tests(repo: Path, tree: str, tests: Sequence[str], *, python: Path, venv
         except (OSError, ValueError, KeyError, TypeError):
             pass
     running = probe_runs.Running(report, subject, f"{len(tests)} test file(s)")
-    root = session.tree(repo, tree)
+    root = running.tree(session, repo, tree)
     results: dict[str, str] = {}
     needs: dict[str, str] = {}
     unnamed: list[str] = []  # ids that name no test

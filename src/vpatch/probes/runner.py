@@ -232,7 +232,7 @@ def _run_command(repo: Path, probe: Probe, tree: str, python: Path, session: pro
     if cancel.is_set():
         return None
     running = probe_runs.Running(report, subject)
-    root = session.tree(repo, tree)  # the caller has prefetched its files (a partial mirror), on its own thread
+    root = running.tree(session, repo, tree)  # the caller has prefetched its files (a partial mirror), on its own thread
     command = argv(probe, python=str(python), probe_dir=str(probe.path.parent.resolve()), tree=str(root))
     # the session's one environment for runs in the venv (offline, HOME its own), the tree first on the path
     env = session.run_env({"PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", ""))

@@ -157,7 +157,7 @@ class Running:
     """One subject's process runs (a probe's on a tree, upstream's tests on a tree) in a session's places: `running`
     is said when the first of them gets its place, and `seconds` is the time they held places. The time waited for a
     place is the other runs' (said `running` meanwhile, a command would show more runs at once than --jobs); its
-    tree, extracted before, is the command's."""
+    tree, extracted before, is the command's (`getting`: said while the run waits for it)."""
 
     def __init__(self, report: Reporter, subject: str, detail: str = "") -> None:
         self.report = report
@@ -165,6 +165,12 @@ class Running:
         self.detail = detail
         self.seconds = 0.0
         self._said = False
+
+    def tree(self, session: Session, repo: Path, tree: str) -> Path:
+        """`session.tree`, said `getting its tree` where it is not extracted yet (seconds, before any place)."""
+        if not session.ready(tree):
+            self.report(Event(self.subject, "getting its tree"))
+        return session.tree(repo, tree)
 
     @contextlib.contextmanager
     def place(self, session: Session, *, first: bool = False) -> Iterator[None]:
@@ -414,6 +420,12 @@ class Session:
             except OSError:  # a file of that tree is gone (a run removed it): this one is written whole
                 shutil.rmtree(dest, ignore_errors=True)
         git.extract_tree(repo, tree, dest)
+
+    def ready(self, tree: str) -> bool:
+        """Whether `tree` is extracted here already, whole (`tree` answers at once)."""
+        with self._guard:
+            done = tree in self._trees
+        return done and self.intact(tree)
 
     def intact(self, tree: str) -> bool:
         """Whether `tree`, extracted here, is still whole: its folder and the mark written after its extraction
