@@ -306,7 +306,10 @@ def test_the_supervisor_passes_on_the_probe_s_exit_code_or_signal(toy_upstream: 
 def test_probe_check_runs_a_lone_probe_fresh_unless_a_warm_interpreter_pays(project: Project,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VPATCH_PROBE_ZYGOTE", raising=False)
-    two_probes(project)
+    # each run lasts half a second: the warm interpreter learns the first run's modules (in this tiny venv, a fraction
+    # of a second) before the command ends, so that it records its list (a learning the command's end interrupts
+    # records nothing; with runs of a few milliseconds that raced the command's end, and lost once in CI)
+    two_probes(project, SCRIPT.replace("import json,", "__import__('time').sleep(0.5)\nimport json,", 1))
 
     # its sides and one run without its hunk, 2 at a time: 2 rounds, which a warm interpreter's imports do not pay
     code, out = run(project, "probe", "check", "1", "--jobs", "2", "--no-cache")
